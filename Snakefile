@@ -1,0 +1,35 @@
+# cudalab: config.yaml -> one job per experiment (pycuda kernels, timing harness)
+#          -> results/results.csv -> seaborn figures -> results/report.html
+# Run:  snakemake            (local; profiles/default is picked up by itself)
+#       snakemake --profile profiles/slurm   (one Slurm GPU job per experiment)
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/measure.smk"
+include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/figures.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    input:
+        REPORT,
+    default_target: True
+
+
+onsuccess:
+    print(f"\ncudalab: report written to {Path(REPORT).resolve()}\n")
+
+
+onerror:
+    print(
+        "\ncudalab: the run stopped. Points already measured are kept in results/raw/ "
+        "and a rerun measures only what is missing. Logs: results/logs/ "
+        "(and .snakemake/slurm_logs/ under Slurm).\n"
+    )

@@ -1,0 +1,155 @@
+"""`cudalab` command line: the steps the Snakemake rules call, usable by hand too.
+
+  cudalab validate [config.yaml]           check a config (exit 2 with every problem named)
+  cudalab plan [config.yaml]               grid points and jobs a run will have
+  cudalab measure EXPERIMENT [--config ..]  measure one experiment's grid (one job)
+  cudalab aggregate                         raw records -> results/results.csv
+  cudalab figures EXPERIMENT                results.csv -> results/figures/EXPERIMENT/*.png|svg
+  cudalab report                            -> results/report.html
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from cudalab import config as cfg
+
+
+def _config(path: str) -> dict[str, Any]:
+    try:
+        return cfg.load(path)
+    except cfg.ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from exc
+
+
+def plan_lines(config: dict[str, Any]) -> list[str]:
+    from cudalab.experiments import REGISTRY
+
+    lines = []
+    names = cfg.enabled_experiments(config)
+    total = gpu_jobs = 0
+    for name in names:
+        pts = REGISTRY[name].points(config["experiments"][name])
+        n_gpu = sum(p.gpu for p in pts)
+        total += len(pts)
+        gpu_jobs += n_gpu > 0
+        lines.append(f"  {name:14s} {len(pts):4d} grid points ({n_gpu} on the GPU) -> 1 job")
+    lines.insert(0, f"cudalab plan: {len(names)} experiment job(s) ({gpu_jobs} need a GPU), "
+                    f"{total} grid points; aggregate, figures and report run locally")
+    lines.insert(1, f"  under Slurm (--profile slurm): at most {len(names)} sbatch job(s), one "
+                    f"allocation per experiment ({gpu_jobs} with --gpus=1)")
+    return lines
+
+
+def slurm_submit_line(jobs: list[tuple[str, int]], n_experiments: int) -> str:
+    """The line a Slurm run prints before submitting: jobs = [(experiment, gpus), ...]."""
+    names = ", ".join(e + (f" (--gpus={g})" if g else "") for e, g in jobs)
+    done = n_experiments - len(jobs)
+    return (f"cudalab: submitting {len(jobs)} Slurm job(s) with sbatch, one per experiment"
+            + (f": {names}" if jobs else "")
+            + (f"; {done} experiment(s) already measured, not resubmitted" if done else "")
+            + ". Slurm logs: .snakemake/slurm_logs/, job logs: results/logs/")
+
+
+def cmd_validate(a: argparse.Namespace) -> int:
+    _config(a.config)
+    print(f"{a.config}: valid")
+    return 0
+
+
+def cmd_plan(a: argparse.Namespace) -> int:
+    print("\n".join(plan_lines(_config(a.config))))
+    return 0
+
+
+def cmd_measure(a: argparse.Namespace) -> int:
+    from cudalab.gpu import NoGpuError
+    from cudalab.runner import run_experiment
+
+    config = _config(a.config)
+    if a.experiment not in cfg.enabled_experiments(config):
+        print(f"error: experiment {a.experiment!r} is not enabled in {a.config}", file=sys.stderr)
+        return 2
+    try:
+        run_experiment(config, a.experiment, Path(a.results))
+    except NoGpuError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
+    return 0
+
+
+def cmd_aggregate(a: argparse.Namespace) -> int:
+    from cudalab import results
+
+    df = results.build_table(results.iter_records(Path(a.results) / "raw"))
+    problems = results.check_table(df)
+    if problems:
+        print("error: results table breaks its schema: " + "; ".join(problems), file=sys.stderr)
+        return 1
+    for p in results.write_table(df, Path(a.out)):
+        print(f"wrote {p} ({len(df)} rows)")
+    return 0
+
+
+def cmd_figures(a: argparse.Namespace) -> int:
+    from cudalab import figures, results
+
+    df = results.read_table(Path(a.table))
+    drawn = figures.draw_experiment(a.experiment, df, Path(a.out))
+    print(f"{a.experiment}: figures {json.dumps(drawn)}")
+    return 0
+
+
+def cmd_report(a: argparse.Namespace) -> int:
+    from cudalab import report, results, telemetry_report
+
+    config = _config(a.config)
+    df = results.read_table(Path(a.table))
+    tele = telemetry_report.sections(Path(a.results))
+    out = report.render(df, Path(a.figures), config, Path(a.out), tele)
+    print(f"report: {out.resolve()}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="cudalab", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("validate")
+    s.add_argument("config", nargs="?", default="config.yaml")
+    s.set_defaults(fn=cmd_validate)
+    s = sub.add_parser("plan")
+    s.add_argument("config", nargs="?", default="config.yaml")
+    s.set_defaults(fn=cmd_plan)
+    s = sub.add_parser("measure")
+    s.add_argument("experiment")
+    s.add_argument("--config", default="config.yaml")
+    s.add_argument("--results", default="results")
+    s.set_defaults(fn=cmd_measure)
+    s = sub.add_parser("aggregate")
+    s.add_argument("--results", default="results")
+    s.add_argument("--out", default="results/results.csv")
+    s.set_defaults(fn=cmd_aggregate)
+    s = sub.add_parser("figures")
+    s.add_argument("experiment")
+    s.add_argument("--table", default="results/results.csv")
+    s.add_argument("--out", default="results/figures")
+    s.set_defaults(fn=cmd_figures)
+    s = sub.add_parser("report")
+    s.add_argument("--config", default="config.yaml")
+    s.add_argument("--table", default="results/results.csv")
+    s.add_argument("--figures", default="results/figures")
+    s.add_argument("--results", default="results")
+    s.add_argument("--out", default="results/report.html")
+    s.set_defaults(fn=cmd_report)
+    a = p.parse_args(argv)
+    return a.fn(a)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

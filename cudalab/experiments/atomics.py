@@ -1,0 +1,375 @@
+"""Atomics: a counter incremented by every thread (racy vs atomicAdd), and a float sum
+(atomicAdd of every element vs a shared-memory tree with one atomicAdd per block).
+
+Counter points (racy_counter, atomic_counter): params grid, block; expected count =
+grid * block. The racy count is the lesson, not a failure: its check only asks that the
+count is a possible outcome of the race, 1 <= counted <= expected. The atomic count must
+be exact.
+
+Sum points (atomic_sum, reduce_sum): params n, block; n float32 values uniform in [0, 1),
+checked against the float64 sum. Tolerance on |S - S_ref| / sum|x_i|: factor * sqrt(n) * u
+(u = 2^-24, default factor 3). Why sqrt(n): adding n positive numbers one after another in
+float32 (what per-element atomics do, in whatever order the hardware serialises them)
+rounds n times; rounding k errs by at most half an ulp of the partial sum S_k, i.e. by at
+most u * S_k, and these errors behave as independent zero-mean variables (the
+probabilistic rounding-error model of Higham & Mary, 2019). With sum_k S_k^2 ~ n S^2 / 3:
+- Hoeffding's inequality (bounded errors, nothing else assumed) puts the chance of
+  exceeding 3 sqrt(n) u S at 2 exp(-13.5) ~ 3e-6;
+- errors uniform within half an ulp (what uniform inputs give) have a standard deviation
+  below sqrt(n) u S / 3, so the tolerance is 9 of them.
+The deterministic worst case, n u, is 1 at n = 2^24: useless. The tolerance is 1.8e-4 at
+n = 2^20 and 7.3e-4 at n = 2^24; a flat 1e-4 would fail the atomic sum at 2^24 now and then
+(a sequential float32 sum of 2^24 uniform values errs by up to ~1e-4 in simulation).
+The tree reduction's error is far smaller (log2(block) levels, then n / (2 block) block sums).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cudalab.experiments.base import (
+    Check,
+    Expectation,
+    Experiment,
+    Point,
+    Result,
+    RunContext,
+)
+from cudalab.harness import Timing
+
+COUNTERS = ["racy_counter", "atomic_counter"]
+SUMS = ["atomic_sum", "reduce_sum"]
+VARIANTS = COUNTERS + SUMS
+U = 2.0**-24
+NAN_BITS = 0x7FC00000
+# variant -> kernel in cuda/atomics.cu
+KERNELS = {"racy_counter": "counter_racy", "atomic_counter": "counter_atomic",
+           "atomic_sum": "sum_atomic", "reduce_sum": "sum_reduce"}
+RACY_REPEATS = 5  # extra runs of the racy counter: its count changes from run to run
+
+_launch = {
+    "type": "array",
+    "items": {"type": "integer", "minimum": 1},
+    "minItems": 2,
+    "maxItems": 2,
+    "description": "[blocks, threads per block]",
+}
+
+
+class Atomics(Experiment):
+    name = "atomics"
+    order = 90
+    title = "Atomics: a racy counter, atomicAdd, and a float sum by atomics or reduction"
+    caption = (
+        "Counter: each of grid x block threads adds 1 to one global counter. The plain "
+        "version reads, adds and writes back in three steps, so threads that read the same "
+        "value overwrite each other's increments (the 32 threads of a warp read together: "
+        "a warp adds at most 1). atomicAdd makes the read-modify-write indivisible. Look "
+        "for: the racy count far below the expected count, and different from run to run; "
+        "the atomic count exactly equal to it. Sum: adding n floats into one address with "
+        "atomicAdd is correct but serialises all n additions on that address and rounds "
+        "like a sequential sum; a shared-memory tree reduction per block followed by one "
+        "atomicAdd per block does n / (2 block) atomics. Look for: the reduction much "
+        "faster, and closer to the float64 sum."
+    )
+    schema = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "enabled": {"type": "boolean", "default": True},
+            "variants": {
+                "type": "array", "items": {"enum": VARIANTS}, "minItems": 1,
+                "uniqueItems": True, "default": VARIANTS,
+            },
+            "counter_launches": {
+                "type": "array", "items": _launch, "minItems": 1,
+                "default": [[1024, 1024]],
+                "description": "[blocks, threads per block] of the counter kernels "
+                "(expected count = blocks x threads, at most 2^31)",
+            },
+            "sum_sizes": {
+                "type": "array",
+                "items": {"type": "integer", "minimum": 1, "maximum": 1 << 28},
+                "minItems": 1, "uniqueItems": True,
+                "default": [1 << 16, 1 << 20, 1 << 24],
+                "description": "numbers of float32 values summed",
+            },
+            "sum_block": {
+                "enum": [64, 128, 256, 512, 1024], "default": 256,
+                "description": "threads per block of both sum kernels (a power of two: "
+                "the tree halves it at every level)",
+            },
+            "sum_tolerance_factor": {
+                "type": "number", "exclusiveMinimum": 0, "maximum": 1000, "default": 3.0,
+                "description": "a sum passes if |S - S_ref| / sum|x| <= factor * sqrt(n) * "
+                "2^-24 (3: exceeded by a sequential float32 sum with probability below "
+                "3e-6, see the module docstring)",
+            },
+        },
+    }
+    smoke = {"counter_launches": [[64, 256], [1024, 1024]], "sum_sizes": [1000, 1 << 16]}
+    figures = {
+        "counter": "Count reached by the racy and the atomic counter against the expected "
+        "count (grid x block increments), log scale; the share of lost updates is written "
+        "above the racy bars.",
+        "sum": "Summing n floats: kernel time (left) and relative error against the float64 "
+        "sum (right) of per-element atomicAdd and of the shared-memory tree reduction. "
+        "Dashed line: the tolerance.",
+    }
+
+    def check_config(self, block: dict[str, Any]) -> list[str]:
+        msgs = []
+        for i, (g, b) in enumerate(block["counter_launches"]):
+            if b > 1024:
+                msgs.append(f"counter_launches[{i}]: {b} threads per block; at most 1024")
+            if g > 2**31 - 1:
+                msgs.append(f"counter_launches[{i}]: {g} blocks; at most 2^31 - 1")
+            if g * b > 2**31:
+                msgs.append(f"counter_launches[{i}]: {g} x {b} = {g * b} increments; at most "
+                            "2^31 (the counter is a 32-bit unsigned int)")
+        return msgs
+
+    # -- grid --------------------------------------------------------------------------
+    def points(self, block: dict[str, Any]) -> list[Point]:
+        pts = []
+        for g, b in block["counter_launches"]:
+            for v in COUNTERS:
+                if v in block["variants"]:
+                    pts.append(Point(self.name, v, {"grid": g, "block": b}))
+        for n in sorted(block["sum_sizes"]):
+            for v in SUMS:
+                if v in block["variants"]:
+                    pts.append(Point(self.name, v, {"n": n, "block": block["sum_block"]}))
+        return pts
+
+    # -- measuring ---------------------------------------------------------------------
+    def kernel_for(self, ctx: RunContext, point: Point) -> Any:
+        if point.variant == "reduce_sum":
+            return ctx.gpu.compile("atomics.cu", {"BLOCK": point.params["block"]})
+        return ctx.gpu.compile("atomics.cu")
+
+    def measure(self, ctx: RunContext, point: Point) -> Result:
+        if point.variant in COUNTERS:
+            return self._counter(ctx, point)
+        return self._sum(ctx, point)
+
+    def _counter(self, ctx: RunContext, point: Point) -> Result:
+        gpu = ctx.gpu
+        cuda = gpu.cuda
+        g, b = point.params["grid"], point.params["block"]
+        expected = g * b
+        kernel = self.kernel_for(ctx, point)
+        func = kernel.function(KERNELS[point.variant])
+        func.prepare("P")
+        counter = np.zeros(1, np.uint32)
+        c_d = cuda.mem_alloc(4)
+        try:
+            def launch() -> None:
+                func.prepared_call((g, 1), (b, 1, 1), c_d)
+
+            def count_once() -> int:
+                cuda.memset_d32(c_d, 0, 1)
+                launch()
+                gpu.synchronize()
+                cuda.memcpy_dtoh(counter, c_d)
+                return int(counter[0])
+
+            counted = count_once()
+            repeats = [count_once() for _ in range(RACY_REPEATS)] \
+                if point.variant == "racy_counter" else []
+            # Timed launches keep adding to the counter (it wraps harmlessly): the check
+            # above ran on a zeroed counter.
+            timing = ctx.harness.measure(launch, gpu.event_timer())
+        finally:
+            c_d.free()
+        check = counter_check(point.variant, counted, expected)
+        metrics = {
+            "counted": counted, "expected": expected,
+            "lost_fraction": (expected - counted) / expected,
+            "updates_per_s": expected / timing.stats()["median"],
+        }
+        extra = {"racy_repeats": repeats} if repeats else {}
+        return Result(timing, float("nan"), float("nan"), check, metrics, kernel=kernel,
+                      extra=extra)
+
+    def _sum(self, ctx: RunContext, point: Point) -> Result:
+        gpu = ctx.gpu
+        cuda = gpu.cuda
+        n, b = point.params["n"], point.params["block"]
+        key = ("atomics_sum", n)
+        if key not in ctx.cache:
+            ctx.cache.clear()  # one size in memory: sum points are ordered by size
+            x = sum_inputs(ctx.rng, n)
+            ctx.cache[key] = (x, float(np.sum(x, dtype=np.float64)),
+                              float(np.sum(np.abs(x), dtype=np.float64)))
+        x, ref, abs_sum = ctx.cache[key]
+        kernel = self.kernel_for(ctx, point)
+        func = kernel.function(KERNELS[point.variant])
+        func.prepare("PPi")
+        per_block = b if point.variant == "atomic_sum" else 2 * b
+        grid = ((n + per_block - 1) // per_block, 1)
+        out = np.zeros(1, np.float32)
+        x_d, o_d = cuda.mem_alloc(x.nbytes), cuda.mem_alloc(4)
+        try:
+            cuda.memcpy_htod(x_d, x)
+
+            def launch() -> None:
+                func.prepared_call(grid, (b, 1, 1), x_d, o_d, n)
+
+            cuda.memset_d32(o_d, 0, 1)
+            launch()
+            gpu.synchronize()
+            cuda.memcpy_dtoh(out, o_d)
+            # Timed launches keep accumulating into the output; the value does not change
+            # the work (the check above ran on a zeroed output).
+            timing: Timing = ctx.harness.measure(launch, gpu.event_timer())
+        finally:
+            x_d.free()
+            o_d.free()
+        got = float(out[0])
+        err = sum_error(got, ref, abs_sum)
+        tol = sum_tolerance(n, ctx.block["sum_tolerance_factor"])
+        check = Check(err, tol, "rel_sum_err",
+                      f"sum {got!r} vs float64 {ref!r}; {grid[0]} blocks")
+        metrics = {"sum": got, "ref_sum": ref, "rel_err": err, "abs_err": abs(got - ref),
+                   "atomics_per_launch": n if point.variant == "atomic_sum" else grid[0]}
+        return Result(timing, float(n), 4.0 * n, check, metrics, kernel=kernel)
+
+    # -- figures -----------------------------------------------------------------------
+    def plot(self, name: str, df: pd.DataFrame):
+        import matplotlib.pyplot as plt
+        import seaborn as sns
+
+        d = self.ok(df)
+        if name == "counter":
+            c = d[d["variant"].isin(COUNTERS)].copy()
+            if c.empty:
+                return None
+            c["launch"] = [f"{int(g)} x {int(b)}" for g, b in zip(c["p_grid"], c["p_block"])]
+            c = c.sort_values(["m_expected", "variant"], ascending=[True, False])
+            rows = []
+            for _, r in c.iterrows():
+                label = f"{r['variant'].replace('_counter', '')}\n{r['launch']}"
+                rows.append({"run": label, "what": "counted", "count": r["m_counted"],
+                             "lost": r["m_lost_fraction"], "variant": r["variant"]})
+                rows.append({"run": label, "what": "expected", "count": r["m_expected"],
+                             "lost": np.nan, "variant": r["variant"]})
+            bars = pd.DataFrame(rows)
+            fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(c)), 4.8))
+            sns.barplot(data=bars, x="run", y="count", hue="what",
+                        hue_order=["counted", "expected"], ax=ax)
+            ax.set_yscale("log")
+            ax.set_ylim(0.8, bars["count"].max() * 4)  # from 1: a racy count can be tiny
+            labels = list(dict.fromkeys(bars["run"]))
+            for i, lab in enumerate(labels):
+                r = bars[(bars["run"] == lab) & (bars["what"] == "counted")].iloc[0]
+                if r["variant"] == "racy_counter":
+                    ax.text(i, r["count"] * 1.3, f"{100 * r['lost']:.2f}% lost", ha="center",
+                            va="bottom", fontsize=8)
+            ax.set(xlabel="counter (blocks x threads per block)",
+                   ylabel="final count (increments, log scale)",
+                   title="One counter, every thread adds 1: racy vs atomicAdd")
+            ax.legend(title="", fontsize=8)
+            fig.tight_layout()
+            return fig
+        if name == "sum":
+            s = d[d["variant"].isin(SUMS)].copy()
+            if s.empty:
+                return None
+            s["time_ms"] = s["time_median_s"] * 1e3
+            s = s.sort_values("p_n")
+            fig, (ax_t, ax_e) = plt.subplots(1, 2, figsize=(12, 4.8))
+            sns.lineplot(data=s, x="p_n", y="time_ms", hue="variant", hue_order=SUMS,
+                         marker="o", ax=ax_t)
+            ax_t.set(xscale="log", yscale="log", xlabel="n (float32 values, log scale)",
+                     ylabel="kernel time (ms, log scale)",
+                     title="Time to sum n floats")
+            s["err_plot"] = s["error"].clip(lower=1e-12)  # an exact sum has error 0
+            sns.lineplot(data=s, x="p_n", y="err_plot", hue="variant", hue_order=SUMS,
+                         marker="o", ax=ax_e)
+            tol = s.drop_duplicates("p_n")
+            ax_e.plot(tol["p_n"], tol["tolerance"], ls="--", color="grey", label="tolerance")
+            ax_e.set(xscale="log", yscale="log", xlabel="n (float32 values, log scale)",
+                     ylabel="|S - S_float64| / sum|x| (log scale; 1e-12 = exact)",
+                     title="Error of the float32 sum")
+            for ax in (ax_t, ax_e):
+                ax.legend(fontsize=8)
+            fig.tight_layout()
+            return fig
+        raise KeyError(name)
+
+    def expectations(self, df: pd.DataFrame) -> list[Expectation]:
+        out = []
+        atom = df[df["variant"] == "atomic_counter"]
+        if len(atom):
+            exact = atom[(atom["status"] == "ok") & (atom["m_counted"] == atom["m_expected"])]
+            out.append(Expectation(
+                "the atomicAdd counter counts every increment exactly",
+                len(exact) == len(atom),
+                f"{len(exact)}/{len(atom)} launches exact"
+                + (f" (e.g. {int(atom['m_counted'].iloc[0]):,} of "
+                   f"{int(atom['m_expected'].iloc[0]):,})" if "m_counted" in atom else "")))
+        racy = df[df["variant"] == "racy_counter"]
+        if len(racy) and "m_counted" in racy:
+            lost = racy[racy["m_counted"] < racy["m_expected"]]
+            worst = racy.loc[racy["m_expected"].idxmax()]
+            out.append(Expectation(
+                "the racy counter loses updates (read, add, write back is not one step)",
+                len(lost) == len(racy),
+                f"{len(lost)}/{len(racy)} launches lost updates; at "
+                f"{int(worst['p_grid'])} x {int(worst['p_block'])}: counted "
+                f"{int(worst['m_counted']):,} of {int(worst['m_expected']):,}"))
+        sums = df[df["variant"].isin(SUMS)]
+        if len(sums):
+            bad = sums[sums["status"] != "ok"]
+            out.append(Expectation(
+                "both float sums are within the stated tolerance of the float64 sum",
+                bad.empty, f"{len(sums) - len(bad)}/{len(sums)} sums within tolerance"))
+            ok = self.ok(sums)
+            big = ok[ok["p_n"] == ok["p_n"].max()] if len(ok) else ok
+            t = big.set_index("variant")["time_median_s"] if len(big) else pd.Series()
+            if {"atomic_sum", "reduce_sum"} <= set(t.index):
+                r = t["atomic_sum"] / t["reduce_sum"]
+                out.append(Expectation(
+                    "the tree reduction is faster than per-element atomics",
+                    bool(r > 1), f"reduction {r:.1f}x faster at n = {int(big['p_n'].iloc[0]):,}"))
+            e = big.set_index("variant")["error"] if len(big) else pd.Series()
+            if {"atomic_sum", "reduce_sum"} <= set(e.index):
+                out.append(Expectation(
+                    "the tree reduction is at least as accurate as per-element atomics",
+                    bool(e["reduce_sum"] <= e["atomic_sum"]),
+                    f"relative error {e['reduce_sum']:.2g} (reduction) vs "
+                    f"{e['atomic_sum']:.2g} (atomics) at n = {int(big['p_n'].iloc[0]):,}"))
+        return out
+
+
+# -- the pieces the tests check ----------------------------------------------------------
+def counter_check(variant: str, counted: int, expected: int) -> Check:
+    """Atomic: exact. Racy: any count the race can produce, 1 <= counted <= expected (each
+    store writes a value some thread read, plus one); outside that range the kernel did not
+    run or memory is corrupt."""
+    if variant == "atomic_counter":
+        return Check(abs(counted - expected), 0, "abs_count_err",
+                     f"counted {counted} of {expected}")
+    dist = max(0, 1 - counted, counted - expected)
+    return Check(dist, 0, "racy_count_outside_1_to_expected",
+                 f"counted {counted} of {expected} ({expected - counted} updates lost: "
+                 "expected for the racy counter)")
+
+
+def sum_inputs(rng: np.random.Generator, n: int) -> np.ndarray:
+    return rng.random(n, dtype=np.float32)  # uniform in [0, 1)
+
+
+def sum_error(got: float, ref: float, abs_sum: float) -> float:
+    if not math.isfinite(got):
+        return math.inf
+    return abs(got - ref) / (abs_sum if abs_sum > 0 else 1.0)
+
+
+def sum_tolerance(n: int, factor: float) -> float:
+    return factor * math.sqrt(n) * U

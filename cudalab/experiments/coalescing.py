@@ -1,0 +1,386 @@
+"""Global-memory coalescing: copies with shifted and strided reads, and matrix transpose.
+
+Copy variants (float32, n elements, one thread per element, reads b, writes a):
+  copy     a[i] = b[i]                      (coalesced: the reference)
+  offset   a[i] = b[(i + offset) % n]       offset 0 ... 32 floats
+  stride   a[i] = b[(i * stride) % n]       stride 1 ... 32 floats
+Transpose variants (size x size float32): naive (coalesced reads, strided writes), tiled
+(through a 32 x 32 shared-memory tile: both coalesced, but 32-way bank conflicts when the
+tile is read by column) and padded (the tile is 32 x 33: no bank conflicts).
+
+Declared work: the bytes the kernel asks for, 8 per element (4 read + 4 written), so GB/s is
+the *effective* bandwidth; sectors a warp's read touches (metric read_sectors) show how much
+more the memory system really moves. Every output is compared exactly (bit for bit) with the
+numpy gather / transpose of the same input, after poisoning it with NaN.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cudalab.experiments.base import (
+    Check,
+    Expectation,
+    Experiment,
+    Point,
+    Result,
+    RunContext,
+)
+from cudalab.experiments.vector_add import (
+    NAN_BITS,
+    all_correct,
+    buffer_set,
+    peak_dram_gbps,
+    peak_line,
+    peak_of,
+    size_label,
+)
+
+COPY_VARIANTS = ["copy", "offset", "stride"]
+TRANSPOSE_VARIANTS = ["transpose_naive", "transpose_tiled", "transpose_padded"]
+VARIANTS = COPY_VARIANTS + TRANSPOSE_VARIANTS
+TRANSPOSE_LABEL = {"transpose_naive": "naive", "transpose_tiled": "shared-memory tile",
+                   "transpose_padded": "shared-memory tile + 1 padding"}
+TILE, BLOCK_ROWS = 32, 8  # transpose tile edge and thread rows per block
+KERNEL_NAME = {"copy": "copy_coalesced", "offset": "copy_offset", "stride": "copy_stride",
+               **{v: v for v in TRANSPOSE_VARIANTS}}
+MAX_N = 1 << 29  # 2 GiB per array
+
+
+def gather_index(n: int, offset: int = 0, stride: int = 1) -> np.ndarray:
+    """Which element of b each a[i] reads: (i * stride + offset) % n (one of them is 0/1)."""
+    i = np.arange(n, dtype=np.int64)
+    return (i * stride + offset) % n
+
+
+def read_sectors(offset: int = 0, stride: int = 1) -> int:
+    """32-byte sectors one warp's 32 float reads touch (warp start aligned to 128 bytes):
+    4 when coalesced, 5 when misaligned, 4 x stride up to 32 when strided."""
+    return len({((i * stride + offset) * 4) // 32 for i in range(32)})
+
+
+def stride_mask(n: int) -> int:
+    """n - 1 when n is a power of two (the kernel then wraps with AND), else 0 (modulo)."""
+    return n - 1 if n & (n - 1) == 0 else 0
+
+
+def transpose_grid(size: int) -> tuple[int, int]:
+    g = (size + TILE - 1) // TILE
+    return g, g
+
+
+class Coalescing(Experiment):
+    name = "coalescing"
+    order = 60
+    title = "Coalescing: access patterns of global memory, and matrix transpose"
+    caption = (
+        "A warp's 32 loads are served in 32-byte sectors: when neighbouring threads read "
+        "neighbouring floats, 4 sectors (128 bytes) serve the whole warp and every byte is "
+        "used. GB/s here counts only the bytes the kernel asks for (8 per element), so it "
+        "drops when the hardware must move more than that. Look for: the offset curve "
+        "almost flat (a shifted start costs one extra sector per warp; caches absorb much "
+        "of it on recent GPUs, dips at offsets that are not multiples of 8 floats), the "
+        "stride curve falling steeply from stride 1 to 8 (each warp touches up to 32 "
+        "sectors, using 4 bytes of each 32) and staying low beyond, and, for the "
+        "transpose, the shared-memory tile beating the naive kernel (whose writes are "
+        "strided), with the padded tile (32 x 33) at least as fast as the unpadded one "
+        "(whose column reads hit the same shared-memory bank 32 times)."
+    )
+    schema = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "enabled": {"type": "boolean", "default": True},
+            "n": {
+                "type": "integer", "minimum": 1024, "maximum": MAX_N, "default": 1 << 26,
+                "description": "elements (floats) of the copy variants (2^26: 256 MiB per "
+                "array, far beyond L2)",
+            },
+            "offsets": {
+                "type": "array", "minItems": 1, "uniqueItems": True,
+                "items": {"type": "integer", "minimum": 0, "maximum": 4096},
+                "default": list(range(33)),
+                "description": "offsets (floats) of the offset variant",
+            },
+            "strides": {
+                "type": "array", "minItems": 1, "uniqueItems": True,
+                "items": {"type": "integer", "minimum": 1, "maximum": 4096},
+                "default": list(range(1, 33)),
+                "description": "strides (floats) of the stride variant",
+            },
+            "transpose_sizes": {
+                "type": "array", "minItems": 1, "uniqueItems": True,
+                "items": {"type": "integer", "minimum": 1, "maximum": 32768},
+                "default": [1000, 2048, 4096, 4100, 8192],
+                "description": "edges of the square matrices to transpose; include "
+                "non-multiples of 32 (1000, 4100)",
+            },
+            "variants": {
+                "type": "array", "items": {"enum": VARIANTS}, "minItems": 1,
+                "uniqueItems": True, "default": VARIANTS,
+            },
+            "threads": {
+                "enum": [64, 128, 256, 512, 1024], "default": 256,
+                "description": "threads per block of the copy kernels (transpose blocks are "
+                f"{TILE} x {BLOCK_ROWS})",
+            },
+        },
+    }
+    # n no power of two: the stride kernel's general modulo path (the default n takes the
+    # power-of-two AND path) and a partial last block
+    smoke = {"n": 1_000_003, "offsets": [0, 1, 32], "strides": [1, 2, 3, 32],
+             "transpose_sizes": [100, 256]}
+    figures = {
+        "offset": "Effective bandwidth of a[i] = b[(i + offset) % n] against the offset; "
+        "solid: the coalesced copy, dashed: theoretical DRAM bandwidth.",
+        "stride": "Effective bandwidth of a[i] = b[(i * stride) % n] against the stride, with "
+        "the 32-byte sectors one warp's read touches.",
+        "transpose": "Matrix transpose bandwidth by matrix size: naive, shared-memory tile, "
+        "and tile padded against bank conflicts.",
+    }
+
+    def check_config(self, block: dict[str, Any]) -> list[str]:
+        if "offset" in block["variants"]:
+            bad = [o for o in block["offsets"] if o >= block["n"]]
+            if bad:
+                return [f"offsets: {bad} not below n = {block['n']}; allowed: 0 <= offset < n"]
+        return []
+
+    # -- grid --------------------------------------------------------------------------
+    def points(self, block: dict[str, Any]) -> list[Point]:
+        v, n = block["variants"], block["n"]
+        pts = []
+        if "copy" in v:
+            pts.append(Point(self.name, "copy", {"n": n}))
+        if "offset" in v:
+            pts += [Point(self.name, "offset", {"n": n, "offset": o})
+                    for o in sorted(block["offsets"])]
+        if "stride" in v:
+            pts += [Point(self.name, "stride", {"n": n, "stride": s})
+                    for s in sorted(block["strides"])]
+        for size in sorted(block["transpose_sizes"]):
+            pts += [Point(self.name, t, {"size": size}) for t in TRANSPOSE_VARIANTS if t in v]
+        return pts
+
+    # -- measuring ---------------------------------------------------------------------
+    def kernel_for(self, ctx: RunContext, point: Point) -> Any:
+        return ctx.gpu.compile("coalescing.cu", {"TILE": TILE, "BLOCK_ROWS": BLOCK_ROWS})
+
+    def measure(self, ctx: RunContext, point: Point) -> Result:
+        if point.variant in TRANSPOSE_VARIANTS:
+            return self._measure_transpose(ctx, point)
+        return self._measure_copy(ctx, point)
+
+    def _inputs(self, ctx: RunContext, key: tuple, count: int) -> dict[str, Any]:
+        def make() -> dict[str, Any]:
+            cuda = ctx.gpu.cuda
+            host = ctx.rng.standard_normal(count, dtype=np.float32)
+            bufs = {"in": host, "in_d": cuda.mem_alloc(4 * count),
+                    "out_d": cuda.mem_alloc(4 * count), "out": np.empty(count, np.float32)}
+            cuda.memcpy_htod(bufs["in_d"], host)
+            return bufs
+
+        return buffer_set(ctx, key, make)
+
+    def _run_checked(self, ctx, bufs, count, launch, expected) -> tuple[Check, Any]:
+        """Poison the output, launch once, compare bit for bit; then time launch()."""
+        gpu = ctx.gpu
+        cuda = gpu.cuda
+        out = bufs["out"]
+        cuda.memset_d32(bufs["out_d"], NAN_BITS, count)
+        launch()
+        gpu.synchronize()
+        cuda.memcpy_dtoh(out, bufs["out_d"])
+        bad = mismatches(out, expected)
+        check = Check(float(bad), 0.0, "mismatched_elements",
+                      detail=f"{bad} of {count} elements differ from numpy" if bad else "")
+        timing = ctx.harness.measure(launch, gpu.event_timer())
+        return check, timing
+
+    def _measure_copy(self, ctx: RunContext, point: Point) -> Result:
+        p = point.params
+        n = p["n"]
+        offset, stride = p.get("offset", 0), p.get("stride", 1)
+        bufs = self._inputs(ctx, ("copy", n), n)
+        kernel = self.kernel_for(ctx, point)
+        func = kernel.function(KERNEL_NAME[point.variant])
+        threads = ctx.block["threads"]
+        grid = ((n + threads - 1) // threads, 1)
+        a_d, b_d = bufs["out_d"], bufs["in_d"]
+        if point.variant == "copy":
+            func.prepare("PPI")
+            args: tuple = (a_d, b_d, n)
+        elif point.variant == "offset":
+            func.prepare("PPII")
+            args = (a_d, b_d, n, offset)
+        else:
+            func.prepare("PPIII")
+            args = (a_d, b_d, n, stride, stride_mask(n))
+
+        def launch() -> None:
+            func.prepared_call(grid, (threads, 1, 1), *args)
+
+        if point.variant == "stride":
+            expected = bufs["in"][gather_index(n, 0, stride)]
+        else:  # copy / offset: a rotation, cheaper than a gather
+            expected = np.roll(bufs["in"], -offset)
+        check, timing = self._run_checked(ctx, bufs, n, launch, expected)
+        metrics = {"read_sectors": read_sectors(offset, stride),
+                   "peak_gbps": peak_dram_gbps(ctx.gpu)}
+        return Result(timing, math.nan, 8.0 * n, check, metrics, kernel=kernel)
+
+    def _measure_transpose(self, ctx: RunContext, point: Point) -> Result:
+        size = point.params["size"]
+        bufs = self._inputs(ctx, ("transpose", size), size * size)
+        kernel = self.kernel_for(ctx, point)
+        func = kernel.function(KERNEL_NAME[point.variant])
+        func.prepare("PPii")
+        grid = transpose_grid(size)
+        out_d, in_d = bufs["out_d"], bufs["in_d"]
+
+        def launch() -> None:
+            func.prepared_call(grid, (TILE, BLOCK_ROWS, 1), out_d, in_d, size, size)
+
+        expected = bufs["in"].reshape(size, size).T.ravel()
+        check, timing = self._run_checked(ctx, bufs, size * size, launch, expected)
+        metrics = {"peak_gbps": peak_dram_gbps(ctx.gpu)}
+        return Result(timing, math.nan, 8.0 * size * size, check, metrics, kernel=kernel)
+
+    # -- figures -----------------------------------------------------------------------
+    def _frame(self, df: pd.DataFrame) -> pd.DataFrame:
+        return self.ok(df).copy()
+
+    def plot(self, name: str, df: pd.DataFrame):
+        import matplotlib.pyplot as plt
+        import seaborn as sns
+
+        d = self._frame(df)
+        if name in ("offset", "stride"):
+            sub = d[d["variant"] == name]
+            if sub.empty:
+                return None
+            sub = sub.assign(x=sub[f"p_{name}"].astype("int64")).sort_values("x")
+            x = sub["x"]
+            fig, ax = plt.subplots(figsize=(9, 4.8))
+            ax.plot(x, sub["gbps"], "o-", color="C0", label=f"{name} copy")
+            copy = d[d["variant"] == "copy"]
+            if len(copy):
+                ax.axhline(copy["gbps"].iloc[0], color="C2", lw=1.5,
+                           label=f"coalesced copy ({copy['gbps'].iloc[0]:.0f} GB/s)")
+            peak_line(ax, d)
+            ax.set_ylim(0, 1.12 * max(sub["gbps"].max(), peak_of(d) if math.isfinite(
+                peak_of(d)) else 0))
+            what = "(i + offset) % n" if name == "offset" else "(i * stride) % n"
+            ax.set(xlabel=f"{name} (floats)", ylabel="effective bandwidth (GB/s, 8 B/element)",
+                   title=f"a[i] = b[{what}], n = {size_label(sub['p_n'].iloc[0])} floats")
+            if name == "stride":
+                ax2 = ax.twinx()
+                ax2.plot(x, sub["m_read_sectors"].astype(float), "s:", color="C1", ms=3,
+                         label="32-byte sectors per warp read")
+                ax2.set_ylabel("sectors per warp read (4 = coalesced)", color="C1")
+                ax2.set_ylim(0, 34)
+                ax2.grid(False)
+                h1, l1 = ax.get_legend_handles_labels()
+                h2, l2 = ax2.get_legend_handles_labels()
+                ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="center right")
+            else:
+                ax.legend(fontsize=8, loc="lower right")
+            return fig
+        if name == "transpose":
+            sub = d[d["variant"].isin(TRANSPOSE_VARIANTS)].copy()
+            if sub.empty:
+                return None
+            sub["size"] = sub["p_size"].astype("int64")
+            sub["kernel"] = sub["variant"].map(TRANSPOSE_LABEL)
+            sub = sub.sort_values("size")
+            fig, ax = plt.subplots(figsize=(9, 4.8))
+            sns.barplot(data=sub, x="size", y="gbps", hue="kernel", ax=ax,
+                        hue_order=[TRANSPOSE_LABEL[v] for v in TRANSPOSE_VARIANTS
+                                   if v in set(sub["variant"])])
+            copy = d[d["variant"] == "copy"]
+            if len(copy):
+                ax.axhline(copy["gbps"].iloc[0], color="C3", ls="-.", lw=1,
+                           label=f"coalesced copy ({copy['gbps'].iloc[0]:.0f} GB/s)")
+            peak_line(ax, d)
+            ax.set(xlabel="matrix edge (size x size floats)",
+                   ylabel="effective bandwidth (GB/s, 8 B/element)",
+                   title="Matrix transpose: naive against shared-memory tiles")
+            ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+            return fig
+        raise KeyError(name)
+
+    def expectations(self, df: pd.DataFrame) -> list[Expectation]:
+        out = [all_correct(df)]
+        d = self._frame(df)
+        if d.empty:
+            return out
+        base = _gbps_at(d, "offset", 0)
+        base_name = "offset 0"
+        if not math.isfinite(base):
+            base, base_name = _gbps_at(d, "copy"), "copy"
+        if not math.isfinite(base):
+            base, base_name = _gbps_at(d, "stride", 1), "stride 1"
+        strides = d[d["variant"] == "stride"]
+        if math.isfinite(base) and len(strides):
+            smax = 32 if 32 in set(strides["p_stride"].astype(int)) else int(
+                strides["p_stride"].max())
+            if smax > 1:
+                g = _gbps_at(d, "stride", smax)
+                out.append(Expectation(
+                    f"coalesced reads ({base_name}) are faster than stride {smax}",
+                    bool(base > g),
+                    f"{base:.0f} vs {g:.0f} GB/s ({base / g:.1f}x)"))
+        s1, s2 = _gbps_at(d, "stride", 1), _gbps_at(d, "stride", 2)
+        if math.isfinite(s1) and math.isfinite(s2):
+            out.append(Expectation(
+                "stride 2 already loses bandwidth (at least 10%) against stride 1",
+                bool(s2 < 0.9 * s1), f"{s2:.0f} vs {s1:.0f} GB/s ({100 * s2 / s1:.0f}%)"))
+        tr = d[d["variant"].isin(TRANSPOSE_VARIANTS)]
+        if len(tr):
+            big = tr[tr["p_size"] == tr["p_size"].max()].set_index("variant")["gbps"]
+            size = int(tr["p_size"].max())
+            tiled = big.get("transpose_padded", big.get("transpose_tiled"))
+            if "transpose_naive" in big and tiled is not None:
+                which = "padded" if "transpose_padded" in big else "unpadded"
+                r = tiled / big["transpose_naive"]
+                out.append(Expectation(
+                    f"the shared-memory tiled transpose ({which}) beats the naive one at the "
+                    "largest size", bool(r > 1),
+                    f"{tiled:.0f} vs {big['transpose_naive']:.0f} GB/s ({r:.2f}x) at "
+                    f"{size} x {size}" + (f"; unpadded tile {big['transpose_tiled']:.0f} GB/s"
+                                         if "transpose_tiled" in big and which == "padded"
+                                         else "")))
+            if "transpose_padded" in big and "transpose_tiled" in big:
+                r = big["transpose_padded"] / big["transpose_tiled"]
+                out.append(Expectation(
+                    "the padded tile is at least as fast as the unpadded one (2% noise "
+                    "allowed)", bool(r >= 0.98),
+                    f"{big['transpose_padded']:.0f} vs {big['transpose_tiled']:.0f} GB/s "
+                    f"({r:.2f}x) at {size} x {size}"))
+        peak = peak_of(d)
+        copy = _gbps_at(d, "copy")
+        if math.isfinite(peak) and math.isfinite(copy):
+            out.append(Expectation(
+                "the coalesced copy reaches at least 60% of the theoretical DRAM bandwidth",
+                bool(copy >= 0.6 * peak), f"{copy:.0f} GB/s = {100 * copy / peak:.0f}% of "
+                f"{peak:.0f} GB/s"))
+        return out
+
+
+def mismatches(out: np.ndarray, expected: np.ndarray) -> int:
+    """Elements whose bits differ (NaN poison left in `out` counts as a mismatch)."""
+    o = np.ascontiguousarray(out, dtype=np.float32).view(np.uint32)
+    e = np.ascontiguousarray(expected, dtype=np.float32).view(np.uint32)
+    return int(np.count_nonzero(o != e))
+
+
+def _gbps_at(d: pd.DataFrame, variant: str, value: int | None = None) -> float:
+    sub = d[d["variant"] == variant]
+    if value is not None and len(sub):
+        col = f"p_{variant}"
+        sub = sub[sub[col].astype("int64") == value] if col in sub else sub[:0]
+    return float(sub["gbps"].iloc[0]) if len(sub) else math.nan

@@ -1,0 +1,575 @@
+"""Occupancy: block size against resident warps, for kernels of different register and
+shared-memory appetite; the project's calculator checked against the CUDA driver.
+
+Variants (kernels of cuda/occupancy.cu), each at every configured block size:
+  vec_mul           c = a * b, one thread per element (the course kernel)
+  vec_mul_regs      the same product with LIVE values kept live: many registers per thread
+  vec_mul_smem      the same product staged through `smem_bytes` of dynamic shared memory
+  matmul_tiled_dyn  tiled matmul, tile T x T in dynamic shared memory (block = T * T)
+
+Each point records the measured kernel time (CUDA events, the shared harness), GB/s (or
+GFLOP/s), the correctness check against numpy float64, and three views of occupancy:
+the project's calculator (cudalab.occupancy, from the compute capability's table row and
+the kernel's NUM_REGS / SHARED_SIZE_BYTES + the launch's dynamic shared memory), the
+driver's cuOccupancyMaxActiveBlocksPerMultiprocessor, and the block size that
+cuOccupancyMaxPotentialBlockSize picks (with the calculator's own pick next to it).
+Block sizes no block of the kernel can launch with (too many registers) are recorded with
+their occupancy (0) and no time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cudalab import devicespec
+from cudalab import occupancy as occ
+from cudalab.experiments.base import (
+    Check,
+    Expectation,
+    Experiment,
+    Point,
+    Result,
+    RunContext,
+    rel_fro_error,
+)
+
+VEC = ["vec_mul", "vec_mul_regs", "vec_mul_smem"]
+VARIANTS = [*VEC, "matmul_tiled_dyn"]
+SOURCE = "occupancy.cu"
+NAN_BITS = 0x7FC00000
+ALL_BLOCKS = list(range(32, 1025, 32))
+LABELS = {
+    "vec_mul": "vec_mul (few registers)",
+    "vec_mul_regs": "vec_mul_regs (register-heavy)",
+    "vec_mul_smem": "vec_mul_smem (dynamic shared memory)",
+    "matmul_tiled_dyn": "matmul_tiled_dyn (T x T tile)",
+}
+
+
+class Occupancy(Experiment):
+    name = "occupancy"
+    order = 25
+    title = "Occupancy: block size, registers and shared memory against resident warps"
+    caption = (
+        "Occupancy is the share of an SM's warp slots a kernel can fill: resident blocks "
+        "per SM are limited by the warp slots, the block slots, the register file (registers "
+        "are allocated per warp in units of 256) and shared memory (per block, plus 1 KB "
+        "reserved from cc 8.0). Look for: the few-register vec_mul at (or near) 100 % for "
+        "most block sizes and dipping where the block slots or the warp count do not divide "
+        "evenly; the register-heavy kernel capped far lower and unable to launch at all with "
+        "the largest blocks; the shared-memory kernel starved at small blocks, where the "
+        "per-block shared memory, not the threads, fills the SM. Time follows occupancy only "
+        "while too few warps are resident to hide memory latency: above roughly half "
+        "occupancy a memory-bound kernel is at full bandwidth anyway. The project's "
+        "calculator must agree with the CUDA driver at every point."
+    )
+    schema = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "enabled": {"type": "boolean", "default": True},
+            "variants": {
+                "type": "array", "items": {"enum": VARIANTS}, "minItems": 1,
+                "uniqueItems": True, "default": VARIANTS,
+                "description": "kernels of cuda/occupancy.cu to run",
+            },
+            "block_sizes": {
+                "type": "array", "minItems": 1, "uniqueItems": True,
+                "items": {"type": "integer", "minimum": 32, "maximum": 1024, "multipleOf": 32},
+                "default": ALL_BLOCKS,
+                "description": "threads per block of the vector kernels (multiples of 32)",
+            },
+            "n": {
+                "type": "integer", "minimum": 1024, "maximum": 1 << 28, "default": 1 << 24,
+                "description": "vector length (float32 elements)",
+            },
+            "live_values": {
+                "enum": [16, 32, 48, 64, 96, 128], "default": 64,
+                "description": "values vec_mul_regs keeps live (-DLIVE): 64 is about 72-80 "
+                "registers per thread",
+            },
+            "smem_bytes": {
+                "type": "integer", "minimum": 4096, "maximum": 48 * 1024, "default": 32 * 1024,
+                "description": "dynamic shared memory per block of vec_mul_smem, bytes "
+                "(at most 48 KB: no opt-in)",
+            },
+            "matmul_size": {
+                "type": "integer", "minimum": 16, "maximum": 8192, "default": 2048,
+                "description": "n of the n x n matrices of matmul_tiled_dyn",
+            },
+            "matmul_tiles": {
+                "type": "array", "minItems": 1, "uniqueItems": True,
+                "items": {"type": "integer", "minimum": 1, "maximum": 32},
+                "default": [8, 12, 16, 24, 32],
+                "description": "tile widths T of matmul_tiled_dyn (a block is T x T threads)",
+            },
+            "tolerance": {
+                "type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 1e-4,
+                "description": "largest ||out - ref||_F / ||ref||_F that passes",
+            },
+        },
+    }
+    smoke = {"block_sizes": [32, 256, 1024], "n": 100_000, "matmul_size": 200,
+             "matmul_tiles": [8, 16]}
+    figures = {
+        "occupancy": "Theoretical occupancy (project calculator: line; CUDA driver: crosses) "
+        "and measured kernel time (right axis) against block size, one panel per kernel.",
+        "bandwidth": "Achieved bandwidth of the vector kernels against their theoretical "
+        "occupancy: memory-bound kernels need enough resident warps to reach full bandwidth.",
+    }
+
+    # -- grid --------------------------------------------------------------------------
+    def points(self, block: dict[str, Any]) -> list[Point]:
+        pts = []
+        for v in block["variants"]:
+            if v == "matmul_tiled_dyn":
+                for t in sorted(block["matmul_tiles"]):
+                    pts.append(Point(self.name, v, {"block_size": t * t, "tile": t,
+                                                    "size": block["matmul_size"]}))
+                continue
+            for bs in sorted(block["block_sizes"]):
+                p = {"block_size": bs, "n": block["n"]}
+                if v == "vec_mul_smem":
+                    p["smem_bytes"] = block["smem_bytes"]
+                pts.append(Point(self.name, v, p))
+        return pts
+
+    # -- measuring ---------------------------------------------------------------------
+    def _defines(self, ctx: RunContext, variant: str) -> dict[str, Any]:
+        return {"LIVE": ctx.block["live_values"]} if variant == "vec_mul_regs" else {}
+
+    def kernel_for(self, ctx: RunContext, point: Point) -> Any:
+        return ctx.gpu.compile(SOURCE, self._defines(ctx, point.variant))
+
+    def prepare(self, ctx: RunContext) -> None:
+        gpu = ctx.gpu
+        cc = "{}.{}".format(*gpu.device.compute_capability())
+        ctx.cache["occ_cc"] = cc
+        ctx.cache["occ_driver"] = occ.CudaDriver()
+        attrs = _device_limits(gpu, ctx.cache["occ_driver"])
+        ctx.cache["occ_attrs"] = attrs
+        try:
+            mism = devicespec.compare_with_device(cc, attrs)
+            ctx.cache["occ_spec_note"] = "; ".join(
+                f"{k}: table {a}, device {b}" for k, (a, b) in mism.items())
+        except KeyError as exc:
+            ctx.cache["occ_spec_note"] = str(exc)
+
+    def _driver_function(self, ctx: RunContext, point: Point, func: Any) -> Any:
+        """The driver-API CUfunction of the kernel pycuda launches."""
+        key = ("occ_fn", point.variant, ctx.block["live_values"])
+        if key not in ctx.cache:
+            ctx.cache[key] = driver_function(ctx.cache["occ_driver"],
+                                             self.kernel_for(ctx, point), point.variant, func)
+        return ctx.cache[key]
+
+    def measure(self, ctx: RunContext, point: Point) -> Result:
+        p = point.params
+        kernel = self.kernel_for(ctx, point)
+        func = kernel.function(point.variant)
+        regs, static = int(func.num_regs), int(func.shared_size_bytes)
+        dyn = _dynamic_smem(point)
+        metrics = self._occupancy_metrics(ctx, point, func, regs, static, dyn)
+        if not metrics["launchable_driver"] or not metrics["launchable_theory"]:
+            # No block of this size can be resident: nothing to time. The point documents
+            # the limit (occupancy 0); its check is that calculator and driver agree on it.
+            diff = abs(metrics.get("blocks_theory", 0) - metrics["blocks_driver"])
+            check = Check(float(diff), 0.0, "blocks_calc_vs_driver",
+                          detail=f"not launchable: {metrics.get('limit_note', '')}".strip())
+            return Result(None, check=check, metrics=metrics, kernel=kernel,
+                          extra={"not_launchable": metrics.get("limit_note", "")})
+        if point.variant == "matmul_tiled_dyn":
+            timing, check, flops, nbytes = self._run_matmul(ctx, func, p, dyn)
+            metrics |= _best_tile(ctx.cache["occ_cc"], regs, static)
+        else:
+            timing, check, flops, nbytes = self._run_vec(ctx, point, func, dyn)
+        metrics["kernel_s"] = timing.stats()["median"]
+        return Result(timing, flops, nbytes, check, metrics, kernel=kernel)
+
+    def _occupancy_metrics(self, ctx, point, func, regs, static, dyn) -> dict[str, Any]:
+        bs = point.params["block_size"]
+        cc = ctx.cache["occ_cc"]
+        drv = ctx.cache["occ_driver"]
+        fn = self._driver_function(ctx, point, func)
+        max_warps = ctx.cache["occ_attrs"]["MAX_THREADS_PER_MULTIPROCESSOR"] // 32
+        warps = -(-bs // 32)
+        driver_error = ""
+        try:
+            blocks_drv = drv.max_active_blocks(fn, bs, dyn)
+        except occ.CudaDriverError as exc:  # a block size the driver refuses outright
+            blocks_drv, driver_error = 0, str(exc)
+        api_grid, api_bs = drv.max_potential_block_size(fn, dyn)
+        func_max = int(func.max_threads_per_block)
+        m: dict[str, Any] = {
+            "driver_error": driver_error,
+            "num_regs": regs, "static_smem_bytes": static, "dynamic_smem_bytes": dyn,
+            "local_bytes": int(func.local_size_bytes), "func_max_threads": func_max,
+            "blocks_driver": blocks_drv, "warps_driver": blocks_drv * warps,
+            "occupancy_driver": blocks_drv * warps / max_warps,
+            "launchable_driver": int(blocks_drv > 0),
+            "api_block_size": api_bs, "api_min_grid": api_grid,
+            "spec_note": ctx.cache.get("occ_spec_note", ""),
+        }
+        try:
+            th = occ.occupancy(cc, bs, regs, static, dyn)
+        except KeyError as exc:  # a compute capability the table does not know
+            m |= {"launchable_theory": m["launchable_driver"], "calc_agrees": float("nan"),
+                  "limit_note": str(exc)}
+            return m
+        _, calc_bs = occ.max_potential_block_size(cc, regs, static, dyn,
+                                                  func_max_threads=func_max)
+        m |= {
+            "blocks_theory": th.active_blocks, "warps_theory": th.active_warps,
+            "occupancy_theory": th.occupancy, "limiter": th.limiter,
+            "launchable_theory": int(th.launchable),
+            "blocks_by_warps": th.blocks_by_warps, "blocks_by_blocks": th.blocks_by_blocks,
+            "blocks_by_registers": min(th.blocks_by_registers, 9999),
+            "blocks_by_shared_memory": min(th.blocks_by_shared_memory, 9999),
+            "regs_per_block": th.regs_per_block, "smem_per_block": th.smem_per_block,
+            "calc_agrees": int(th.active_blocks == blocks_drv),
+            "api_block_size_calc": calc_bs, "api_agrees": int(calc_bs == api_bs),
+            "max_block_size_calc": occ.max_block_size(cc, regs, static, dyn),
+            "limit_note": th.reason,
+        }
+        return m
+
+    # vector kernels ------------------------------------------------------------------
+    def _vec_inputs(self, ctx: RunContext, n: int):
+        key = ("occ_vec", n)
+        if key not in ctx.cache:
+            for k in [k for k in ctx.cache if isinstance(k, tuple) and k[0] == "occ_vec"]:
+                del ctx.cache[k]
+            a = ctx.rng.uniform(-1, 1, n).astype(np.float32)
+            b = ctx.rng.uniform(-1, 1, n).astype(np.float32)
+            ctx.cache[key] = (a, b)
+        return ctx.cache[key]
+
+    def _run_vec(self, ctx: RunContext, point: Point, func: Any, dyn: int):
+        gpu = ctx.gpu
+        cuda = gpu.cuda
+        bs, n = point.params["block_size"], point.params["n"]
+        a, b = self._vec_inputs(ctx, n)
+        ref = vec_reference(point.variant, a, b, bs)
+        grid = ((n + bs - 1) // bs, 1)
+        if point.variant == "vec_mul_regs":
+            func.prepare("PPPif")
+            extra: tuple = (np.float32(0.0),)
+        else:
+            func.prepare("PPPi")
+            extra = ()
+        out = np.empty(n, np.float32)
+        a_d, b_d, c_d = (cuda.mem_alloc(x.nbytes) for x in (a, b, out))
+        try:
+            cuda.memcpy_htod(a_d, a)
+            cuda.memcpy_htod(b_d, b)
+
+            def launch() -> None:
+                func.prepared_call(grid, (bs, 1, 1), a_d, b_d, c_d, np.int32(n), *extra,
+                                   shared_size=dyn)
+
+            cuda.memset_d32(c_d, NAN_BITS, n)
+            launch()
+            gpu.synchronize()
+            cuda.memcpy_dtoh(out, c_d)
+            check = Check(rel_fro_error(out, ref), ctx.block["tolerance"], "rel_fro",
+                          detail="" if np.isfinite(out).all() else "unwritten (NaN) elements")
+            timing = ctx.harness.measure(launch, gpu.event_timer())
+        finally:
+            for d in (a_d, b_d, c_d):
+                d.free()
+        nbytes = 12.0 * n  # read a and b, write c
+        flops = float(n) if point.variant != "vec_mul_regs" else float("nan")
+        return timing, check, flops, nbytes
+
+    # matmul -------------------------------------------------------------------------
+    def _run_matmul(self, ctx: RunContext, func: Any, p: dict[str, Any], dyn: int):
+        gpu = ctx.gpu
+        cuda = gpu.cuda
+        n, t = p["size"], p["tile"]
+        key = ("occ_mm", n)
+        if key not in ctx.cache:
+            a = ctx.rng.uniform(-1, 1, (n, n)).astype(np.float32)
+            b = ctx.rng.uniform(-1, 1, (n, n)).astype(np.float32)
+            ctx.cache[key] = (a, b, a.astype(np.float64) @ b.astype(np.float64))
+        a, b, ref = ctx.cache[key]
+        func.prepare("PPPiii")
+        grid = ((n + t - 1) // t, (n + t - 1) // t)
+        c = np.empty((n, n), np.float32)
+        a_d, b_d, c_d = (cuda.mem_alloc(x.nbytes) for x in (a, b, c))
+        try:
+            cuda.memcpy_htod(a_d, a)
+            cuda.memcpy_htod(b_d, b)
+
+            def launch() -> None:
+                func.prepared_call(grid, (t, t, 1), a_d, b_d, c_d, np.int32(n), np.int32(n),
+                                   np.int32(n), shared_size=dyn)
+
+            cuda.memset_d32(c_d, NAN_BITS, n * n)
+            launch()
+            gpu.synchronize()
+            cuda.memcpy_dtoh(c, c_d)
+            check = Check(rel_fro_error(c, ref), ctx.block["tolerance"], "rel_fro",
+                          detail="" if np.isfinite(c).all() else "unwritten (NaN) elements")
+            timing = ctx.harness.measure(launch, gpu.event_timer())
+        finally:
+            for d in (a_d, b_d, c_d):
+                d.free()
+        return timing, check, 2.0 * n**3, 12.0 * n * n
+
+    # -- figures -----------------------------------------------------------------------
+    def _frame(self, df: pd.DataFrame) -> pd.DataFrame:
+        d = self.ok(df).copy()
+        if d.empty:
+            return d
+        for c in ("m_occupancy_theory", "m_occupancy_driver", "time_median_s", "gbps"):
+            if c not in d:
+                d[c] = np.nan
+            d[c] = pd.to_numeric(d[c], errors="coerce")
+        d["p_block_size"] = pd.to_numeric(d["p_block_size"], errors="coerce")
+        d["kernel"] = d["variant"].map(LABELS).fillna(d["variant"])
+        return d.sort_values(["variant", "p_block_size"])
+
+    def plot(self, name: str, df: pd.DataFrame):
+        import matplotlib.pyplot as plt
+        import seaborn as sns
+
+        d = self._frame(df)
+        if d.empty:
+            return None
+        if name == "occupancy":
+            kernels = [v for v in VARIANTS if v in set(d["variant"])]
+            ncol = 2 if len(kernels) > 1 else 1
+            nrow = -(-len(kernels) // ncol)
+            fig, axes = plt.subplots(nrow, ncol, figsize=(6.5 * ncol, 4.2 * nrow), squeeze=False)
+            pal = sns.color_palette("deep")
+            for ax, v in zip(axes.flat, kernels):
+                k = d[d["variant"] == v]
+                sns.lineplot(x=k["p_block_size"], y=100 * k["m_occupancy_theory"], ax=ax,
+                             marker="o", color=pal[0], label="calculator")
+                ax.scatter(k["p_block_size"], 100 * k["m_occupancy_driver"], marker="x",
+                           s=50, color=pal[3], label="CUDA driver", zorder=3)
+                ax.set(ylim=(0, 105), xlabel="threads per block",
+                       ylabel="theoretical occupancy (%)", title=LABELS.get(v, v))
+                tw = ax.twinx()
+                timed = k.dropna(subset=["time_median_s"])
+                if not timed.empty:
+                    sns.lineplot(x=timed["p_block_size"], y=timed["time_median_s"] * 1e6,
+                                 ax=tw, marker="s", color=pal[1], label="kernel time")
+                    tw.set_ylim(0, timed["time_median_s"].max() * 1e6 * 1.15)
+                tw.set_ylabel("median kernel time (µs)")
+                tw.grid(False)
+                h1, l1 = ax.get_legend_handles_labels()
+                h2, l2 = tw.get_legend_handles_labels()
+                if tw.get_legend():
+                    tw.get_legend().remove()
+                ax.legend(h1 + h2, l1 + l2, loc="best", fontsize=8, framealpha=0.85)
+                if v == "matmul_tiled_dyn":
+                    for _, r in k.iterrows():
+                        ax.annotate(f"T={int(r['p_tile'])}",
+                                    (r["p_block_size"], 100 * r["m_occupancy_theory"]),
+                                    textcoords="offset points", xytext=(0, -14), fontsize=8,
+                                    ha="center")
+            for ax in list(axes.flat)[len(kernels):]:
+                ax.axis("off")
+            gpu = d["gpu_name"].dropna().iloc[0] if d["gpu_name"].notna().any() else ""
+            fig.suptitle("Theoretical occupancy and kernel time against block size"
+                         + (f" ({gpu})" if gpu else ""))
+            fig.tight_layout()
+            return fig
+        if name == "bandwidth":
+            v = d[d["variant"].isin(VEC)].dropna(subset=["gbps", "m_occupancy_theory"])
+            if v.empty:
+                return None
+            v = v.assign(occ_pct=100 * v["m_occupancy_theory"],
+                         threads=v["p_block_size"].astype(int))
+            fig, ax = plt.subplots(figsize=(8.5, 5))
+            sns.scatterplot(data=v, x="occ_pct", y="gbps", hue="kernel", style="kernel",
+                            size="threads", sizes=(25, 160), alpha=0.75, ax=ax)
+            ax.set(xlabel="theoretical occupancy (%)", ylabel="achieved bandwidth (GB/s)",
+                   title="Achieved bandwidth against theoretical occupancy (vector kernels)",
+                   xlim=(0, 105), ylim=(0, None))
+            h, lab = ax.get_legend_handles_labels()
+            lab = ["threads per block" if x == "threads" else x for x in lab]
+            ax.legend(h, lab, fontsize=8, bbox_to_anchor=(1.01, 1), loc="upper left")
+            fig.tight_layout()
+            return fig
+        raise KeyError(name)
+
+    # -- expectations ------------------------------------------------------------------
+    def expectations(self, df: pd.DataFrame) -> list[Expectation]:
+        out = []
+        d = self._frame(df)
+        gpu_rows = df[df["experiment"] == self.name] if "experiment" in df else df
+        bad = gpu_rows[gpu_rows["status"] != "ok"]
+        out.append(Expectation(
+            "every point is correct: launched kernels match the float64 reference, and "
+            "block sizes that cannot launch are refused by calculator and driver alike",
+            len(gpu_rows) > 0 and bad.empty,
+            f"{len(gpu_rows) - len(bad)}/{len(gpu_rows)} points ok"
+            + (f"; first problem: {bad.iloc[0]['point_id']}: {bad.iloc[0]['reason']}"
+               if not bad.empty else "")))
+        if d.empty or "m_calc_agrees" not in d:
+            return out
+        agree = pd.to_numeric(d["m_calc_agrees"], errors="coerce")
+        known = d[agree.notna()]
+        if known.empty:
+            out.append(Expectation("the occupancy calculator agrees with the CUDA driver",
+                                   None, "no point had a compute capability in the table"))
+        else:
+            mism = known[agree[agree.notna()] != 1]
+            ev = f"{len(known) - len(mism)}/{len(known)} points give the same resident blocks"
+            if not mism.empty:
+                r = mism.iloc[0]
+                ev += (f"; first mismatch {r['variant']} at {int(r['p_block_size'])} threads: "
+                       f"calculator {r.get('m_blocks_theory')} blocks "
+                       f"({r.get('m_limiter')}), driver {r.get('m_blocks_driver')}")
+                note = r.get("m_spec_note")
+                if isinstance(note, str) and note:
+                    ev += f" (table vs device: {note})"
+            out.append(Expectation(
+                "the occupancy calculator agrees with the CUDA driver "
+                "(cuOccupancyMaxActiveBlocksPerMultiprocessor) at every point",
+                mism.empty, ev))
+        if "m_api_agrees" in d:
+            api = pd.to_numeric(d["m_api_agrees"], errors="coerce")
+            k = d[api.notna()]
+            if not k.empty:
+                bad_api = k[api[api.notna()] != 1]
+                ev = f"{len(k) - len(bad_api)}/{len(k)} points"
+                if not bad_api.empty:
+                    r = bad_api.iloc[0]
+                    ev += (f"; {r['variant']}: calculator {r.get('m_api_block_size_calc')}, "
+                           f"driver {r.get('m_api_block_size')}")
+                out.append(Expectation(
+                    "the calculator picks the block size cuOccupancyMaxPotentialBlockSize picks",
+                    bad_api.empty, ev))
+        occ_of = d.groupby("variant")["m_occupancy_theory"].max()
+        if {"vec_mul", "vec_mul_regs"} <= set(occ_of.index):
+            out.append(Expectation(
+                "more registers per thread, fewer resident warps: vec_mul_regs' best "
+                "occupancy is below vec_mul's",
+                bool(occ_of["vec_mul_regs"] < occ_of["vec_mul"]),
+                f"best occupancy {100 * occ_of['vec_mul_regs']:.0f} % "
+                f"({_first(d, 'vec_mul_regs', 'm_num_regs')} registers) vs "
+                f"{100 * occ_of['vec_mul']:.0f} % ({_first(d, 'vec_mul', 'm_num_regs')})"))
+        vec = d[d["variant"].isin(VEC)].dropna(subset=["gbps"])
+        low = vec[vec["m_occupancy_theory"] < 0.25]
+        if not low.empty and len(vec) > len(low):
+            best = vec["gbps"].max()
+            r = low["gbps"].median() / best
+            out.append(Expectation(
+                "below 25 % occupancy a memory-bound kernel loses bandwidth",
+                bool(r < 0.9),
+                f"median {low['gbps'].median():.0f} GB/s at < 25 % occupancy "
+                f"({len(low)} points) vs best {best:.0f} GB/s ({100 * r:.0f} %)"))
+        mm = d[d["variant"] == "matmul_tiled_dyn"].dropna(subset=["time_median_s"])
+        if not mm.empty and "m_best_tile" in mm:
+            best_t = int(pd.to_numeric(mm["m_best_tile"]).iloc[0])
+            fastest = mm.loc[mm["time_median_s"].idxmin()]
+            at_best = mm[mm["p_tile"] == best_t]
+            if at_best.empty:
+                out.append(Expectation(
+                    "the calculator's best square tile is within 25 % of the fastest tile",
+                    None, f"calculator's best tile T={best_t} was not measured "
+                    f"(add it to matmul_tiles)"))
+            else:
+                r = float(at_best["time_median_s"].iloc[0] / fastest["time_median_s"])
+                out.append(Expectation(
+                    "the calculator's best square tile (largest tile at the best occupancy) "
+                    "is within 25 % of the fastest measured tile",
+                    bool(r <= 1.25),
+                    f"T={best_t}: {1e3 * at_best['time_median_s'].iloc[0]:.3g} ms; fastest "
+                    f"T={int(fastest['p_tile'])}: {1e3 * fastest['time_median_s']:.3g} ms"))
+        return out
+
+
+# -- helpers ------------------------------------------------------------------------------
+def _dynamic_smem(point: Point) -> int:
+    if point.variant == "vec_mul_smem":
+        return int(point.params["smem_bytes"])
+    if point.variant == "matmul_tiled_dyn":
+        t = point.params["tile"]
+        return 2 * t * t * 4
+    return 0
+
+
+def vec_reference(variant: str, a: np.ndarray, b: np.ndarray, block_size: int) -> np.ndarray:
+    """float64 reference of the vector kernels (vec_mul_smem rotates a within each block)."""
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    if variant != "vec_mul_smem":
+        return a64 * b64
+    n = a.size
+    i = np.arange(n)
+    start = i - i % block_size
+    src = start + (i - start + 1) % block_size
+    ok = src < n
+    rot = np.where(ok, a64[np.minimum(src, n - 1)], 0.0)
+    return rot * b64
+
+
+def _best_tile(cc: str, regs: int, static: int) -> dict[str, Any]:
+    try:
+        t, o = occ.best_square_tile(cc, regs, static)
+    except KeyError:
+        return {}
+    return {"best_tile": t, "best_tile_occupancy": o.occupancy}
+
+
+def driver_function(drv: occ.CudaDriver, kernel: Any, name: str, func: Any) -> Any:
+    """The driver-API CUfunction of `name` in `kernel` (a cudalab.gpu.Kernel) - the very
+    machine code pycuda's `func` runs: pycuda's own handle where it has one, else the same
+    cubin (pycuda.compiler.compile with GpuSession.compile's arguments hits pycuda's cache)
+    loaded once more through the driver API, checked to use the same registers."""
+    handle = _pycuda_handle(func)
+    if handle is not None:
+        return handle
+    from pycuda.compiler import compile as nvcc_compile
+
+    from cudalab.gpu import CUDA_DIR
+
+    src = (CUDA_DIR / kernel.source_file).read_text()
+    cubin = nvcc_compile(src, options=list(kernel.options), no_extern_c=True,
+                         include_dirs=[str(CUDA_DIR)])
+    return drv.function(cubin, name, expect_regs=int(func.num_regs))
+
+
+def _pycuda_handle(func: Any) -> Any:
+    """A CUfunction handle from pycuda, if this pycuda exposes one (none does as of 2025:
+    Function.__getattr__ maps unknown names to function attributes, so only a real,
+    class-level `handle` is trusted)."""
+    h = None
+    if "handle" in dir(type(func)):
+        try:
+            h = func.handle
+        except Exception:  # noqa: BLE001
+            h = None
+    if isinstance(h, int) and h:
+        import ctypes
+
+        return ctypes.c_void_p(h)
+    return None
+
+
+def _device_limits(gpu: Any, drv: occ.CudaDriver) -> dict[str, int]:
+    """The device's own limits (names of devicespec.DEVICE_ATTRIBUTES), via the driver."""
+    out = {}
+    for attr in devicespec.DEVICE_ATTRIBUTES.values():
+        try:
+            out[attr] = drv.device_attribute(gpu.index, devicespec.CU_DEVICE_ATTRIBUTE_IDS[attr])
+        except occ.CudaDriverError:  # an attribute this driver does not know
+            continue
+    if "MAX_THREADS_PER_MULTIPROCESSOR" not in out:
+        out["MAX_THREADS_PER_MULTIPROCESSOR"] = 2048
+    return out
+
+
+def _first(d: pd.DataFrame, variant: str, col: str) -> Any:
+    s = d.loc[d["variant"] == variant, col] if col in d else pd.Series(dtype=float)
+    s = s.dropna()
+    if s.empty:
+        return "?"
+    v = s.iloc[0]
+    return int(v) if isinstance(v, (int, float, np.integer, np.floating)) else v

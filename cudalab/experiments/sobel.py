@@ -1,0 +1,317 @@
+"""Sobel edge detection: global memory, shared-memory tiles with a halo, weights in
+constant memory, for several block shapes and image sizes.
+
+For an interior pixel (i, j) of an 8-bit grey image u (i: row, j: column):
+  gx = (u[i-1][j+1] - u[i-1][j-1]) + 2 (u[i][j+1] - u[i][j-1]) + (u[i+1][j+1] - u[i+1][j-1])
+  gy = (u[i-1][j-1] + 2 u[i-1][j] + u[i-1][j+1]) - (u[i+1][j-1] + 2 u[i+1][j] + u[i+1][j+1])
+  e[i][j] = 255 if gx^2 + gy^2 > threshold else 0;   e = 0 on the border.
+Integer arithmetic: every kernel must reproduce the numpy reference pixel for pixel
+(error = number of differing pixels, tolerance 0). Parameters of a point: height, width,
+bx, by (block shape: bx threads along a row, by along a column).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cudalab.experiments.base import (
+    Check,
+    Expectation,
+    Experiment,
+    Point,
+    Result,
+    RunContext,
+)
+
+VARIANTS = ["global", "shared", "constant"]
+SENTINEL = 0x7F  # neither 0 nor 255: an unwritten output pixel shows as a difference
+# Weight masks of the constant-memory kernel, row-major over (di, dj) in {-1, 0, 1}^2.
+WX = np.array([[-1, 0, 1], [-2, 0, 2], [-1, 0, 1]], np.int32)
+WY = np.array([[1, 2, 1], [0, 0, 0], [-1, -2, -1]], np.int32)
+
+_size = {
+    "oneOf": [
+        {"type": "integer", "minimum": 3, "maximum": 16384},
+        {
+            "type": "array",
+            "items": {"type": "integer", "minimum": 3, "maximum": 16384},
+            "minItems": 2,
+            "maxItems": 2,
+        },
+    ],
+    "description": "a square image edge n (n x n pixels) or [height, width]",
+}
+_shape = {
+    "type": "array",
+    "items": {"type": "integer", "minimum": 1, "maximum": 1024},
+    "minItems": 2,
+    "maxItems": 2,
+    "description": "[bx, by]: threads along a row x along a column (bx * by <= 1024)",
+}
+
+
+class Sobel(Experiment):
+    name = "sobel"
+    order = 100
+    title = "Sobel edge detection: global memory, shared-memory tiles, constant memory"
+    caption = (
+        "Every output pixel needs its 3 x 3 neighbourhood, so each input pixel is read by "
+        "nine threads. The global-memory kernel reads all nine from global memory and "
+        "relies on the L1/L2 caches for the re-reads; the shared-memory kernel loads each "
+        "block's tile plus a one-pixel halo once and reads the neighbours from shared "
+        "memory; the constant-memory kernel takes the two 3 x 3 masks from __constant__ "
+        "memory (set from the host) instead of the arithmetic. All three must match the "
+        "numpy reference pixel for pixel. Look for: GB/s (image in + edges out) close to "
+        "the memory bandwidth at large images; the course expects the tiled kernel to be at "
+        "least as fast as the global one - on GPUs with large L1 caches the cache already "
+        "does the tiling's job and the difference may vanish or reverse; block shapes wide "
+        "in x (32 x 8) coalesce rows better than narrow ones."
+    )
+    schema = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "enabled": {"type": "boolean", "default": True},
+            "sizes": {
+                "type": "array", "items": _size, "minItems": 1,
+                "default": [512, 2048, 8192],
+                "description": "image sizes (8192 x 8192 = 64 MiB in, 64 MiB out)",
+            },
+            "variants": {
+                "type": "array", "items": {"enum": VARIANTS}, "minItems": 1,
+                "uniqueItems": True, "default": VARIANTS,
+            },
+            "block_shapes": {
+                "type": "array", "items": _shape, "minItems": 1,
+                "default": [[16, 16], [32, 8], [32, 32]],
+                "description": "block shapes [bx, by] to try for every variant",
+            },
+            "threshold": {
+                "type": "integer", "minimum": 0, "maximum": 2 * 1020 * 1020,
+                "default": 10000,
+                "description": "edge if gx^2 + gy^2 > threshold (10000: gradient above 100)",
+            },
+        },
+    }
+    smoke = {"sizes": [64, [37, 50], 300], "block_shapes": [[16, 16], [32, 8]]}
+    figures = {
+        "gbps": "Effective bandwidth (image in + edge map out, GB/s) of each kernel and "
+        "block shape, one panel per image size.",
+    }
+
+    def check_config(self, block: dict[str, Any]) -> list[str]:
+        msgs = []
+        for i, (bx, by) in enumerate(block["block_shapes"]):
+            if bx * by > 1024:
+                msgs.append(f"block_shapes[{i}]: [{bx}, {by}] is {bx * by} threads; a block "
+                            "has at most 1024 (bx * by <= 1024)")
+        return msgs
+
+    # -- grid --------------------------------------------------------------------------
+    def points(self, block: dict[str, Any]) -> list[Point]:
+        pts = []
+        for h, w in sorted((_hw(s) for s in block["sizes"]), key=lambda s: s[0] * s[1]):
+            for v in [v for v in VARIANTS if v in block["variants"]]:
+                for bx, by in block["block_shapes"]:
+                    pts.append(Point(self.name, v, {"height": h, "width": w,
+                                                    "bx": bx, "by": by}))
+        return pts
+
+    # -- measuring ---------------------------------------------------------------------
+    def kernel_for(self, ctx: RunContext, point: Point) -> Any:
+        if point.variant == "shared":
+            return ctx.gpu.compile("sobel.cu", {"BX": point.params["bx"],
+                                                "BY": point.params["by"]})
+        return ctx.gpu.compile("sobel.cu")
+
+    def _inputs(self, ctx: RunContext, h: int, w: int):
+        key = ("sobel", h, w, ctx.block["threshold"])
+        if key not in ctx.cache:
+            ctx.cache.clear()  # one size in memory: points are ordered by size
+            img = make_image(h, w, ctx.rng)
+            ctx.cache[key] = (img, reference(img, ctx.block["threshold"]))
+        return ctx.cache[key]
+
+    def measure(self, ctx: RunContext, point: Point) -> Result:
+        gpu = ctx.gpu
+        cuda = gpu.cuda
+        p = point.params
+        h, w, bx, by = p["height"], p["width"], p["bx"], p["by"]
+        thr = ctx.block["threshold"]
+        img, ref = self._inputs(ctx, h, w)
+        kernel = self.kernel_for(ctx, point)
+        func = kernel.function(f"sobel_{point.variant}")
+        func.prepare("PPiii")
+        if point.variant == "constant":
+            for sym, mask in (("sobel_wx", WX), ("sobel_wy", WY)):
+                ptr, size = kernel.module.get_global(sym)
+                flat = np.ascontiguousarray(mask.ravel(), dtype=np.int32)
+                if size != flat.nbytes:
+                    raise RuntimeError(f"__constant__ {sym} is {size} bytes, expected "
+                                       f"{flat.nbytes}")
+                cuda.memcpy_htod(ptr, flat)
+        grid = ((w + bx - 1) // bx, (h + by - 1) // by)
+        out = np.empty((h, w), np.uint8)
+        u_d, e_d = cuda.mem_alloc(img.nbytes), cuda.mem_alloc(out.nbytes)
+        try:
+            cuda.memcpy_htod(u_d, img)
+
+            def launch() -> None:
+                func.prepared_call(grid, (bx, by, 1), u_d, e_d, h, w, thr)
+
+            # correctness on a poisoned output, before any timing
+            cuda.memset_d8(e_d, SENTINEL, h * w)
+            launch()
+            gpu.synchronize()
+            cuda.memcpy_dtoh(out, e_d)
+            check = compare(out, ref)
+            timing = ctx.harness.measure(launch, gpu.event_timer())
+        finally:
+            u_d.free()
+            e_d.free()
+        metrics = {"edge_fraction": float(np.count_nonzero(ref)) / ref.size,
+                   "threads_per_block": bx * by}
+        return Result(timing, float("nan"), 2.0 * h * w, check, metrics, kernel=kernel)
+
+    # -- figures -----------------------------------------------------------------------
+    def _frame(self, df: pd.DataFrame) -> pd.DataFrame:
+        d = self.ok(df).copy()
+        if d.empty:
+            return d
+        d["size"] = [f"{int(w)}x{int(h)}" for h, w in zip(d["p_height"], d["p_width"])]
+        d["shape"] = [f"{int(x)}x{int(y)}" for x, y in zip(d["p_bx"], d["p_by"])]
+        d["pixels"] = d["p_height"] * d["p_width"]
+        return d.sort_values(["pixels", "variant"])
+
+    def plot(self, name: str, df: pd.DataFrame):
+        import matplotlib.pyplot as plt
+        import seaborn as sns
+
+        if name != "gbps":
+            raise KeyError(name)
+        d = self._frame(df)
+        if d.empty:
+            return None
+        sizes = list(dict.fromkeys(d["size"]))
+        shapes = list(dict.fromkeys(
+            f"{x}x{y}" for x, y in sorted({(int(a), int(b))
+                                           for a, b in zip(d["p_bx"], d["p_by"])},
+                                          key=lambda s: (s[0] * s[1], -s[0]))))
+        hue_order = [v for v in VARIANTS if v in set(d["variant"])]
+        fig, axes = plt.subplots(1, len(sizes), figsize=(4.2 * len(sizes) + 1, 4.6),
+                                 sharey=True, squeeze=False)
+        for ax, size in zip(axes[0], sizes):
+            sns.barplot(data=d[d["size"] == size], x="shape", y="gbps", hue="variant",
+                        order=shapes, hue_order=hue_order, ax=ax)
+            ax.set(title=f"{size} pixels", xlabel="block shape (bx x by threads)",
+                   ylabel="GB/s (image in + edges out)")
+            if ax is not axes[0][0]:
+                ax.get_legend().remove()
+            else:
+                ax.legend(title="kernel", fontsize=8)
+        fig.suptitle("Sobel edge detection: effective bandwidth per kernel and block shape")
+        fig.tight_layout()
+        return fig
+
+    def expectations(self, df: pd.DataFrame) -> list[Expectation]:
+        out = []
+        bad = df[df["status"] != "ok"]
+        out.append(Expectation(
+            "every kernel reproduces the CPU edge map exactly, for every block shape",
+            len(df) > 0 and bad.empty, f"{len(df) - len(bad)}/{len(df)} points exact"))
+        d = self._frame(df)
+        if d.empty:
+            return out
+        big = d[d["pixels"] == d["pixels"].max()]
+        best = big.groupby("variant")["time_median_s"].min()
+        if {"global", "shared"} <= set(best.index):
+            r = best["global"] / best["shared"]
+            out.append(Expectation(
+                "(course expectation) the shared-memory tiled kernel is not slower than the "
+                "global-memory one, best block shape each, largest image; within 5 % counts "
+                "as not slower. On GPUs with large L1 caches this may not hold: the cache "
+                "already serves the nine-fold re-reads",
+                bool(r >= 0.95),
+                f"shared is {r:.2f}x the speed of global at {big['size'].iloc[0]} "
+                f"(best: shared {_best_shape(big, 'shared')}, "
+                f"global {_best_shape(big, 'global')})"))
+        return out
+
+
+def _best_shape(d: pd.DataFrame, variant: str) -> str:
+    v = d[d["variant"] == variant]
+    return v.loc[v["time_median_s"].idxmin(), "shape"]
+
+
+def _hw(size: Any) -> tuple[int, int]:
+    if isinstance(size, int):
+        return size, size
+    h, w = size
+    return int(h), int(w)
+
+
+# -- the pieces the tests check ----------------------------------------------------------
+def make_image(h: int, w: int, rng: np.random.Generator) -> np.ndarray:
+    """A deterministic (given the rng) 8-bit image with edges of every orientation and
+    strength: two smooth gradients, rectangles, disks, and noise."""
+    ii = np.arange(h, dtype=np.float32)[:, None]
+    jj = np.arange(w, dtype=np.float32)[None, :]
+    img = (40.0 + 90.0 * (jj / max(w - 1, 1))) + 50.0 * (ii / max(h - 1, 1))  # (h, w) f32
+    n_shapes = 6 + int(np.sqrt(h * w) // 256)
+    for _ in range(n_shapes):  # rectangles
+        y0, x0 = int(rng.integers(0, h)), int(rng.integers(0, w))
+        y1 = min(h, y0 + int(rng.integers(1, max(2, h // 3))))
+        x1 = min(w, x0 + int(rng.integers(1, max(2, w // 3))))
+        img[y0:y1, x0:x1] = float(rng.uniform(0, 255))
+    for _ in range(n_shapes):  # disks (only their bounding box is touched)
+        cy, cx = float(rng.uniform(0, h)), float(rng.uniform(0, w))
+        r = float(rng.uniform(2, max(3.0, min(h, w) / 6)))
+        y0, y1 = max(0, int(cy - r)), min(h, int(cy + r) + 1)
+        x0, x1 = max(0, int(cx - r)), min(w, int(cx + r) + 1)
+        if y0 >= y1 or x0 >= x1:
+            continue
+        yy = np.arange(y0, y1, dtype=np.float32)[:, None] - cy
+        xx = np.arange(x0, x1, dtype=np.float32)[None, :] - cx
+        inside = yy * yy + xx * xx <= r * r
+        img[y0:y1, x0:x1][inside] = float(rng.uniform(0, 255))
+    noise = rng.standard_normal((h, w), dtype=np.float32)
+    noise *= 6.0
+    img += noise
+    np.rint(img, out=img)
+    np.clip(img, 0, 255, out=img)
+    return img.astype(np.uint8)
+
+
+def reference(img: np.ndarray, threshold: int, rows_per_chunk: int = 1024) -> np.ndarray:
+    """Vectorised integer Sobel on the CPU, in row chunks (bounded memory at 8192^2)."""
+    u = np.asarray(img)
+    h, w = u.shape
+    e = np.zeros((h, w), np.uint8)
+    if h < 3 or w < 3:
+        return e
+    for r0 in range(1, h - 1, rows_per_chunk):
+        r1 = min(h - 1, r0 + rows_per_chunk)  # output rows r0 .. r1-1
+        a = u[r0 - 1:r1 + 1].astype(np.int32)  # input rows r0-1 .. r1
+        up, mid, dn = a[:-2], a[1:-1], a[2:]
+        gx = (up[:, 2:] - up[:, :-2]) + 2 * (mid[:, 2:] - mid[:, :-2]) + (dn[:, 2:] - dn[:, :-2])
+        gy = (up[:, :-2] + 2 * up[:, 1:-1] + up[:, 2:]) - (dn[:, :-2] + 2 * dn[:, 1:-1]
+                                                          + dn[:, 2:])
+        e[r0:r1, 1:-1] = np.where(gx * gx + gy * gy > threshold, 255, 0).astype(np.uint8)
+    return e
+
+
+def compare(out: np.ndarray, ref: np.ndarray) -> Check:
+    """Pixel-exact comparison: error = number of differing pixels, tolerance 0."""
+    diff = out != ref
+    n = int(np.count_nonzero(diff))
+    detail = ""
+    if n:
+        i, j = (int(k) for k in np.argwhere(diff)[0])
+        unwritten = int(np.count_nonzero(out == SENTINEL))
+        detail = (f"first difference at row {i}, column {j}: {int(out[i, j])} vs "
+                  f"{int(ref[i, j])}" + (f"; {unwritten} pixels unwritten" if unwritten
+                                          else ""))
+    return Check(n, 0, "differing_pixels", detail)

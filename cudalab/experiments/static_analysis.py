@@ -1,0 +1,517 @@
+"""Static analysis: what nvcc makes of every kernel, per target architecture, without a GPU.
+
+Every .cu file in cuda/ is compiled to a cubin for each configured target (`nvcc -cubin
+-arch=sm_XX -Xptxas -v` with the experiments' own -O3 -lineinfo), and ptxas' resource
+report is parsed per kernel: registers per thread, static shared memory, constant memory,
+stack frame, spill stores and loads, barriers. From registers and static shared memory the
+project's occupancy calculator gives the theoretical occupancy at every block size.
+
+One row per (file, compile variant, kernel, arch). A file declares the compile variants
+worth analysing in comment lines of its own, one per variant:
+
+    // cudalab-variant: TILE=32              -> -DTILE=32
+    // cudalab-variant: USE_INTRINSICS       -> -DUSE_INTRINSICS
+    // cudalab-variant: --use_fast_math      -> passed to nvcc as is
+
+(no such line: the file's defaults); the config's `variants` overrides them per file.
+Dynamic shared memory is a launch parameter nvcc cannot see: give it per kernel in
+`dynamic_smem_bytes`, or the occupancy assumes none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from cudalab import devicespec
+from cudalab import occupancy as occ
+from cudalab.experiments.base import (
+    Check,
+    Expectation,
+    Experiment,
+    Point,
+    Result,
+    RunContext,
+    Skipped,
+)
+from cudalab.gpu import CUDA_DIR, Kernel
+
+BASE_OPTIONS = ["-O3", "-lineinfo"]  # what GpuSession.compile passes, before the -D flags
+ARCHS = devicespec.sm_targets()
+DEFAULT_ARCHS = ["sm_75", "sm_80", "sm_90"]  # nvcc 13 dropped sm_50 ... sm_72
+BLOCK_SIZES = list(range(32, 1025, 32))
+SUMMARY_BLOCKS = (128, 256, 512, 1024)
+
+_KERNEL_RE = re.compile(
+    r"__global__\s+(?:void\s+)?(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:void\s+)?(\w+)\s*\(")
+_VARIANT_RE = re.compile(r"^\s*//\s*cudalab-variant:\s*(.*?)\s*$", re.M)
+
+
+class StaticAnalysis(Experiment):
+    name = "static_analysis"
+    order = 27
+    title = "Static analysis: registers, shared memory, spills and occupancy per architecture"
+    caption = (
+        "What the compiler makes of each kernel before anything runs: ptxas reports the "
+        "registers per thread, static shared memory, stack and spills it chose for every "
+        "target architecture, and the occupancy calculator turns registers and shared "
+        "memory into the share of warp slots a block size can fill. Look for: kernels whose "
+        "register count drops occupancy below 100 % (the curve steps down as the block "
+        "grows, and stops where a block no longer fits the register file), shared-memory "
+        "tiles that cap the resident blocks, any spill bytes (registers that did not fit and "
+        "went to local memory), and how the same source needs a different number of "
+        "registers on each architecture. No GPU is needed: this runs in CI."
+    )
+    schema = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "enabled": {"type": "boolean", "default": True},
+            "archs": {
+                "type": "array", "items": {"enum": ARCHS}, "minItems": 1, "uniqueItems": True,
+                "default": DEFAULT_ARCHS,
+                "description": "target architectures (nvcc 13 supports sm_75 and newer)",
+            },
+            "files": {
+                "type": "array", "uniqueItems": True,
+                "items": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]+\.cu$"},
+                "default": [],
+                "description": "kernel files of cuda/ to analyse ([] = every .cu file)",
+            },
+            "variants": {
+                "type": "object", "default": {},
+                "propertyNames": {"pattern": r"^[A-Za-z0-9_.-]+\.cu$"},
+                "additionalProperties": {
+                    "type": "array", "minItems": 1,
+                    "items": {"type": "string", "pattern": r"^[A-Za-z0-9_=., +-]*$"},
+                },
+                "description": "per file, the compile variants to analyse instead of the "
+                "file's own '// cudalab-variant:' lines; each a string of NAME=VALUE, NAME or "
+                "-nvcc-flag tokens ('' = the defaults)",
+            },
+            "dynamic_smem_bytes": {
+                "type": "object", "default": {},
+                "additionalProperties": {"type": "integer", "minimum": 0,
+                                         "maximum": 256 * 1024},
+                "description": "kernel name -> dynamic shared memory per block its launches "
+                "ask for (counted in the occupancy; nvcc cannot know it)",
+            },
+            "nvcc": {
+                "type": "string", "default": "nvcc", "minLength": 1,
+                "description": "the nvcc to run (a name on PATH or a path)",
+            },
+            "timeout_s": {
+                "type": "integer", "minimum": 5, "maximum": 3600, "default": 300,
+                "description": "longest one nvcc run may take",
+            },
+        },
+    }
+    smoke = {"archs": ["sm_90"], "files": ["occupancy.cu"]}
+    figures = {
+        "occupancy": "Theoretical occupancy against block size of every kernel (and compile "
+        "variant) for the newest analysed architecture, from ptxas' registers and shared "
+        "memory (plus dynamic_smem_bytes).",
+        "registers": "Registers per thread of every kernel on every target architecture "
+        "(spilling kernels marked).",
+    }
+
+    # -- grid --------------------------------------------------------------------------
+    def check_config(self, block: dict[str, Any]) -> list[str]:
+        msgs = []
+        for f in block.get("files", []):
+            if not (CUDA_DIR / f).is_file():
+                have = ", ".join(p.name for p in sorted(CUDA_DIR.glob("*.cu")))
+                msgs.append(f"files: {f!r} is not a file in cuda/ (there: {have})")
+        return msgs
+
+    def points(self, block: dict[str, Any]) -> list[Point]:
+        pts = []
+        for path in kernel_files(block.get("files", [])):
+            src = path.read_text()
+            variants = block.get("variants", {}).get(path.name) or file_variants(src)
+            for flags in variants:
+                for kernel in kernel_names(src):
+                    for arch in block["archs"]:
+                        pts.append(Point(self.name, kernel,
+                                         {"file": path.name, "flags": flags, "arch": arch},
+                                         gpu=False))
+        return pts
+
+    # -- measuring ---------------------------------------------------------------------
+    def kernel_for(self, ctx: RunContext, point: Point) -> Any:
+        """Provenance of a point (no GPU needed): the file's hash and the nvcc command line."""
+        p = point.params
+        src = (CUDA_DIR / p["file"]).read_text()
+        opts = nvcc_options(p["flags"], p["arch"])
+        h = hashlib.sha256((src + "\0" + " ".join(opts) + "\0"
+                            + _nvcc_version(ctx.block["nvcc"])).encode()).hexdigest()[:16]
+        return Kernel(None, p["file"], opts, h)
+
+    def measure(self, ctx: RunContext, point: Point) -> Result:
+        p = point.params
+        blk = ctx.block
+        nvcc = find_nvcc(blk["nvcc"])
+        if not nvcc:
+            raise CompileError(
+                f"nvcc not found (looked for {blk['nvcc']!r} on PATH, in $CUDA_HOME/bin, "
+                "$CUDA_PATH/bin and /usr/local/cuda*/bin): static analysis needs the CUDA "
+                "toolkit's compiler; install it or set experiments.static_analysis.nvcc to "
+                "its path")
+        key = ("static", p["file"], p["flags"], p["arch"])
+        if key not in ctx.cache:
+            ctx.cache[key] = compile_report(nvcc, CUDA_DIR / p["file"], p["flags"], p["arch"],
+                                            blk["timeout_s"])
+        report = ctx.cache[key]
+        usage = find_kernel(report, point.variant)
+        if usage is None:
+            raise Skipped(f"{point.variant} is not compiled with flags {p['flags']!r} for "
+                          f"{p['arch']} (inside an #if?); ptxas compiled: "
+                          f"{', '.join(report) or 'nothing'}")
+        dyn = int(blk.get("dynamic_smem_bytes", {}).get(point.variant, 0))
+        metrics = usage_metrics(p["arch"], usage, dyn)
+        launchable = metrics["max_block_size"] > 0
+        check = Check(0.0 if launchable else 1.0, 0.0, "launchable",
+                      detail="" if launchable else metrics.get("limit_note", ""))
+        return Result(None, check=check, metrics=metrics,
+                      kernel=self.kernel_for(ctx, point))
+
+    # -- figures -----------------------------------------------------------------------
+    def _frame(self, df: pd.DataFrame) -> pd.DataFrame:
+        d = self.ok(df).copy()
+        if d.empty:
+            return d
+        d["p_flags"] = d["p_flags"].fillna("").astype(str)
+        for c in ("m_registers", "m_smem_static", "m_spill_stores", "m_spill_loads",
+                  "m_dynamic_smem", "m_barriers"):
+            if c not in d:
+                d[c] = 0
+            d[c] = pd.to_numeric(d[c], errors="coerce").fillna(0)
+        # a compile variant that changes nothing for a kernel (LIVE for vec_mul) is not shown
+        # as a separate kernel: keep its first variant, named without flags
+        usage = ["m_registers", "m_smem_static", "m_spill_stores", "m_spill_loads",
+                 "m_barriers"]
+        same = d.groupby(["p_file", "variant"])[["p_flags", *usage]].apply(
+            lambda g: g.groupby("p_flags")[usage].apply(lambda x: tuple(x.to_numpy().ravel()))
+            .nunique() <= 1)
+        d["_same"] = [bool(same.get((f, k), False)) for f, k in zip(d["p_file"], d["variant"])]
+        first = d.groupby(["p_file", "variant"])["p_flags"].transform("first")
+        d = d[~d["_same"] | (d["p_flags"] == first)].copy()
+        d["label"] = [f"{f.removesuffix('.cu')}:{k}" + (f" [{fl}]" if fl and not sm else "")
+                      for f, k, fl, sm in zip(d["p_file"], d["variant"], d["p_flags"],
+                                              d["_same"])]
+        return d.drop(columns="_same")
+
+    def plot(self, name: str, df: pd.DataFrame):
+        import matplotlib.pyplot as plt
+        import seaborn as sns
+
+        d = self._frame(df)
+        if d.empty:
+            return None
+        if name == "occupancy":
+            arch = max(set(d["p_arch"]), key=_arch_order)
+            a = d[d["p_arch"] == arch].sort_values("label")
+            grid = {}
+            for _, r in a.iterrows():
+                curve = occ.occupancy_curve(arch, int(r["m_registers"]), int(r["m_smem_static"]),
+                                            int(r["m_dynamic_smem"]), block_sizes=BLOCK_SIZES,
+                                            barriers=int(r["m_barriers"]))
+                lab = (f"{r['label']} ({int(r['m_registers'])} regs"
+                       + (f", {int(r['m_smem_static'] + r['m_dynamic_smem'])} B smem"
+                          if r["m_smem_static"] + r["m_dynamic_smem"] else "") + ")")
+                grid[lab] = [100 * o.occupancy for o in curve]
+            heat = pd.DataFrame(grid, index=BLOCK_SIZES).T
+            fig, ax = plt.subplots(figsize=(13, 1.6 + 0.34 * len(heat)))
+            sns.heatmap(heat, vmin=0, vmax=100, cmap="viridis", ax=ax, linewidths=0.3,
+                        cbar_kws={"label": "theoretical occupancy (%)"})
+            ax.set_xticks([i + 0.5 for i in range(len(BLOCK_SIZES))], BLOCK_SIZES,
+                          rotation=90, fontsize=8)
+            ax.set(xlabel="threads per block", ylabel="",
+                   title=f"Theoretical occupancy from ptxas resource usage, {arch} "
+                         f"(cc {devicespec.spec(arch).cc}); black = cannot launch")
+            ax.tick_params(axis="y", labelsize=8)
+            # blocks that cannot launch at all: black
+            for i, row in enumerate(heat.to_numpy()):
+                for j, v in enumerate(row):
+                    if v == 0:
+                        ax.add_patch(plt.Rectangle((j, i), 1, 1, color="black"))
+            fig.tight_layout()
+            return fig
+        if name == "registers":
+            pivot = d.pivot_table(index="label", columns="p_arch", values="m_registers",
+                                  aggfunc="max")
+            spill = d.assign(s=d["m_spill_stores"] + d["m_spill_loads"]).pivot_table(
+                index="label", columns="p_arch", values="s", aggfunc="max")
+            cols = sorted(pivot.columns, key=_arch_order)
+            pivot, spill = pivot[cols], spill.reindex(columns=cols)
+            annot = pivot.map(lambda v: "" if pd.isna(v) else f"{int(v)}")
+            annot = annot.where(~(spill.fillna(0) > 0), annot + "*")
+            fig, ax = plt.subplots(figsize=(4.5 + 1.0 * len(cols), 1.4 + 0.32 * len(pivot)))
+            sns.heatmap(pivot, annot=annot, fmt="", cmap="rocket_r", ax=ax,
+                        cbar_kws={"label": "registers per thread"}, linewidths=0.5)
+            ax.set(xlabel="target architecture", ylabel="",
+                   title="Registers per thread (ptxas)\n* = spills to local memory")
+            ax.tick_params(axis="x", rotation=0)
+            fig.tight_layout()
+            return fig
+        raise KeyError(name)
+
+    # -- expectations ------------------------------------------------------------------
+    def expectations(self, df: pd.DataFrame) -> list[Expectation]:
+        out = []
+        rows = df[df["experiment"] == self.name] if "experiment" in df else df
+        failed = rows[rows["status"] == "failed"]
+        skipped = rows[rows["status"] == "skipped"]
+        out.append(Expectation(
+            "nvcc compiles every kernel file for every target and ptxas reports each kernel",
+            len(rows) > 0 and failed.empty,
+            f"{len(rows) - len(failed) - len(skipped)}/{len(rows)} (file, variant, kernel, "
+            f"arch) rows analysed"
+            + (f", {len(skipped)} skipped (kernel not compiled with those flags: "
+               f"{', '.join(sorted(set(skipped['variant'])))})" if not skipped.empty else "")
+            + (f"; first failure {failed.iloc[0]['point_id']}: {failed.iloc[0]['reason']}"
+               if not failed.empty else "")))
+        d = self._frame(df)
+        if d.empty:
+            return out
+        spills = d[(d["m_spill_stores"] + d["m_spill_loads"]) > 0]
+        out.append(Expectation(
+            "no kernel spills registers to local memory",
+            spills.empty,
+            "no spills" if spills.empty else
+            f"{len(spills)} rows spill, e.g. {spills.iloc[0]['label']} on "
+            f"{spills.iloc[0]['p_arch']}: {int(spills.iloc[0]['m_spill_stores'])} B stores"))
+        if "m_occupancy_256" in d:
+            o = pd.to_numeric(d["m_occupancy_256"], errors="coerce")
+            cannot = d[o <= 0]
+            low = o.idxmin()
+            out.append(Expectation(
+                "every kernel can launch 256-thread blocks on every target (its registers "
+                "and static shared memory fit an SM)",
+                cannot.empty,
+                f"{len(d) - len(cannot)}/{len(d)} rows launchable; lowest occupancy at 256 "
+                f"threads: {d.loc[low, 'label']} on {d.loc[low, 'p_arch']}, "
+                f"{100 * o[low]:.0f} % ({d.loc[low, 'm_limiter_256']})"
+                + (f"; cannot launch: {', '.join(cannot['label'] + ' ' + cannot['p_arch'])}"
+                   if not cannot.empty else "")))
+        if "p_arch" in d and d["p_arch"].nunique() > 1:
+            per = d.groupby("label")["m_registers"].agg(["min", "max"])
+            differ = per[per["min"] != per["max"]]
+            out.append(Expectation(
+                "register allocation depends on the target architecture",
+                not differ.empty,
+                f"{len(differ)}/{len(per)} kernels use a different register count on "
+                f"different targets" + (f", e.g. {differ.index[0]}: {int(differ.iloc[0]['min'])}"
+                                        f"-{int(differ.iloc[0]['max'])}"
+                                        if not differ.empty else "")))
+        return out
+
+
+# -- compiling and parsing ------------------------------------------------------------------
+class CompileError(RuntimeError):
+    """nvcc is missing, cannot target an architecture, or failed (the runner reports
+    'nvcc failed: ...')."""
+
+
+def _arch_order(arch: str) -> tuple[int, int]:
+    s = devicespec.spec(arch)
+    return s.major, s.minor
+
+
+def kernel_files(files: list[str]) -> list[Path]:
+    if files:
+        return [CUDA_DIR / f for f in files]
+    return sorted(CUDA_DIR.glob("*.cu"))
+
+
+def kernel_names(src: str) -> list[str]:
+    """Kernels (__global__ functions) a source declares, in order, without comments."""
+    code = re.sub(r"//[^\n]*|/\*.*?\*/", " ", src, flags=re.S)
+    return list(dict.fromkeys(_KERNEL_RE.findall(code)))
+
+
+def file_variants(src: str) -> list[str]:
+    """The file's own '// cudalab-variant: ...' lines ([''] = its defaults)."""
+    found = [v.strip() for v in _VARIANT_RE.findall(src)]
+    return found or [""]
+
+
+def flag_tokens(flags: str) -> list[str]:
+    """'TILE=32 FAST --use_fast_math' -> ['-DTILE=32', '-DFAST', '--use_fast_math']."""
+    out = []
+    for tok in shlex.split(flags):
+        out.append(tok if tok.startswith("-") else f"-D{tok}")
+    return out
+
+
+def nvcc_options(flags: str, arch: str) -> list[str]:
+    return [*BASE_OPTIONS, f"-arch={arch}", "-Xptxas", "-v", *flag_tokens(flags)]
+
+
+def compile_report(nvcc: str, path: Path, flags: str, arch: str,
+                   timeout_s: int = 300) -> dict[str, dict[str, int]]:
+    """Compile one file for one target; ptxas' resource usage per kernel."""
+    with tempfile.TemporaryDirectory(prefix="cudalab-sa-") as tmp:
+        cmd = [nvcc, "-cubin", *nvcc_options(flags, arch), "-I", str(CUDA_DIR),
+               str(path), "-o", str(Path(tmp) / "k.cubin")]
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired as exc:
+            raise CompileError(f"nvcc took longer than {timeout_s} s: {' '.join(cmd)}") from exc
+    text = out.stdout + out.stderr
+    if out.returncode != 0:
+        if "Unsupported gpu architecture" in text or "unsupported gpu architecture" in text:
+            raise CompileError(f"{_nvcc_version(nvcc)} cannot compile for {arch} "
+                               f"(it supports {', '.join(supported_archs(nvcc)) or '?'})")
+        tail = "\n".join(text.strip().splitlines()[-8:])
+        raise CompileError(f"nvcc failed on {path.name} {flags!r} for {arch}:\n{tail}")
+    report = parse_ptxas(text)
+    if not report:
+        raise CompileError(f"no ptxas resource report in nvcc's output for {path.name} "
+                           f"({arch}): {text.strip()[:300]!r}")
+    return report
+
+
+_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(\w+)'")
+_PROPS = re.compile(r"Function properties for (\S+)")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers")
+_FIELDS = {
+    "barriers": re.compile(r"used (\d+) barriers"),
+    "smem_static": re.compile(r"(\d+) bytes smem"),
+    "cmem0": re.compile(r"(\d+) bytes cmem\[0\]"),
+    "local": re.compile(r"(\d+) bytes lmem"),
+}
+
+
+def parse_ptxas(text: str) -> dict[str, dict[str, int]]:
+    """ptxas -v output -> {kernel: {registers, smem_static, cmem0, stack, spill_stores,
+    spill_loads, barriers, local}} for every entry function."""
+    out: dict[str, dict[str, int]] = {}
+    entry = None
+    props_for = None
+    frames: dict[str, tuple[int, int, int]] = {}
+    for line in text.splitlines():
+        m = _ENTRY.search(line)
+        if m:
+            entry = m.group(1)
+            out.setdefault(entry, {"registers": 0, "smem_static": 0, "cmem0": 0, "stack": 0,
+                                   "spill_stores": 0, "spill_loads": 0, "barriers": 0,
+                                   "local": 0})
+            continue
+        m = _PROPS.search(line)
+        if m:
+            props_for = m.group(1)
+            continue
+        m = _FRAME.search(line)
+        if m and props_for:
+            frames[props_for] = tuple(int(x) for x in m.groups())
+            props_for = None
+            continue
+        m = _USED.search(line)
+        if m and entry:
+            u = out[entry]
+            u["registers"] = int(m.group(1))
+            for k, rx in _FIELDS.items():
+                f = rx.search(line)
+                if f:
+                    u[k] = int(f.group(1))
+    for name, (stack, st, ld) in frames.items():
+        if name in out:
+            out[name] |= {"stack": stack, "spill_stores": st, "spill_loads": ld}
+    return out
+
+
+def find_kernel(report: dict[str, dict[str, int]], kernel: str) -> dict[str, int] | None:
+    """The report of `kernel` (extern "C" name, or a C++-mangled _Z<len><name>...)."""
+    if kernel in report:
+        return report[kernel]
+    mangled = f"_Z{len(kernel)}{kernel}"
+    for name, usage in report.items():
+        if name.startswith(mangled):
+            return usage
+    return None
+
+
+def usage_metrics(arch: str, usage: dict[str, int], dynamic_smem: int = 0) -> dict[str, Any]:
+    """The metrics of one row: ptxas' numbers and the calculator's occupancy."""
+    regs, smem = usage["registers"], usage["smem_static"]
+    s = devicespec.spec(arch)
+    m: dict[str, Any] = {
+        "registers": regs, "smem_static": smem, "dynamic_smem": dynamic_smem,
+        "cmem0": usage["cmem0"], "stack": usage["stack"],
+        "spill_stores": usage["spill_stores"], "spill_loads": usage["spill_loads"],
+        "barriers": usage["barriers"], "cc": s.cc,
+    }
+    curve = occ.occupancy_curve(s, regs, smem, dynamic_smem, block_sizes=BLOCK_SIZES,
+                                barriers=usage["barriers"])
+    for bs in SUMMARY_BLOCKS:
+        o = occ.occupancy(s, bs, regs, smem, dynamic_smem, barriers=usage["barriers"])
+        m[f"occupancy_{bs}"] = o.occupancy
+        if bs == 256:
+            m["limiter_256"] = o.limiter
+            m["blocks_256"] = o.active_blocks
+    best = max(o.occupancy for o in curve)
+    m["best_occupancy"] = best
+    m["best_block_size"] = max(o.block_size for o in curve if o.occupancy == best)
+    m["max_block_size"] = occ.max_block_size(s, regs, smem, dynamic_smem)
+    m["api_block_size"] = occ.max_potential_block_size(s, regs, smem, dynamic_smem)[1]
+    if m["max_block_size"] == 0:
+        m["limit_note"] = occ.occupancy(s, 32, regs, smem, dynamic_smem).reason
+    return m
+
+
+def find_nvcc(name: str = "nvcc") -> str | None:
+    """`name` on PATH (or a path), else the toolkit's usual homes: $CUDA_HOME/bin,
+    $CUDA_PATH/bin, /usr/local/cuda/bin, the newest /usr/local/cuda-*/bin."""
+    found = shutil.which(name)
+    if found or name != "nvcc":
+        return found
+    import glob
+    import os
+
+    homes = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""),
+             "/usr/local/cuda",
+             *sorted(glob.glob("/usr/local/cuda-*"), key=_version_key, reverse=True)]
+    for h in homes:
+        cand = Path(h) / "bin" / "nvcc" if h else None
+        if cand is not None and os.access(cand, os.X_OK):
+            return str(cand)
+    return None
+
+
+def _version_key(path: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", Path(path).name))
+
+
+@lru_cache(maxsize=8)
+def supported_archs(nvcc: str) -> list[str]:
+    try:
+        out = subprocess.run([nvcc, "--list-gpu-arch"], capture_output=True, text=True,
+                             timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [a.replace("compute_", "sm_") for a in out.stdout.split()]
+
+
+@lru_cache(maxsize=8)
+def _nvcc_version(nvcc: str) -> str:
+    path = find_nvcc(nvcc)
+    if not path:
+        return "nvcc unavailable"
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "nvcc unavailable"
+    m = re.search(r"release ([\d.]+)", out.stdout)
+    return f"nvcc {m.group(1)}" if m else "nvcc"
+

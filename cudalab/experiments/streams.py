@@ -1,0 +1,471 @@
+"""Overlapping copies and compute with CUDA streams.
+
+The course's map kernel (sin, cos, sqrt repeated `iterations` times per element) runs over a
+large array in pinned host memory. The `serial` variant is the plain program on the default
+stream: copy everything to the GPU, run the kernel on everything, copy everything back. The
+`streams` variant splits the array into `nstreams` chunks, one per CUDA stream, and queues
+H2D copy -> kernel -> D2H copy of each chunk on its own stream, so the copy of one chunk can
+overlap the kernel of another (and H2D with D2H: the copy engines of each direction are
+separate).
+
+Timing: one pipeline is bracketed by CUDA events recorded on the legacy default stream (the
+harness's event timer). pycuda's Stream() is a blocking stream (flags 0), so work queued on
+it after the start event waits for that event, and the end event waits for all work queued
+on every stream before it: the events bracket the whole pipeline.
+
+Reference points, measured separately on the whole array (pinned, default stream): H2D,
+kernel, D2H. ideal = max of the three (perfect overlap), no_overlap = their sum, and the
+pipeline model for k equal chunks = sum / k + (k - 1) / k * max.
+
+One extra run per point records an event before and after every operation on its stream; the
+per-operation start/end times (ms after a start event) are the timeline, kept in the raw
+record (extra.timeline) and, for the serial point and the point with `timeline_streams`
+streams, as a JSON string in the metric `timeline` (results.csv keeps it; the Gantt figure
+reads it from there).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cudalab.experiments.base import (
+    Check,
+    Expectation,
+    Experiment,
+    Point,
+    Result,
+    RunContext,
+    rel_fro_error,
+)
+from cudalab.experiments.vector_add import NAN_BITS, all_correct, buffer_set, size_label
+
+STREAM_COUNTS = [1, 2, 4, 8, 16, 32]
+OPS = ["H2D", "kernel", "D2H"]
+CHUNK_ALIGN = 256  # chunk starts on 1 KiB boundaries: coalesced kernel accesses, DMA-friendly
+
+
+def chunk_bounds(n: int, k: int, align: int = CHUNK_ALIGN) -> list[tuple[int, int]]:
+    """Split [0, n) into at most k non-empty chunks [lo, hi) whose starts are multiples of
+    `align` (so with small n there may be fewer than k)."""
+    chunk = -(-n // k)
+    chunk = -(-chunk // align) * align
+    return [(lo, min(lo + chunk, n)) for lo in range(0, n, chunk)]
+
+
+def map_reference(x: np.ndarray, iterations: int) -> np.ndarray:
+    """float64 value of the map kernel for float32 inputs x. t_k = x + k/64 is rounded to
+    float32 exactly as the kernel rounds it; sin, cos, sqrt and the sum are float64."""
+    x = np.asarray(x, dtype=np.float32)
+    acc = np.zeros(x.shape, np.float64)
+    for k in range(iterations):
+        t = (x + np.float32(k * 0.015625)).astype(np.float64)
+        acc += np.sin(t) * np.cos(t) + np.sqrt(t)
+    return acc
+
+
+def pipeline_model(h2d: float, kernel: float, d2h: float, k: int) -> float:
+    """Time of a 3-stage pipeline over k equal chunks: the first chunk passes every stage,
+    then one chunk leaves per slowest-stage time."""
+    stages = (h2d, kernel, d2h)
+    return sum(stages) / k + (k - 1) / k * max(stages)
+
+
+def timeline_rows(marks: list[list[float]]) -> list[list[Any]]:
+    """[[stream, op, start_ms, end_ms], ...] from per-chunk event times
+    [before H2D, after H2D, after kernel, after D2H] (ms after the start event)."""
+    rows = []
+    for s, m in enumerate(marks):
+        for i, op in enumerate(OPS):
+            rows.append([s, op, round(float(m[i]), 4), round(float(m[i + 1]), 4)])
+    return rows
+
+
+def busy_spans(timeline: list[list[Any]]) -> list[list[Any]]:
+    """[[stream, op, ready_ms, run_ms, end_ms], ...]: an event before an operation fires when
+    its stream gets there, not when the operation starts, so a copy queued behind another
+    stream's copy seems to start early. Assuming each kind of operation runs one at a time in
+    issue order (one copy engine per direction; a kernel over a large chunk fills the GPU),
+    it runs from max(ready, end of the previous operation of its kind)."""
+    last = dict.fromkeys(OPS, 0.0)
+    out = []
+    for s, op, t0, t1 in sorted(timeline, key=lambda r: (r[0], OPS.index(r[1]))):
+        run = min(max(t0, last[op]), t1)
+        last[op] = max(last[op], t1)
+        out.append([s, op, t0, run, t1])
+    return out
+
+
+class Streams(Experiment):
+    name = "streams"
+    order = 50
+    title = "CUDA streams: overlapping copies with computation"
+    caption = (
+        "The serial program copies the whole array to the GPU, runs the map kernel, and copies "
+        "the result back: the copy engines and the SMs take turns and each waits for the "
+        "others. Split into chunks on k streams, the H2D copy of chunk 2 runs while the kernel "
+        "works on chunk 1 and the D2H copy returns chunk 0. The best possible time is the "
+        "slowest of the three stages (ideal, dotted); k equal chunks predict sum / k + (k - 1) "
+        "/ k x slowest (dashed). Look for: every run with 2 or more streams beating the serial "
+        "one, the time approaching the ideal as k grows (when the copies dominate it stays "
+        "somewhat above: H2D and D2H at the same time share the PCIe link and host memory), one"
+        " stream being no faster than serial, and in the timeline the bars of different streams"
+        " overlapping in time. The `iterations` knob sets how much math each element gets, i.e."
+        " whether the copies or the kernel are the slowest stage. In the timeline, events mark "
+        "when a stream reached an operation and when it finished; faint bars are time an "
+        "operation was queued behind the same kind of operation of another stream (one copy "
+        "engine per direction), solid bars when it ran."
+    )
+    schema = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "enabled": {"type": "boolean", "default": True},
+            "n": {
+                "type": "integer", "minimum": 1024, "maximum": 1 << 28, "default": 1 << 26,
+                "description": "array length in floats (2^26 = 256 MiB each way)",
+            },
+            "iterations": {
+                "type": "array", "minItems": 1, "uniqueItems": True,
+                "items": {"type": "integer", "minimum": 1, "maximum": 4096},
+                "default": [5, 50],
+                "description": "repetitions of the math per element: few = copies dominate, "
+                "many = the kernel dominates",
+            },
+            "streams": {
+                "type": "array", "items": {"enum": STREAM_COUNTS}, "minItems": 1,
+                "uniqueItems": True, "default": [1, 2, 4, 8, 16],
+                "description": "numbers of streams (= chunks) of the pipelined variant",
+            },
+            "timeline_streams": {
+                "enum": STREAM_COUNTS, "default": 4,
+                "description": "the stream count whose per-operation timeline is drawn "
+                "(must be one of `streams`)",
+            },
+            "variants": {
+                "type": "array", "items": {"enum": ["serial", "streams"]}, "minItems": 1,
+                "uniqueItems": True, "default": ["serial", "streams"],
+            },
+            "threads": {
+                "enum": [64, 128, 256, 512, 1024], "default": 256,
+                "description": "threads per block of the map kernel",
+            },
+            "check_elements": {
+                "type": "integer", "minimum": 1, "default": 1 << 18,
+                "description": "random elements compared with the float64 reference (plus "
+                "the first and last element of every chunk); every element is checked for "
+                "NaN (unwritten)",
+            },
+            "tolerance": {
+                "type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 1e-5,
+                "description": "largest relative L2 error of the checked elements",
+            },
+        },
+    }
+    # n not a multiple of the chunk alignment: the last chunk is shorter
+    smoke = {"n": (1 << 20) + 3, "iterations": [4], "streams": [1, 2, 4], "timeline_streams": 2}
+    figures = {
+        "pipeline": "Time of the whole H2D -> kernel -> D2H pipeline against the number of "
+        "streams, with the serial program, the ideal (slowest stage alone) and the k-chunk "
+        "pipeline model.",
+        "timeline": "Per-stream timeline of one run (from CUDA events around every "
+        "operation): the serial program and the pipeline with `timeline_streams` streams; "
+        "faint: queued behind another stream's operation of the same kind.",
+    }
+
+    def check_config(self, block: dict[str, Any]) -> list[str]:
+        msgs = []
+        if "streams" in block["variants"] and block["timeline_streams"] not in block["streams"]:
+            msgs.append(f"timeline_streams: {block['timeline_streams']} is not one of streams; "
+                        f"allowed values: {sorted(block['streams'])}")
+        return msgs
+
+    # -- grid --------------------------------------------------------------------------
+    def points(self, block: dict[str, Any]) -> list[Point]:
+        pts = []
+        n = block["n"]
+        for it in sorted(block["iterations"]):
+            if "serial" in block["variants"]:
+                pts.append(Point(self.name, "serial", {"n": n, "iterations": it, "nstreams": 1}))
+            if "streams" in block["variants"]:
+                pts += [Point(self.name, "streams", {"n": n, "iterations": it, "nstreams": k})
+                        for k in sorted(block["streams"])]
+        return pts
+
+    # -- measuring ---------------------------------------------------------------------
+    def kernel_for(self, ctx: RunContext, point: Point) -> Any:
+        return ctx.gpu.compile("streams.cu")
+
+    def _buffers(self, ctx: RunContext, n: int) -> dict[str, Any]:
+        cuda = ctx.gpu.cuda
+        h_in = cuda.pagelocked_empty(n, np.float32)
+        h_out = cuda.pagelocked_empty(n, np.float32)
+        h_in[:] = ctx.rng.random(n, dtype=np.float32)
+        return {"h_in": h_in, "h_out": h_out, "d_in": cuda.mem_alloc(4 * n),
+                "d_out": cuda.mem_alloc(4 * n), "refs": {}, "phases": {}}
+
+    def _reference(self, ctx: RunContext, bufs: dict[str, Any], n: int, it: int):
+        """(checked indices, float64 reference there), once per iteration count."""
+        if it not in bufs["refs"]:
+            m = min(ctx.block["check_elements"], n)
+            idx = [ctx.rng.integers(0, n, m)]
+            for k in ctx.block["streams"]:
+                for lo, hi in chunk_bounds(n, k):
+                    idx.append(np.array([lo, hi - 1]))
+            idx = np.unique(np.concatenate(idx))
+            bufs["refs"][it] = (idx, map_reference(bufs["h_in"][idx], it))
+        return bufs["refs"][it]
+
+    def _streams(self, ctx: RunContext, k: int) -> list[Any]:
+        have = ctx.cache.setdefault("stream_objects", [])
+        while len(have) < k:
+            have.append(ctx.gpu.cuda.Stream())  # flags 0: blocking w.r.t. the default stream
+        return have[:k]
+
+    def measure(self, ctx: RunContext, point: Point) -> Result:
+        gpu = ctx.gpu
+        cuda = gpu.cuda
+        p = point.params
+        n, it, k = p["n"], p["iterations"], p["nstreams"]
+        threads = ctx.block["threads"]
+        bufs = buffer_set(ctx, ("streams", n), lambda: self._buffers(ctx, n))
+        h_in, h_out, d_in, d_out = bufs["h_in"], bufs["h_out"], bufs["d_in"], bufs["d_out"]
+        kernel = self.kernel_for(ctx, point)
+        func = kernel.function("map_kernel")
+        func.prepare("PPii")
+
+        if point.variant == "serial":
+            plan = [(None, 0, n)]  # None: the default stream, one chunk = everything
+        else:
+            plan = [(s, lo, hi) for s, (lo, hi) in
+                    zip(self._streams(ctx, k), chunk_bounds(n, k))]
+        base_in, base_out = int(d_in), int(d_out)
+
+        def enqueue(marks: list[list[Any]] | None = None) -> None:
+            for c, (stream, lo, hi) in enumerate(plan):
+                din, dout = base_in + 4 * lo, base_out + 4 * lo
+                grid = ((hi - lo + threads - 1) // threads, 1)
+                if marks:
+                    marks[c][0].record(stream)
+                cuda.memcpy_htod_async(din, h_in[lo:hi], stream)
+                if marks:
+                    marks[c][1].record(stream)
+                func.prepared_async_call(grid, (threads, 1, 1), stream, din, dout, hi - lo, it)
+                if marks:
+                    marks[c][2].record(stream)
+                cuda.memcpy_dtoh_async(h_out[lo:hi], dout, stream)
+                if marks:
+                    marks[c][3].record(stream)
+
+        # one run with events around every operation, on a poisoned output: the timeline
+        # and the correctness check
+        h_out.fill(np.nan)
+        cuda.memset_d32(d_out, NAN_BITS, n)
+        gpu.synchronize()
+        marks = [[cuda.Event() for _ in range(4)] for _ in plan]
+        start, end = cuda.Event(), cuda.Event()
+        start.record()  # default stream
+        for stream, _, _ in plan:
+            if stream is not None:
+                stream.wait_for_event(start)  # explicit: right for non-blocking streams too
+        enqueue(marks)
+        end.record()  # default stream: waits for every blocking stream
+        end.synchronize()
+        gpu.synchronize()
+        timeline = timeline_rows([[e.time_since(start) for e in m] for m in marks])
+        timeline_total_ms = end.time_since(start)
+
+        idx, ref = self._reference(ctx, bufs, n, it)
+        unwritten = int(np.count_nonzero(~np.isfinite(h_out)))
+        err = math.inf if unwritten else rel_fro_error(h_out[idx], ref)
+        check = Check(err, ctx.block["tolerance"], "rel_l2_sampled",
+                      detail=(f"{unwritten} unwritten (NaN) elements" if unwritten else
+                              f"{len(idx)} elements compared with float64"))
+
+        timing = ctx.harness.measure(enqueue, gpu.event_timer(), batchable=False)
+
+        phases, ph = self._phases(ctx, bufs, func, n, it, threads)
+        t = timing.stats()["median"]
+        metrics: dict[str, Any] = {
+            "h2d_s": ph["h2d"], "kernel_s": ph["kernel"], "d2h_s": ph["d2h"],
+            "ideal_s": max(ph.values()), "no_overlap_s": sum(ph.values()),
+            "model_s": pipeline_model(ph["h2d"], ph["kernel"], ph["d2h"], len(plan)),
+            "overlap_efficiency": max(ph.values()) / t if t > 0 else math.nan,
+            "chunks": len(plan), "timeline_total_ms": timeline_total_ms,
+        }
+        try:
+            metrics["copy_engines"] = gpu.attr("ASYNC_ENGINE_COUNT")
+        except Exception:  # noqa: BLE001 - attribute missing
+            pass
+        if point.variant == "serial" or k == ctx.block["timeline_streams"]:
+            metrics["timeline"] = json.dumps(timeline, separators=(",", ":"))
+        return Result(timing, math.nan, 8.0 * n, check, metrics, phases, kernel,
+                      extra={"timeline": timeline, "timeline_columns":
+                             ["stream", "op", "start_ms", "end_ms"]})
+
+    def _phases(self, ctx, bufs, func, n, it, threads):
+        """Whole-array H2D and D2H (once per job) and kernel (once per iteration count),
+        each alone on the default stream. Returns (Timings measured now, medians)."""
+        gpu, h = ctx.gpu, ctx.harness
+        cuda = gpu.cuda
+        ev = gpu.event_timer()
+        store = bufs["phases"]
+        new = {}
+        if "h2d" not in store:
+            new["h2d"] = h.measure(lambda: cuda.memcpy_htod_async(bufs["d_in"], bufs["h_in"]),
+                                   ev, batchable=False)
+            new["d2h"] = h.measure(lambda: cuda.memcpy_dtoh_async(bufs["h_out"], bufs["d_out"]),
+                                   ev, batchable=False)
+        if ("kernel", it) not in store:
+            grid = ((n + threads - 1) // threads, 1)
+            new["kernel"] = h.measure(
+                lambda: func.prepared_call(grid, (threads, 1, 1), bufs["d_in"], bufs["d_out"],
+                                           n, it), ev, batchable=False)
+        for name, timing in new.items():
+            store[name if name != "kernel" else ("kernel", it)] = timing.stats()["median"]
+        med = {"h2d": store["h2d"], "kernel": store[("kernel", it)], "d2h": store["d2h"]}
+        return new, med
+
+    # -- figures -----------------------------------------------------------------------
+    def _frame(self, df: pd.DataFrame) -> pd.DataFrame:
+        d = self.ok(df).copy()
+        if d.empty:
+            return d
+        for c in ("n", "iterations", "nstreams"):
+            d[c] = d[f"p_{c}"].astype("int64")
+        d["time_ms"] = d["time_median_s"] * 1e3
+        return d.sort_values(["iterations", "variant", "nstreams"])
+
+    def plot(self, name: str, df: pd.DataFrame):
+        d = self._frame(df)
+        if d.empty:
+            return None
+        if name == "pipeline":
+            return self._plot_pipeline(d)
+        if name == "timeline":
+            return self._plot_timeline(d)
+        raise KeyError(name)
+
+    def _plot_pipeline(self, d: pd.DataFrame):
+        import matplotlib.pyplot as plt
+
+        its = sorted(d["iterations"].unique())
+        fig, axes = plt.subplots(1, len(its), figsize=(5.5 * len(its), 4.6), squeeze=False)
+        for ax, it in zip(axes[0], its):
+            sub = d[d["iterations"] == it]
+            st = sub[sub["variant"] == "streams"]
+            ser = sub[sub["variant"] == "serial"]
+            ks = sorted(st["nstreams"].unique()) or [1]
+            if len(st):
+                ax.plot(st["nstreams"], st["time_ms"], "o-", color="C0", label="streams")
+                ax.plot(st["nstreams"], pd.to_numeric(st["m_model_s"]) * 1e3, "--",
+                        color="C2", label="pipeline model")
+            if len(ser):
+                ax.axhline(ser["time_ms"].iloc[0], color="C3", lw=1.5,
+                           label=f"serial ({ser['time_ms'].iloc[0]:.1f} ms)")
+            ideal = pd.to_numeric(sub["m_ideal_s"], errors="coerce").median() * 1e3
+            if math.isfinite(ideal):
+                ax.axhline(ideal, color="0.3", ls=":", lw=1.5,
+                           label=f"ideal = slowest stage ({ideal:.1f} ms)")
+            ph = {op: pd.to_numeric(sub[f"m_{op}_s"], errors="coerce").median() * 1e3
+                  for op in ("h2d", "kernel", "d2h")}
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(ks, [str(k) for k in ks])
+            ax.set_ylim(bottom=0)
+            ax.set(xlabel="streams (= chunks), log scale", ylabel="pipeline time (ms)",
+                   title=f"{it} iterations: H2D {ph['h2d']:.1f}, kernel {ph['kernel']:.1f}, "
+                   f"D2H {ph['d2h']:.1f} ms")
+            ax.title.set_fontsize(9)
+            ax.legend(fontsize=8)
+        fig.suptitle(f"H2D -> map kernel -> D2H of {size_label(d['n'].iloc[0])} floats "
+                     "(pinned): streams against serial", fontsize=11)
+        fig.tight_layout()
+        return fig
+
+    def _plot_timeline(self, d: pd.DataFrame):
+        import matplotlib.pyplot as plt
+        from matplotlib.patches import Patch
+
+        if "m_timeline" not in d:
+            return None
+        rows = d.dropna(subset=["m_timeline"])
+        if rows.empty:
+            return None
+        its = sorted(rows["iterations"].unique())
+        panels = [("serial", "default stream")]
+        k_tl = rows[rows["variant"] == "streams"]["nstreams"]
+        if len(k_tl):
+            panels.append(("streams", f"{int(k_tl.iloc[0])} streams"))
+        colors = dict(zip(OPS, ("C0", "C1", "C2")))
+        fig, axes = plt.subplots(len(its), len(panels), figsize=(6 * len(panels),
+                                 1.2 + 2.4 * len(its)), squeeze=False, sharex="row")
+        for r, it in enumerate(its):
+            for c, (variant, label) in enumerate(panels):
+                ax = axes[r][c]
+                sel = rows[(rows["iterations"] == it) & (rows["variant"] == variant)]
+                if sel.empty:
+                    ax.axis("off")
+                    continue
+                tl = json.loads(sel["m_timeline"].iloc[0])
+                nrow = max(x[0] for x in tl) + 1
+                for s, op, ready, run, t1 in busy_spans(tl):
+                    if run > ready:  # queued: the stream was ready, the engine busy
+                        ax.broken_barh([(ready, run - ready)], (s - 0.4, 0.8),
+                                       facecolors=colors[op], alpha=0.2, linewidth=0)
+                    ax.broken_barh([(run, max(t1 - run, 1e-3))], (s - 0.4, 0.8),
+                                   facecolors=colors[op], edgecolor="white", linewidth=0.5)
+                end = max(x[3] for x in tl)
+                ax.set_yticks(range(nrow), [("stream " + str(s)) if variant == "streams"
+                                            else "default" for s in range(nrow)])
+                ax.set_ylim(nrow - 0.5, -0.5)
+                ax.set(xlabel="time since start (ms)",
+                       title=f"{label}, {it} iterations: {end:.1f} ms")
+                ax.title.set_fontsize(9)
+                ax.tick_params(axis="y", labelsize=7)
+        handles = [Patch(color=colors[o], label=o) for o in OPS]
+        handles.append(Patch(color="0.5", alpha=0.2, label="queued (engine busy)"))
+        fig.legend(handles=handles, loc="upper right", ncol=4, fontsize=8)
+        fig.suptitle("Timeline of one run (CUDA events around every operation)", fontsize=11,
+                     x=0.4)
+        fig.tight_layout(rect=(0, 0, 1, 0.95))
+        return fig
+
+    def expectations(self, df: pd.DataFrame) -> list[Expectation]:
+        out = [all_correct(df)]
+        d = self._frame(df)
+        if d.empty:
+            return out
+        beat, close, one = [], [], []
+        for it, sub in d.groupby("iterations"):
+            ser = sub[sub["variant"] == "serial"]["time_ms"]
+            st = sub[sub["variant"] == "streams"].set_index("nstreams")["time_ms"]
+            ideal = pd.to_numeric(sub["m_ideal_s"], errors="coerce").median() * 1e3
+            if len(ser) and len(st[st.index >= 2]):
+                multi = st[st.index >= 2]
+                beat.append((it, bool((multi < ser.iloc[0]).all()),
+                             ", ".join(f"{k}: {ser.iloc[0] / v:.2f}x" for k, v in multi.items())))
+            if len(st) and math.isfinite(ideal):
+                r = st.min() / ideal
+                close.append((it, bool(r <= 1.35),
+                              f"best {st.min():.2f} ms ({int(st.idxmin())} streams) = "
+                              f"{r:.2f} x ideal {ideal:.2f} ms"))
+            if len(ser) and 1 in st.index:
+                r = st[1] / ser.iloc[0]
+                one.append((it, bool(r >= 0.95), f"1 stream / serial = {r:.2f}"))
+        for claim, items in (
+            ("with 2 or more streams the pipeline beats the serial program (speedup by "
+             "stream count)", beat),
+            ("with enough streams the pipeline gets within 35% of the ideal "
+             "(the slowest of H2D, kernel, D2H alone)", close),
+            ("one stream is no faster than the serial program (nothing to overlap; 5% noise "
+             "allowed)", one),
+        ):
+            if items:
+                out.append(Expectation(claim, all(ok for _, ok, _ in items),
+                                       "; ".join(f"{it} iterations: {ev}"
+                                                 for it, _, ev in items)))
+        return out

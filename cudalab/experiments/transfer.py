@@ -1,0 +1,318 @@
+"""Host <-> device copies over PCIe: pageable against pinned (page-locked) host memory.
+
+A point is a memory kind (the variant: pageable = an ordinary numpy array, pinned =
+cuda.pagelocked_empty), a direction (h2d, d2h) and a size in bytes. One copy is timed with
+CUDA events on the default stream (cuMemcpyHtoD / cuMemcpyDtoH; the same call for both memory
+kinds, so only the host memory differs). Correctness: random bytes make a round trip
+host -> device -> host into a destination that differs from the source in every byte, and
+must come back unchanged.
+
+The PCIe link (generation and width, current and maximum) is read from NVML, matched to the
+CUDA device by PCI bus id, and kept in every point's metrics; the theoretical bandwidth of the
+link is the reference line of the figure.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cudalab.experiments.base import (
+    Check,
+    Expectation,
+    Experiment,
+    Point,
+    Result,
+    RunContext,
+)
+from cudalab.experiments.vector_add import buffer_set, bytes_label
+
+DIRECTIONS = ["h2d", "d2h"]
+MEMORY = ["pageable", "pinned"]
+DIRECTION_LABEL = {"h2d": "host to device (H2D)", "d2h": "device to host (D2H)"}
+MAX_BYTES = 1 << 34  # 16 GiB
+
+# Usable GB/s per lane and direction after line encoding: 8b/10b up to Gen2, 128b/130b for
+# Gen3-5, FLIT mode (242 of 256 bytes carry data) from Gen6. Packet headers cost a further
+# ~10-15 %, so a copy reaches at most ~85-90 % of these numbers.
+PCIE_LANE_GBPS = {
+    1: 2.5 * 0.8 / 8,
+    2: 5.0 * 0.8 / 8,
+    3: 8.0 * 128 / 130 / 8,
+    4: 16.0 * 128 / 130 / 8,
+    5: 32.0 * 128 / 130 / 8,
+    6: 64.0 * 242 / 256 / 8,
+    7: 128.0 * 242 / 256 / 8,
+}
+
+
+def pcie_gbps(gen: Any, width: Any) -> float:
+    """Theoretical bandwidth of one direction of a PCIe link in GB/s (NaN if unknown)."""
+    try:
+        g, w = int(gen), int(width)
+    except (TypeError, ValueError):
+        return math.nan
+    return PCIE_LANE_GBPS[g] * w if g in PCIE_LANE_GBPS and w > 0 else math.nan
+
+
+def sizes(block: dict[str, Any]) -> list[int]:
+    """min_bytes, min_bytes * step, ... up to max_bytes."""
+    out, s = [], block["min_bytes"]
+    while s <= block["max_bytes"]:
+        out.append(s)
+        s *= block["step"]
+    return out
+
+
+def link_metrics(facts: dict[str, Any], unavailable: str = "") -> dict[str, Any]:
+    """The PCIe link as point metrics, from NvmlClockObserver.device_facts()."""
+    keys = ("pcie_gen_current", "pcie_width_current", "pcie_gen_max", "pcie_width_max")
+    m: dict[str, Any] = {k: facts.get(k) for k in keys}
+    if m["pcie_gen_current"] is None or m["pcie_width_current"] is None:
+        why = unavailable or "NVML did not report the PCIe link of this GPU"
+        m["pcie_link"] = f"unavailable ({why})"
+        m["pcie_theoretical_gbps"] = math.nan
+        return m
+    theo = pcie_gbps(m["pcie_gen_current"], m["pcie_width_current"])
+    m["pcie_theoretical_gbps"] = theo
+    link = f"PCIe Gen{m['pcie_gen_current']} x{m['pcie_width_current']}"
+    if m["pcie_gen_max"] is not None and m["pcie_width_max"] is not None:
+        link += f" (max Gen{m['pcie_gen_max']} x{m['pcie_width_max']})"
+    if math.isfinite(theo):
+        link += f", {theo:.1f} GB/s per direction in theory"
+    m["pcie_link"] = link
+    return m
+
+
+class Transfer(Experiment):
+    name = "transfer"
+    order = 40
+    title = "Host-device transfers: pageable against pinned memory over PCIe"
+    caption = (
+        "Copies between host and GPU memory cross the PCIe link, whose theoretical bandwidth "
+        "per direction is set by its generation and width (dashed line; read from NVML). "
+        "From ordinary (pageable) host memory the driver first copies the data into a "
+        "pinned staging buffer, piece by piece, and DMAs from there; page-locked (pinned) "
+        "memory is DMA'd directly. Look for: small copies far below the link's bandwidth "
+        "(each copy has a fixed cost of several microseconds), the curves rising with size "
+        "and levelling off from a few MiB on, and pinned memory clearly faster than "
+        "pageable for large copies in both directions, getting close to the link's limit."
+    )
+    schema = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "enabled": {"type": "boolean", "default": True},
+            "min_bytes": {
+                "type": "integer", "minimum": 1, "maximum": MAX_BYTES, "default": 4096,
+                "description": "smallest copy in bytes",
+            },
+            "max_bytes": {
+                "type": "integer", "minimum": 1, "maximum": MAX_BYTES, "default": 1 << 30,
+                "description": "largest copy in bytes (host memory: 4 x this, half pinned)",
+            },
+            "step": {
+                "enum": [2, 4], "default": 4,
+                "description": "size factor from one copy size to the next",
+            },
+            "directions": {
+                "type": "array", "items": {"enum": DIRECTIONS}, "minItems": 1,
+                "uniqueItems": True, "default": DIRECTIONS,
+            },
+            "memory": {
+                "type": "array", "items": {"enum": MEMORY}, "minItems": 1,
+                "uniqueItems": True, "default": MEMORY,
+                "description": "host memory kinds: pageable (numpy) and pinned "
+                "(cuda.pagelocked_empty)",
+            },
+        },
+    }
+    smoke = {"min_bytes": 4096, "max_bytes": 1 << 22, "step": 4}
+    figures = {
+        "bandwidth": "Copy bandwidth against copy size (log scale) for each direction, "
+        "pageable and pinned host memory; dashed: the PCIe link's theoretical bandwidth.",
+    }
+
+    def check_config(self, block: dict[str, Any]) -> list[str]:
+        if block["min_bytes"] > block["max_bytes"]:
+            return [f"min_bytes: {block['min_bytes']} is larger than max_bytes "
+                    f"{block['max_bytes']}; allowed: min_bytes <= max_bytes"]
+        return []
+
+    # -- grid --------------------------------------------------------------------------
+    def points(self, block: dict[str, Any]) -> list[Point]:
+        return [Point(self.name, mem, {"direction": d, "size": s})
+                for s in sizes(block) for mem in MEMORY if mem in block["memory"]
+                for d in DIRECTIONS if d in block["directions"]]
+
+    # -- measuring ---------------------------------------------------------------------
+    def prepare(self, ctx: RunContext) -> None:
+        from cudalab.telemetry import NvmlClockObserver  # never raises: records why not
+
+        ctx.cache["nvml"] = NvmlClockObserver(
+            ctx.gpu.index, pci_bus_id=ctx.gpu.info.get("gpu_pci_bus_id", ""))
+
+    def _link(self, ctx: RunContext) -> dict[str, Any]:
+        nvml = ctx.cache.get("nvml")
+        if nvml is None or nvml.handle is None:
+            why = nvml.unavailable if nvml is not None else "NVML not opened"
+            return link_metrics({}, why or "NVML unavailable")
+        return link_metrics(nvml.device_facts())
+
+    def measure(self, ctx: RunContext, point: Point) -> Result:
+        gpu = ctx.gpu
+        cuda = gpu.cuda
+        size, direction, kind = point.params["size"], point.params["direction"], point.variant
+        bufs = buffer_set(ctx, ("transfer", size), lambda: self._buffers(ctx, size))
+        dev = bufs["dev"]
+        src, dst = self._host(ctx, bufs, kind)
+
+        # correctness: a round trip through this memory kind into a destination whose every
+        # byte differs from the source, on a device buffer that was cleared first
+        np.bitwise_not(src, out=dst)
+        cuda.memset_d8(dev, 0, size)
+        cuda.memcpy_htod(dev, src)
+        cuda.memcpy_dtoh(dst, dev)
+        gpu.synchronize()
+        bad = int(np.count_nonzero(dst != src))
+        check = Check(float(bad), 0.0, "mismatched_bytes",
+                      detail=f"{bad} of {size} bytes changed in the round trip" if bad else "")
+
+        if direction == "h2d":
+            def copy() -> None:
+                cuda.memcpy_htod(dev, src)
+        else:
+            def copy() -> None:
+                cuda.memcpy_dtoh(dst, dev)
+
+        # events on the default stream bracket the copy (pageable copies include the
+        # driver's staging); back-to-back copies need no allocation, so small ones batch
+        timing = ctx.harness.measure(copy, gpu.event_timer())
+        metrics = self._link(ctx)  # read right after copying: the link is not idling down
+        return Result(timing, math.nan, float(size), check, metrics)
+
+    def _buffers(self, ctx: RunContext, size: int) -> dict[str, Any]:
+        data = ctx.rng.integers(0, 256, size, dtype=np.uint8)
+        return {"data": data, "dev": ctx.gpu.cuda.mem_alloc(size)}
+
+    def _host(self, ctx: RunContext, bufs: dict[str, Any], kind: str):
+        """(source, destination) host arrays of this memory kind, made once per size."""
+        if kind not in bufs:
+            cuda = ctx.gpu.cuda
+            data = bufs["data"]
+            if kind == "pinned":
+                src = cuda.pagelocked_empty(data.shape, np.uint8)
+                dst = cuda.pagelocked_empty(data.shape, np.uint8)
+                src[:] = data
+            else:
+                src, dst = data, np.empty_like(data)
+            bufs[kind] = (src, dst)
+        return bufs[kind]
+
+    # -- figures -----------------------------------------------------------------------
+    def _frame(self, df: pd.DataFrame) -> pd.DataFrame:
+        d = self.ok(df).copy()
+        if d.empty:
+            return d
+        d["size"] = d["p_size"].astype("int64")
+        d["direction"] = d["p_direction"].astype(str)
+        d["memory"] = d["variant"].astype(str)
+        return d.sort_values(["direction", "memory", "size"])
+
+    def plot(self, name: str, df: pd.DataFrame):
+        import matplotlib.pyplot as plt
+        import seaborn as sns
+
+        if name != "bandwidth":
+            raise KeyError(name)
+        d = self._frame(df)
+        if d.empty:
+            return None
+        dirs = [x for x in DIRECTIONS if x in set(d["direction"])]
+        fig, axes = plt.subplots(1, len(dirs), figsize=(6 * len(dirs), 4.8), sharey=True,
+                                 squeeze=False)
+        link, theo = _link_of(d)
+        palette = dict(zip(MEMORY, sns.color_palette("deep", len(MEMORY))))
+        ticks = sorted(d["size"].unique())
+        if len(ticks) > 12:
+            ticks = ticks[:: math.ceil(len(ticks) / 12)]
+        for ax, direction in zip(axes[0], dirs):
+            sub = d[d["direction"] == direction]
+            sns.lineplot(data=sub, x="size", y="gbps", hue="memory", palette=palette,
+                         hue_order=[m for m in MEMORY if m in set(sub["memory"])],
+                         marker="o", ax=ax)
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(ticks, [bytes_label(t) for t in ticks], rotation=30, ha="right")
+            if math.isfinite(theo):
+                ax.axhline(theo, ls="--", color="0.3", lw=1,
+                           label=f"PCIe theoretical ({theo:.0f} GB/s)")
+            ax.set(xlabel="copy size (log scale)", ylabel="bandwidth (GB/s)",
+                   title=DIRECTION_LABEL[direction])
+            ax.set_ylim(bottom=0)
+            ax.legend(title="host memory", fontsize=8)
+        fig.suptitle(f"Host-device copy bandwidth: {link}", fontsize=11)
+        fig.tight_layout()
+        return fig
+
+    def expectations(self, df: pd.DataFrame) -> list[Expectation]:
+        n_bad = int((df["status"] != "ok").sum())
+        out = [Expectation("every copied byte arrives unchanged (host -> device -> host)",
+                           len(df) > 0 and n_bad == 0,
+                           f"{len(df) - n_bad}/{len(df)} round trips exact")]
+        d = self._frame(df)
+        if d.empty:
+            return out
+        link, theo = _link_of(d)
+        for direction in DIRECTIONS:
+            sub = d[d["direction"] == direction]
+            both = sub.groupby("size")["memory"].nunique()
+            both = both[both == len(MEMORY)]
+            if both.empty:
+                continue
+            s = int(both.index.max())
+            at = sub[sub["size"] == s].set_index("memory")["gbps"]
+            r = at["pinned"] / at["pageable"]
+            out.append(Expectation(
+                f"pinned memory is faster than pageable for large {direction.upper()} copies",
+                bool(r > 1),
+                f"{at['pinned']:.1f} vs {at['pageable']:.1f} GB/s ({r:.2f}x) at "
+                f"{bytes_label(s)}; link: {link}"))
+        pinned = d[d["memory"] == "pinned"]
+        if not pinned.empty:
+            s = int(pinned["size"].max())
+            best = pinned[pinned["size"] == s]["gbps"].max()
+            if math.isfinite(theo):
+                frac = best / theo
+                out.append(Expectation(
+                    "large pinned copies reach at least half the PCIe link's theoretical "
+                    "bandwidth", bool(frac >= 0.5),
+                    f"{best:.1f} GB/s = {100 * frac:.0f}% of {theo:.1f} GB/s at "
+                    f"{bytes_label(s)}; link: {link}"))
+            else:
+                out.append(Expectation(
+                    "large pinned copies reach at least half the PCIe link's theoretical "
+                    "bandwidth", None, f"{best:.1f} GB/s at {bytes_label(s)}; link: {link}"))
+            small = pinned[pinned["size"] == pinned["size"].min()]
+            if int(small["size"].iloc[0]) < s:
+                r = small["gbps"].max() / best
+                out.append(Expectation(
+                    "the smallest copies are latency-bound: under a quarter of the large-copy "
+                    "bandwidth", bool(r < 0.25),
+                    f"{small['gbps'].max():.2f} GB/s at {bytes_label(small['size'].iloc[0])} "
+                    f"({small['time_median_s'].min() * 1e6:.1f} µs a copy) = {100 * r:.0f}% "
+                    f"of {best:.1f} GB/s at {bytes_label(s)}"))
+        return out
+
+
+def _link_of(d: pd.DataFrame) -> tuple[str, float]:
+    """The PCIe link text and theoretical GB/s of the largest pinned copy (else any row)."""
+    if "m_pcie_link" not in d or d["m_pcie_link"].isna().all():
+        return "PCIe link unavailable (not recorded)", math.nan
+    rows = d.dropna(subset=["m_pcie_link"]).sort_values(["memory", "size"])
+    pinned = rows[rows["memory"] == "pinned"]
+    row = (pinned if len(pinned) else rows).iloc[-1]
+    theo = pd.to_numeric(pd.Series([row.get("m_pcie_theoretical_gbps")]), errors="coerce")[0]
+    return str(row["m_pcie_link"]), float(theo) if pd.notna(theo) else math.nan

@@ -1,0 +1,300 @@
+"""Vector addition c = a + b (float32): the course's first kernel.
+
+One thread per element, grid = ceil(n / threads) blocks, a bounds check for the last block.
+A point is a vector length n and a block size (threads per block). Every element moves
+12 bytes (load a, load b, store c), so the declared work is 12 n bytes and n flops: the
+kernel is memory-bound and its GB/s is compared with the theoretical DRAM bandwidth.
+
+The helpers at the bottom (peak DRAM bandwidth, one cached buffer set per job, size labels)
+are shared by the other memory experiments (coalescing, streams, transfer).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cudalab.experiments.base import (
+    Check,
+    Expectation,
+    Experiment,
+    Point,
+    Result,
+    RunContext,
+    rel_fro_error,
+)
+
+NAN_BITS = 0x7FC00000  # float32 quiet NaN: poisons outputs before every check
+THREADS = [32, 64, 128, 256, 512, 1024]
+MAX_N = 1 << 28  # three float32 vectors of 1 GiB each
+
+
+class VectorAdd(Experiment):
+    name = "vector_add"
+    order = 20
+    title = "Vector addition: one thread per element, block size and problem size"
+    caption = (
+        "c[i] = a[i] + b[i] on n float32 values, one thread per element in blocks of 32 to "
+        "1024 threads (grid = ceil(n / block), with a bounds check for the last, partial "
+        "block). Each element moves 12 bytes for one addition, so the speed to look at is "
+        "GB/s against the card's theoretical DRAM bandwidth (dashed line). Look for: the "
+        "classic 50 000-element example finishing in a few microseconds, far below the "
+        "bandwidth limit (launch overhead dominates: there is not enough work to fill the "
+        "GPU); millions of elements reaching a large fraction of peak bandwidth; and blocks "
+        "of 32 threads lagging behind, because an SM can hold only a limited number of "
+        "blocks, so tiny blocks leave it with too few warps to hide memory latency."
+    )
+    schema = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "enabled": {"type": "boolean", "default": True},
+            "sizes": {
+                "type": "array", "minItems": 1, "uniqueItems": True,
+                "items": {"type": "integer", "minimum": 1, "maximum": MAX_N},
+                "default": [50_000, 1 << 20, 1 << 24, 1 << 26],
+                "description": "vector lengths n (floats); 50 000 is the course's example, "
+                "2^24 and 2^26 fill the chip (4 GPU memory passes of 192 MiB / 768 MiB)",
+            },
+            "threads": {
+                "type": "array", "items": {"enum": THREADS}, "minItems": 1,
+                "uniqueItems": True, "default": THREADS,
+                "description": "threads per block",
+            },
+            "tolerance": {
+                "type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 1e-6,
+                "description": "largest ||c - c_ref||_2 / ||c_ref||_2 against the float64 sum",
+            },
+        },
+    }
+    smoke = {"sizes": [1000, 50_000, 1 << 20], "threads": [32, 256, 1024]}
+    figures = {
+        "bandwidth": "Effective bandwidth (12 bytes per element / kernel time) against threads "
+        "per block, one line per vector length; dashed: theoretical DRAM bandwidth.",
+        "time": "Kernel time against vector length (log-log), one line per block size: flat "
+        "while launch overhead dominates, then proportional to n.",
+    }
+
+    # -- grid --------------------------------------------------------------------------
+    def points(self, block: dict[str, Any]) -> list[Point]:
+        return [Point(self.name, "gpu", {"n": n, "threads": t})
+                for n in sorted(block["sizes"]) for t in sorted(block["threads"])]
+
+    # -- measuring ---------------------------------------------------------------------
+    def kernel_for(self, ctx: RunContext, point: Point) -> Any:
+        return ctx.gpu.compile("vector_add.cu")
+
+    def measure(self, ctx: RunContext, point: Point) -> Result:
+        gpu = ctx.gpu
+        cuda = gpu.cuda
+        n, t = point.params["n"], point.params["threads"]
+        bufs = buffer_set(ctx, ("vector_add", n), lambda: self._buffers(ctx, n))
+        a_d, b_d, c_d, ref = bufs["a_d"], bufs["b_d"], bufs["c_d"], bufs["ref"]
+        kernel = self.kernel_for(ctx, point)
+        func = kernel.function("vector_add")
+        func.prepare("PPPi")
+        grid = (grid_size(n, t), 1)
+
+        def launch() -> None:
+            func.prepared_call(grid, (t, 1, 1), a_d, b_d, c_d, n)
+
+        # correctness on a poisoned output, before any timing
+        c = np.empty(n, np.float32)
+        cuda.memset_d32(c_d, NAN_BITS, n)
+        launch()
+        gpu.synchronize()
+        cuda.memcpy_dtoh(c, c_d)
+        unwritten = int(np.count_nonzero(~np.isfinite(c)))
+        check = Check(rel_fro_error(c, ref), ctx.block["tolerance"], "rel_l2",
+                      detail=f"{unwritten} unwritten (NaN) elements" if unwritten else "")
+        timing = ctx.harness.measure(launch, gpu.event_timer())
+        metrics = {"blocks": grid[0], "peak_gbps": peak_dram_gbps(gpu)}
+        return Result(timing, float(n), 12.0 * n, check, metrics, kernel=kernel)
+
+    def _buffers(self, ctx: RunContext, n: int) -> dict[str, Any]:
+        cuda = ctx.gpu.cuda
+        a = ctx.rng.uniform(-1, 1, n).astype(np.float32)
+        b = ctx.rng.uniform(-1, 1, n).astype(np.float32)
+        bufs: dict[str, Any] = {"ref": reference(a, b)}
+        for name, host in (("a_d", a), ("b_d", b), ("c_d", None)):
+            bufs[name] = cuda.mem_alloc(4 * n)
+            if host is not None:
+                cuda.memcpy_htod(bufs[name], host)
+        return bufs
+
+    # -- figures -----------------------------------------------------------------------
+    def _frame(self, df: pd.DataFrame) -> pd.DataFrame:
+        d = self.ok(df).copy()
+        if d.empty:
+            return d
+        d["n"] = d["p_n"].astype("int64")
+        d["threads"] = d["p_threads"].astype("int64")
+        d["size"] = [size_label(n) for n in d["n"]]
+        return d.sort_values(["n", "threads"])
+
+    def plot(self, name: str, df: pd.DataFrame):
+        import matplotlib.pyplot as plt
+        import seaborn as sns
+
+        d = self._frame(df)
+        if d.empty:
+            return None
+        if name == "bandwidth":
+            fig, ax = plt.subplots(figsize=(9, 5))
+            sns.lineplot(data=d, x="threads", y="gbps", hue="size",
+                         hue_order=list(dict.fromkeys(d["size"])), marker="o", ax=ax)
+            ax.set_xscale("log", base=2)
+            ticks = sorted(d["threads"].unique())
+            ax.set_xticks(ticks, [str(t) for t in ticks])
+            peak_line(ax, d)
+            ax.set(xlabel="threads per block (log scale)",
+                   ylabel="effective bandwidth (GB/s, 12 bytes per element)",
+                   title="Vector add c = a + b (float32): bandwidth by block size")
+            ax.set_ylim(bottom=0)
+            ax.legend(title="n (elements)", fontsize=8)
+            return fig
+        if name == "time":
+            d = d.assign(time_us=d["time_median_s"] * 1e6, block=d["threads"].astype(str))
+            order = [str(t) for t in sorted(d["threads"].unique())]
+            fig, ax = plt.subplots(figsize=(9, 5))
+            sns.lineplot(data=d, x="n", y="time_us", hue="block", hue_order=order, marker="o",
+                         ax=ax, palette=sns.color_palette("viridis", len(order)))
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set(xlabel="vector length n (elements, log scale)",
+                   ylabel="kernel time (µs, log scale)",
+                   title="Vector add: time against problem size")
+            ax.legend(title="threads per block", fontsize=8)
+            return fig
+        raise KeyError(name)
+
+    def expectations(self, df: pd.DataFrame) -> list[Expectation]:
+        out = [all_correct(df)]
+        d = self._frame(df)
+        if d.empty:
+            return out
+        big = d[d["n"] == d["n"].max()]
+        best = big.loc[big["gbps"].idxmax()]
+        peak = peak_of(d)
+        if math.isfinite(peak):
+            frac = best["gbps"] / peak
+            out.append(Expectation(
+                "the largest vector reaches at least 60% of the theoretical DRAM bandwidth",
+                bool(frac >= 0.6),
+                f"{best['gbps']:.0f} GB/s = {100 * frac:.0f}% of {peak:.0f} GB/s at "
+                f"n = {size_label(best['n'])}, {best['threads']} threads per block"))
+        small = d[d["n"] == d["n"].min()]
+        if small["n"].iloc[0] < big["n"].iloc[0]:
+            r = small["gbps"].max() / best["gbps"]
+            out.append(Expectation(
+                "the smallest vector is far from the bandwidth limit (launch overhead "
+                "dominates): under half the GB/s of the largest",
+                bool(r < 0.5),
+                f"best {small['gbps'].max():.0f} GB/s at n = {size_label(small['n'].iloc[0])} "
+                f"vs {best['gbps']:.0f} GB/s at n = {size_label(best['n'])} ({100 * r:.0f}%) "
+                f"in {small['time_median_s'].min() * 1e6:.1f} µs"))
+        b32 = big[big["threads"] == 32]["gbps"]
+        wide = big[big["threads"] >= 128]["gbps"]
+        if len(b32) and len(wide):
+            r = wide.max() / b32.iloc[0]
+            out.append(Expectation(
+                "at the largest n, blocks of 128 or more threads beat blocks of 32 threads",
+                bool(r > 1),
+                f"best >= 128-thread block / 32-thread block = {r:.2f}x "
+                f"({wide.max():.0f} vs {b32.iloc[0]:.0f} GB/s)"))
+        return out
+
+
+def reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The float64 sum the float32 kernel is checked against."""
+    return a.astype(np.float64) + b.astype(np.float64)
+
+
+def grid_size(n: int, threads: int) -> int:
+    """Blocks of `threads` needed to cover n elements: ceil(n / threads)."""
+    return (n + threads - 1) // threads
+
+
+# -- shared by the memory experiments ------------------------------------------------------
+def peak_dram_gbps(gpu: Any) -> float:
+    """Theoretical DRAM bandwidth in GB/s: 2 (double data rate) x memory clock x bus width.
+    NaN where the driver does not report the attributes."""
+    try:
+        clock_khz = gpu.attr("MEMORY_CLOCK_RATE")
+        bus_bits = gpu.attr("GLOBAL_MEMORY_BUS_WIDTH")
+    except Exception:  # noqa: BLE001 - attribute missing in this pycuda / driver
+        return math.nan
+    if clock_khz <= 0 or bus_bits <= 0:
+        return math.nan
+    return 2.0 * clock_khz * 1e3 * bus_bits / 8 / 1e9
+
+
+def buffer_set(ctx: RunContext, key: Any, make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """The job's one cached set of buffers (points are ordered by size, so one set at a time
+    stays in memory): made on first use of `key`; the previous set's device allocations are
+    freed first."""
+    current = ctx.cache.get("_buffers")
+    if current is not None and current[0] == key:
+        return current[1]
+    ctx.cache.pop("_buffers", None)
+    if current is not None:
+        free_all(current[1])
+    bufs = make()
+    ctx.cache["_buffers"] = (key, bufs)
+    return bufs
+
+
+def free_all(bufs: dict[str, Any]) -> None:
+    for v in bufs.values():
+        if hasattr(v, "free") and not isinstance(v, np.ndarray):
+            try:
+                v.free()
+            except Exception:  # noqa: BLE001 - already freed / context gone
+                pass
+
+
+def size_label(n: Any) -> str:
+    """50,000 or 2^24 (exact powers of two as powers)."""
+    n = int(n)
+    if n >= 1024 and n & (n - 1) == 0:
+        return f"2^{n.bit_length() - 1}"
+    return f"{n:,}"
+
+
+def bytes_label(n: Any) -> str:
+    """4 KiB, 16 MiB, 1 GiB (binary units), else the byte count."""
+    n = int(n)
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale} {unit}"
+    return f"{n} B"
+
+
+def all_correct(df: pd.DataFrame, what: str = "every GPU result") -> Expectation:
+    gpu = df[df["variant"] != "cpu"]
+    bad = gpu[gpu["status"] != "ok"]
+    return Expectation(
+        f"{what} matches the CPU reference",
+        len(gpu) > 0 and bad.empty,
+        f"{len(gpu) - len(bad)}/{len(gpu)} points correct"
+        + (f"; not ok: {', '.join(bad['point_id'].astype(str).head(5))}" if len(bad) else ""),
+    )
+
+
+def peak_of(d: pd.DataFrame) -> float:
+    if "m_peak_gbps" not in d:
+        return math.nan
+    v = pd.to_numeric(d["m_peak_gbps"], errors="coerce").dropna()
+    return float(v.iloc[0]) if len(v) else math.nan
+
+
+def peak_line(ax: Any, d: pd.DataFrame) -> None:
+    peak = peak_of(d)
+    if math.isfinite(peak):
+        ax.axhline(peak, ls="--", color="0.3", lw=1)
+        ax.annotate(f"theoretical DRAM bandwidth {peak:.0f} GB/s", (0.01, peak),
+                    xycoords=("axes fraction", "data"), va="bottom", fontsize=8, color="0.3")

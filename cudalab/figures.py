@@ -1,0 +1,65 @@
+"""Seaborn figures: each experiment draws its own (Experiment.plot); this module gives them
+one style and writes PNG + SVG atomically."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from cudalab.experiments import REGISTRY
+
+
+def setup_style() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import seaborn as sns
+
+    sns.set_theme(style="whitegrid", context="notebook", palette="deep")
+
+
+def save(fig, stem: Path) -> list[Path]:
+    """stem.png and stem.svg, each written to a temp name then renamed."""
+    import matplotlib.pyplot as plt
+
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    out = []
+    for ext, kw in (("png", {"dpi": 130}), ("svg", {})):
+        path = stem.with_suffix(f".{ext}")
+        tmp = path.with_name(f".{path.name}.tmp")
+        fig.savefig(tmp, format=ext, bbox_inches="tight", **kw)
+        os.replace(tmp, path)
+        out.append(path)
+    plt.close(fig)
+    return out
+
+
+def placeholder(title: str, why: str):
+    """A figure that says why there is nothing to plot (keeps Snakemake outputs whole)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 2.5))
+    ax.axis("off")
+    ax.set_title(title)
+    ax.text(0.5, 0.5, why, ha="center", va="center", wrap=True, fontsize=11)
+    return fig
+
+
+def draw_experiment(name: str, df: pd.DataFrame, out_dir: Path) -> dict[str, bool]:
+    """Draw every declared figure of one experiment; returns name -> has data."""
+    setup_style()
+    exp = REGISTRY[name]
+    sub = df[df["experiment"] == name]
+    drawn = {}
+    for fig_name in exp.figures:
+        fig = exp.plot(fig_name, sub) if not sub.empty else None
+        drawn[fig_name] = fig is not None
+        if fig is None:
+            n_bad = int((sub["status"] != "ok").sum()) if not sub.empty else 0
+            why = (f"no correct measurements to plot ({n_bad} points not ok: see the table)"
+                   if n_bad else "no data for this figure in this run's grid")
+            fig = placeholder(f"{exp.title}: {fig_name}", why)
+        save(fig, out_dir / name / fig_name)
+    return drawn

@@ -1,0 +1,216 @@
+"""The CUDA side of a job: find the device, hold its primary context, compile kernels,
+time with CUDA events. pycuda is imported lazily so CPU-only machines never need it.
+
+The primary context (not pycuda.autoinit's own) is used so CuPy / cuBLAS can share it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+CUDA_DIR = Path(__file__).resolve().parent.parent / "cuda"
+
+
+class NoGpuError(RuntimeError):
+    """No usable CUDA device: the job stops before measuring anything."""
+
+
+def _no_gpu(why: str) -> NoGpuError:
+    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+    cvd_txt = "unset" if cvd is None else repr(cvd)
+    return NoGpuError(
+        f"no usable CUDA GPU: {why}. Looked for a CUDA device through pycuda "
+        f"(cuInit + cuDeviceGetCount); CUDA_VISIBLE_DEVICES is {cvd_txt}. "
+        "GPU variants need a GPU machine (or a Slurm GPU job: snakemake --profile "
+        "profiles/slurm); CPU-only variants run anywhere. No numbers were recorded."
+    )
+
+
+def nvcc_version() -> str:
+    nvcc = shutil.which("nvcc")
+    if not nvcc:
+        return "unavailable"
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unavailable"
+    m = re.search(r"release ([\d.]+), V([\d.]+)", out.stdout)
+    return m.group(2) if m else out.stdout.strip().splitlines()[-1]
+
+
+@dataclass
+class Kernel:
+    """A compiled module with what provenance needs to know about it."""
+
+    module: Any
+    source_file: str
+    options: list[str]
+    source_hash: str
+
+    def function(self, name: str) -> Any:
+        return self.module.get_function(name)
+
+
+@dataclass
+class GpuSession:
+    index: int
+    cuda: Any  # the pycuda.driver module
+    device: Any
+    context: Any
+    _kernels: dict[tuple, Kernel] = field(default_factory=dict)
+
+    # -- device facts -------------------------------------------------------------------
+    @cached_property
+    def attributes(self) -> dict[str, int]:
+        return {str(k): int(v) for k, v in self.device.get_attributes().items()}
+
+    def attr(self, name: str) -> int:
+        return int(self.device.get_attribute(getattr(self.cuda.device_attribute, name)))
+
+    @cached_property
+    def info(self) -> dict[str, Any]:
+        import pycuda
+
+        cc = self.device.compute_capability()
+        drv = self.cuda.get_driver_version()
+        return {
+            "gpu_name": self.device.name(),
+            "gpu_uuid": _uuid(self.device),
+            "gpu_pci_bus_id": self.device.pci_bus_id(),
+            "compute_capability": f"{cc[0]}.{cc[1]}",
+            "cuda_driver_api": f"{drv // 1000}.{(drv % 1000) // 10}",
+            "cuda_version": ".".join(map(str, self.cuda.get_version())),
+            "pycuda_version": pycuda.VERSION_TEXT,
+            "nvcc_version": nvcc_version(),
+            "total_memory_bytes": int(self.device.total_memory()),
+        }
+
+    @property
+    def l2_bytes(self) -> int:
+        return self.attr("L2_CACHE_SIZE")
+
+    # -- compiling ----------------------------------------------------------------------
+    def compile(
+        self, source_file: str, defines: dict[str, Any] | None = None, options: Sequence[str] = ()
+    ) -> Kernel:
+        """Compile cuda/<source_file> once per job per (defines, options)."""
+        from pycuda.compiler import SourceModule
+
+        defines = defines or {}
+        opts = ["-O3", "-lineinfo", *options] + [f"-D{k}={v}" for k, v in sorted(defines.items())]
+        key = (source_file, tuple(opts))
+        if key not in self._kernels:
+            path = CUDA_DIR / source_file
+            src = path.read_text()
+            mod = SourceModule(src, options=opts, no_extern_c=True, include_dirs=[str(CUDA_DIR)])
+            h = hashlib.sha256((src + "\0" + " ".join(opts)).encode()).hexdigest()[:16]
+            self._kernels[key] = Kernel(mod, source_file, opts, h)
+        return self._kernels[key]
+
+    # -- timing -------------------------------------------------------------------------
+    def event_timer(self, stream: Any = None) -> EventTimer:
+        return EventTimer(self.cuda, stream)
+
+    def l2_flusher(self) -> Callable[[], None]:
+        """Writes a buffer twice the L2 size, evicting whatever the last sample left there."""
+        nbytes = 2 * max(self.l2_bytes, 1 << 20)
+        buf = self.cuda.mem_alloc(nbytes)
+        cuda = self.cuda
+
+        def flush() -> None:
+            cuda.memset_d32(buf, 0, nbytes // 4)
+            cuda.Context.synchronize()
+
+        flush._buf = buf  # keep the allocation alive with the closure
+        return flush
+
+    def synchronize(self) -> None:
+        self.cuda.Context.synchronize()
+
+
+class EventTimer:
+    """CUDA events around `reps` launches on one stream: device time, not host time."""
+
+    name = "cuda_event"
+
+    def __init__(self, cuda: Any, stream: Any = None) -> None:
+        self.cuda = cuda
+        self.stream = stream
+        self.start = cuda.Event()
+        self.end = cuda.Event()
+
+    def time(self, fn: Callable[[], Any], reps: int) -> float:
+        self.start.record(self.stream)
+        for _ in range(reps):
+            fn()
+        self.end.record(self.stream)
+        self.end.synchronize()
+        return self.end.time_since(self.start) * 1e-3
+
+
+def _uuid(device: Any) -> str:
+    try:
+        raw = device.get_uuid() if hasattr(device, "get_uuid") else None
+    except Exception:  # noqa: BLE001 - older pycuda / drivers
+        raw = None
+    if not raw:
+        return ""
+    h = raw.hex() if isinstance(raw, (bytes, bytearray)) else str(raw)
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+_SESSION: GpuSession | None = None
+
+
+def open_session(index: int = 0) -> GpuSession:
+    """The job's GPU session (one per process), or NoGpuError saying what was looked for."""
+    global _SESSION
+    if _SESSION is not None:
+        return _SESSION
+    try:
+        import pycuda.driver as cuda
+    except ImportError as exc:
+        raise _no_gpu(f"pycuda is not importable ({exc}); install the GPU extra: "
+                      "pip install -e '.[gpu]'") from exc
+    try:
+        cuda.init()
+        count = cuda.Device.count()
+    except Exception as exc:  # noqa: BLE001 - pycuda raises its own error types
+        raise _no_gpu(f"the CUDA driver did not initialise ({exc})") from exc
+    if count == 0:
+        raise _no_gpu("the driver reports 0 devices")
+    if index >= count:
+        raise _no_gpu(f"gpu_index {index} asked for, but only {count} device(s) visible")
+    device = cuda.Device(index)
+    ctx = device.retain_primary_context()
+    ctx.push()
+
+    def _release() -> None:
+        try:
+            ctx.pop()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+    atexit.register(_release)
+    _SESSION = GpuSession(index=index, cuda=cuda, device=device, context=ctx)
+    return _SESSION
+
+
+def context_alive(session: GpuSession) -> bool:
+    """After a launch failure the context is unusable ('sticky' errors): detect it."""
+    try:
+        session.cuda.Context.synchronize()
+        session.cuda.mem_alloc(4).free()
+        return True
+    except Exception:  # noqa: BLE001
+        return False

@@ -1,0 +1,250 @@
+"""The one result schema: raw per-point records (JSON, written atomically) and the tidy
+results table (one row per grid point) that pandas builds from them.
+
+Raw record: results/raw/<experiment>/<point_id>.json  (every sample kept)
+Table:      results/results.csv (+ results.parquet when pyarrow is installed)
+
+Table columns: the fixed COLUMNS below, plus `p_<name>` for each parameter of the point and
+`m_<name>` for each extra metric an experiment reports (e.g. m_h2d_s). Speeds (time_*,
+gflops, gbps) are left empty on rows whose status is not "ok": a wrong or failed point is
+never a speed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+SCHEMA_VERSION = 1
+
+STATUSES = ("ok", "wrong", "failed", "skipped")
+
+# name -> (pandas dtype, description). The tests enforce this; docs/results-schema comes from it.
+COLUMNS: dict[str, tuple[str, str]] = {
+    "experiment": ("string", "experiment name (matmul, transfer, ...)"),
+    "variant": ("string", "kernel / method variant (cpu, naive, tiled, ...)"),
+    "point_id": ("string", "unique id of the grid point within the experiment"),
+    "params": ("string", "all parameters of the point as JSON"),
+    "status": ("string", "ok | wrong (failed its correctness check) | failed | skipped"),
+    "reason": ("string", "why a point is not ok (error message, tolerance exceeded)"),
+    "n_samples": ("Int64", "timed samples kept"),
+    "batch": ("Int64", "launches per sample (samples are per launch)"),
+    "timer": ("string", "cuda_event (device time) or perf_counter (host time)"),
+    "stop_reason": ("string", "converged | budget | max_samples"),
+    "time_median_s": ("float64", "median time of one launch / operation, seconds"),
+    "time_iqr_s": ("float64", "interquartile range of the samples, seconds"),
+    "time_cv": ("float64", "coefficient of variation of the samples (std / mean)"),
+    "time_min_s": ("float64", "fastest sample, seconds"),
+    "time_mean_s": ("float64", "mean sample, seconds"),
+    "n_throttled": ("Int64", "samples taken while the GPU was throttled (clock or reason)"),
+    "flops": ("float64", "floating-point operations of one launch (declared by the experiment)"),
+    "bytes": ("float64", "bytes one launch must move through device memory (declared)"),
+    "gflops": ("float64", "flops / time_median_s / 1e9"),
+    "gbps": ("float64", "bytes / time_median_s / 1e9 (GB/s, decimal)"),
+    "error": ("float64", "error against the CPU reference (metric in error_metric)"),
+    "tolerance": ("float64", "largest error that passes"),
+    "error_metric": ("string", "how error is measured (e.g. rel_fro: ||C-R||_F / ||R||_F)"),
+    "correct": ("boolean", "passed the correctness check (empty if no check applies)"),
+    "t_start": ("float64", "unix time the point started (same clock as telemetry)"),
+    "t_end": ("float64", "unix time the point ended"),
+    "job_id": ("string", "the job that measured the point (keys its telemetry)"),
+    "cached": ("boolean", "reused from an earlier job with identical provenance"),
+    # provenance
+    "gpu_name": ("string", "GPU model"),
+    "gpu_uuid": ("string", "GPU UUID"),
+    "compute_capability": ("string", "major.minor"),
+    "driver_version": ("string", "NVIDIA driver version"),
+    "cuda_version": ("string", "CUDA version pycuda was built against"),
+    "pycuda_version": ("string", "pycuda version"),
+    "nvcc_version": ("string", "nvcc version"),
+    "nvcc_options": ("string", "options the kernel was compiled with"),
+    "kernel_hash": ("string", "sha256 (16 hex) of kernel source + options"),
+    "host": ("string", "host name"),
+    "cpu_model": ("string", "host CPU"),
+    "slurm_job_id": ("string", "Slurm job id (empty outside Slurm)"),
+    "slurm_node": ("string", "Slurm node"),
+    "slurm_partition": ("string", "Slurm partition"),
+    "cuda_visible_devices": ("string", "CUDA_VISIBLE_DEVICES of the job"),
+    "git_commit": ("string", "commit of the code that measured"),
+    "git_dirty": ("boolean", "tracked files differed from the commit"),
+    "config_hash": ("string", "hash of the experiment's config block"),
+    "timestamp": ("string", "ISO 8601 UTC time of the measurement"),
+}
+
+PROVENANCE_KEYS = [k for k in list(COLUMNS)[list(COLUMNS).index("gpu_name"):]]
+
+
+# -- raw records ---------------------------------------------------------------------------
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write to a temp file in the same folder, fsync, rename: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=1, default=_json_default)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "item"):  # numpy scalars
+        return o.item()
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    raise TypeError(f"not JSON-able: {type(o)}")
+
+
+def read_record(path: Path) -> dict[str, Any] | None:
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return rec if rec.get("schema_version") == SCHEMA_VERSION else None
+
+
+def iter_records(raw_dir: Path) -> Iterable[dict[str, Any]]:
+    for p in sorted(Path(raw_dir).glob("*/*.json")):
+        if p.name.startswith("_"):
+            continue
+        rec = read_record(p)
+        if rec is not None:
+            yield rec
+
+
+# -- the table -----------------------------------------------------------------------------
+def _safe_div(a: Any, b: Any) -> float:
+    try:
+        a, b = float(a), float(b)
+    except (TypeError, ValueError):
+        return math.nan
+    return a / b if b > 0 and not math.isnan(a) else math.nan
+
+
+def record_to_row(rec: dict[str, Any]) -> dict[str, Any]:
+    t = rec.get("timing") or {}
+    check = rec.get("check") or {}
+    work = rec.get("work") or {}
+    prov = rec.get("provenance") or {}
+    ok = rec.get("status") == "ok"
+    med = t.get("median", math.nan) if ok else math.nan
+    row: dict[str, Any] = {
+        "experiment": rec["experiment"],
+        "variant": rec["variant"],
+        "point_id": rec["point_id"],
+        "params": json.dumps(rec.get("params", {}), sort_keys=True),
+        "status": rec.get("status", "failed"),
+        "reason": rec.get("reason", ""),
+        "n_samples": t.get("n"),
+        "batch": t.get("batch"),
+        "timer": t.get("timer"),
+        "stop_reason": t.get("stop_reason"),
+        "time_median_s": med,
+        "time_iqr_s": t.get("iqr", math.nan) if ok else math.nan,
+        "time_cv": t.get("cv", math.nan) if ok else math.nan,
+        "time_min_s": t.get("min", math.nan) if ok else math.nan,
+        "time_mean_s": t.get("mean", math.nan) if ok else math.nan,
+        "n_throttled": t.get("n_throttled"),
+        "flops": work.get("flops", math.nan),
+        "bytes": work.get("bytes", math.nan),
+        "gflops": _safe_div(work.get("flops"), med) / 1e9,
+        "gbps": _safe_div(work.get("bytes"), med) / 1e9,
+        "error": check.get("error", math.nan),
+        "tolerance": check.get("tolerance", math.nan),
+        "error_metric": check.get("metric"),
+        "correct": check.get("passed"),
+        "t_start": rec.get("t_start"),
+        "t_end": rec.get("t_end"),
+        "job_id": rec.get("job_id"),
+        "cached": rec.get("cached", False),
+    }
+    for k in PROVENANCE_KEYS:
+        row[k] = prov.get(k)
+    for k, v in (rec.get("params") or {}).items():
+        row[f"p_{k}"] = v
+    for k, v in (rec.get("metrics") or {}).items():
+        # extra metrics are speeds or counts measured with the point: blank them too if not ok
+        row[f"m_{k}"] = v if ok or not isinstance(v, float) else math.nan
+    return row
+
+
+def build_table(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
+    rows = [record_to_row(r) for r in records]
+    df = pd.DataFrame(rows)
+    for col in COLUMNS:
+        if col not in df:
+            df[col] = pd.Series([None] * len(df), dtype="object")
+    extra = sorted(c for c in df.columns if c not in COLUMNS)
+    df = df[list(COLUMNS) + extra]
+    for col, (dtype, _) in COLUMNS.items():
+        df[col] = df[col].astype(dtype)
+    return df.sort_values(["experiment", "variant", "point_id"], kind="stable").reset_index(
+        drop=True
+    )
+
+
+def check_table(df: pd.DataFrame) -> list[str]:
+    """Schema problems of a results table (empty list = valid)."""
+    problems = []
+    for col, (dtype, _) in COLUMNS.items():
+        if col not in df.columns:
+            problems.append(f"missing column {col}")
+        elif str(df[col].dtype) != dtype and not (df[col].isna().all()):
+            problems.append(f"column {col} has dtype {df[col].dtype}, expected {dtype}")
+    for c in df.columns:
+        if c not in COLUMNS and not c.startswith(("p_", "m_")):
+            problems.append(f"unexpected column {c}")
+    bad = set(df["status"].dropna()) - set(STATUSES) if "status" in df else set()
+    if bad:
+        problems.append(f"unknown status values {sorted(bad)}")
+    if {"status", "gflops"} <= set(df.columns):
+        leaked = df[(df["status"] != "ok") & df["gflops"].notna()]
+        if len(leaked):
+            problems.append(f"{len(leaked)} non-ok rows carry a speed")
+    if {"experiment", "point_id"} <= set(df.columns) and df.duplicated(
+        ["experiment", "point_id"]
+    ).any():
+        problems.append("duplicate (experiment, point_id) rows")
+    return problems
+
+
+def read_table(path: Path) -> pd.DataFrame:
+    """Read results.csv back with the schema's dtypes."""
+    dtypes = {c: d for c, (d, _) in COLUMNS.items() if d not in ("boolean",)}
+    df = pd.read_csv(path, dtype=dtypes, keep_default_na=True)
+    for c, (d, _) in COLUMNS.items():
+        if d == "boolean" and c in df:
+            df[c] = df[c].map({True: True, False: False, "True": True, "False": False}).astype(
+                "boolean"
+            )
+    return df
+
+
+def write_table(df: pd.DataFrame, csv_path: Path) -> list[Path]:
+    """Write results.csv (and .parquet if pyarrow is there), each atomically."""
+    csv_path.parent.mkdir(parents=True, exist_ok=True)
+    written = []
+    tmp = csv_path.with_name(f".{csv_path.name}.tmp")
+    df.to_csv(tmp, index=False)
+    os.replace(tmp, csv_path)
+    written.append(csv_path)
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return written
+    pq = csv_path.with_suffix(".parquet")
+    tmp = pq.with_name(f".{pq.name}.tmp")
+    df.to_parquet(tmp, index=False)
+    os.replace(tmp, pq)
+    written.append(pq)
+    return written

@@ -1,0 +1,214 @@
+"""Telemetry in the report: per GPU job, SM clock, power, temperature and utilisation over
+time (nvidia-smi samples) with the measured grid points shaded on the same unix clock, and a
+line saying what was unavailable and why.
+
+Each job's manifest (results/raw/<experiment>/_manifest.json) gives the phases (grid points
+with t_start/t_end, unix time), the telemetry status and nvidia-smi's UTC offset; the samples
+are in results/telemetry/<job_id>/nvidia_smi.csv.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from cudalab.telemetry import parse_nvidia_smi_csv, throttling_samples
+
+MAX_PHASE_LABELS = 16
+
+
+def load_jobs(results_dir: Path) -> list[dict[str, Any]]:
+    jobs = []
+    for m in sorted(Path(results_dir).glob("raw/*/_manifest.json")):
+        try:
+            jobs.append(json.loads(m.read_text()))
+        except (OSError, json.JSONDecodeError):
+            continue
+    return jobs
+
+
+def telemetry_dir(results_dir: Path, manifest: dict[str, Any]) -> Path:
+    """The job's telemetry folder; results/telemetry/<job_id> if the recorded absolute path
+    does not exist here (results copied from a cluster or another machine)."""
+    recorded = Path(manifest.get("telemetry_dir") or "")
+    if str(recorded) not in ("", ".") and recorded.is_dir():
+        return recorded
+    return Path(results_dir) / "telemetry" / manifest["job_id"]
+
+
+def load_samples(smi_csv: Path, manifest: dict[str, Any]) -> pd.DataFrame:
+    tel = manifest.get("telemetry") or {}
+    off = tel.get("nvidia_smi_utc_offset_s")
+    df = parse_nvidia_smi_csv(smi_csv.read_text(errors="replace"),
+                              utc_offset_s=None if off is None else float(off))
+    ratio = tel.get("nvml_throttle_ratio") or 0.85
+    df["throttling"] = throttling_samples(df, ratio)
+    return df
+
+
+def _in_phases(t: pd.Series, phases: list[dict[str, Any]]) -> pd.Series:
+    inside = pd.Series(False, index=t.index)
+    for ph in phases:
+        inside |= (t >= ph["t_start"]) & (t <= ph["t_end"])
+    return inside
+
+
+def summarize_job(df: pd.DataFrame, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Numbers for the caption: samples, clocks, power, temperature while points were measured."""
+    phases = manifest.get("phases", [])
+    t = df["t"] if "t" in df else pd.Series(dtype=float)
+    inside = _in_phases(t, phases) if len(df) else pd.Series(dtype=bool)
+    d = df[inside] if len(df) else df
+
+    def stat(col: str, fn: str) -> float:
+        if col not in d or d[col].notna().sum() == 0:
+            return math.nan
+        return float(getattr(d[col], fn)())
+
+    return {
+        "n_samples": int(len(df)),
+        "n_in_points": int(inside.sum()) if len(df) else 0,
+        "n_throttling_in_points": int(d["throttling"].sum()) if "throttling" in d else 0,
+        "sm_clock_median_mhz": stat("clocks.sm", "median"),
+        "sm_clock_min_mhz": stat("clocks.sm", "min"),
+        "max_sm_clock_mhz": stat("clocks.max.sm", "max"),
+        "power_max_w": stat(_power_col(df), "max") if _power_col(df) else math.nan,
+        "temperature_max_c": stat("temperature.gpu", "max"),
+        "n_points": len(phases),
+        "n_points_throttled": sum(1 for p in phases if p.get("n_throttled")),
+    }
+
+
+def _power_col(df: pd.DataFrame) -> str:
+    for c in ("power.draw.instant", "power.draw"):
+        if c in df and df[c].notna().any():
+            return c
+    return ""
+
+
+def plot_job(smi_csv: Path, manifest: dict[str, Any], df: pd.DataFrame | None = None):
+    import matplotlib.pyplot as plt
+
+    if df is None:
+        df = load_samples(smi_csv, manifest)
+    if df.empty or df["t"].isna().all():
+        return None
+    t0 = manifest["t_start"]
+    x = df["t"] - t0
+    power = _power_col(df)
+    panels = [
+        ("clocks.sm", "SM clock (MHz)"),
+        (power, "instant power (W)" if power == "power.draw.instant" else "power (W)"),
+        ("temperature.gpu", "temperature (°C)"),
+        ("utilization.gpu", "GPU busy (%)"),
+    ]
+    panels = [(c, lab) for c, lab in panels if c and c in df and df[c].notna().any()]
+    if not panels:
+        return None
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 1.7 * len(panels) + 0.9),
+                             sharex=True, squeeze=False)
+    phases = manifest.get("phases", [])
+    ratio = (manifest.get("telemetry") or {}).get("nvml_throttle_ratio") or 0.85
+    for ax, (col, lab) in zip(axes[:, 0], panels):
+        ax.plot(x, df[col], lw=1.1, color="C0", label="GPU" if col == "temperature.gpu" else None)
+        ax.set_ylabel(lab, fontsize=9)
+        for i, ph in enumerate(phases):
+            hot = bool(ph.get("n_throttled"))
+            ax.axvspan(ph["t_start"] - t0, ph["t_end"] - t0, lw=0,
+                       color="C3" if hot else ("C1" if i % 2 else "C2"),
+                       alpha=0.25 if hot else 0.12)
+        if col == "clocks.sm":
+            if "clocks.max.sm" in df and df["clocks.max.sm"].notna().any():
+                top = float(df["clocks.max.sm"].max())
+                ax.axhline(top, ls="--", lw=0.8, color="0.4", label="max SM clock")
+                ax.axhline(ratio * top, ls=":", lw=0.8, color="C3",
+                           label=f"{ratio:g} x max (throttle threshold)")
+            hot = df["throttling"] if "throttling" in df else pd.Series(False, index=df.index)
+            if hot.any():
+                ax.plot(x[hot], df[col][hot], "v", ms=3, color="C3",
+                        label="sample with a throttle reason / low clock")
+            ax.legend(fontsize=7, loc="lower right")
+        if col == "power.draw" or col == "power.draw.instant":
+            if "enforced.power.limit" in df and df["enforced.power.limit"].notna().any():
+                ax.axhline(float(df["enforced.power.limit"].max()), ls="--", lw=0.8,
+                           color="0.4", label="power limit")
+                ax.legend(fontsize=7, loc="lower right")
+        if col == "temperature.gpu" and "temperature.memory" in df \
+                and df["temperature.memory"].notna().any():
+            ax.plot(x, df["temperature.memory"], lw=0.9, color="C4", label="memory (HBM)")
+            ax.legend(fontsize=7, loc="lower right")
+    if 0 < len(phases) <= MAX_PHASE_LABELS:
+        top = axes[0, 0]
+        for ph in phases:
+            top.annotate(ph["point_id"], xy=((ph["t_start"] + ph["t_end"]) / 2 - t0, 1.0),
+                         xycoords=("data", "axes fraction"), rotation=60, fontsize=6,
+                         ha="left", va="bottom")
+    axes[-1, 0].set_xlabel("time since the job started (s, unix clock shared with the points)")
+    fig.suptitle(f"{manifest['job_id']}: GPU telemetry (shaded: grid points being measured, "
+                 "red: points with throttled samples)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def status_text(manifest: dict[str, Any]) -> str:
+    """What telemetry this job lacks, and why ('' if everything worked)."""
+    tel = manifest.get("telemetry") or {}
+    parts = []
+    if tel.get("nvidia_smi", "unavailable") != "ok":
+        parts.append("nvidia-smi telemetry unavailable: "
+                     + (tel.get("nvidia_smi_reason") or tel.get("reason") or "no reason recorded"))
+    if tel.get("nvml", "unavailable") != "ok":
+        parts.append("NVML unavailable, so throttled samples could not be flagged "
+                     "(n_throttled is empty): "
+                     + (tel.get("nvml_reason") or tel.get("reason") or "no reason recorded"))
+    parts += [f"warning: {w}" for w in tel.get("nvidia_smi_warnings") or []]
+    return " · ".join(parts)
+
+
+def caption_text(manifest: dict[str, Any], s: dict[str, Any]) -> str:
+    def f(v: float, unit: str) -> str:
+        return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) \
+            else f"{v:.0f} {unit}"
+
+    return (
+        f"{manifest['experiment']}: {s['n_samples']} nvidia-smi samples, {s['n_in_points']} "
+        f"while {s['n_points']} points were measured; SM clock median "
+        f"{f(s['sm_clock_median_mhz'], 'MHz')} (min {f(s['sm_clock_min_mhz'], 'MHz')}, max "
+        f"{f(s['max_sm_clock_mhz'], 'MHz')}), peak power {f(s['power_max_w'], 'W')}, peak "
+        f"temperature {f(s['temperature_max_c'], '°C')}; {s['n_throttling_in_points']} samples "
+        f"during points with a throttle reason or a low clock; {s['n_points_throttled']} "
+        "points with samples flagged by NVML."
+    )
+
+
+def sections(results_dir: Path) -> list[dict[str, Any]]:
+    """One entry per GPU job: figure (data URI), caption, and what was unavailable."""
+    from cudalab.figures import save, setup_style
+    from cudalab.report import data_uri
+
+    setup_style()
+    out = []
+    for m in load_jobs(results_dir):
+        if not m.get("telemetry_dir"):
+            continue  # CPU-only job: no telemetry expected
+        tdir = telemetry_dir(results_dir, m)
+        entry = {"job_id": m["job_id"], "status": status_text(m), "src": "", "caption": ""}
+        smi = tdir / "nvidia_smi.csv"
+        if smi.exists():
+            df = load_samples(smi, m)
+            fig = plot_job(smi, m, df)
+            if fig is not None:
+                png = save(fig, tdir / "telemetry")[0]
+                entry["src"] = data_uri(png)
+                entry["caption"] = caption_text(m, summarize_job(df, m))
+            elif not entry["status"]:
+                entry["status"] = "nvidia-smi wrote no usable samples for this job."
+        elif (m.get("telemetry") or {}).get("nvidia_smi") == "ok":
+            entry["status"] = (entry["status"] + " " if entry["status"] else "") + \
+                f"nvidia-smi samples missing ({smi} not found)."
+        out.append(entry)
+    return out

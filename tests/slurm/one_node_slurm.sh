@@ -1,0 +1,161 @@
+#!/bin/bash
+# A real one-node Slurm cluster (slurmctld + slurmd + munged) for the project's tests.
+#
+#   tests/slurm/one_node_slurm.sh up   STATE_DIR   start it; prints the node line when idle
+#   tests/slurm/one_node_slurm.sh down STATE_DIR   scancel everything, stop the daemons by PID
+#
+# Needs root and Debian's `slurm-wlm munge` (Slurm 22.05 on Debian 12). No accounting
+# (no slurmdbd): use `slurm-status-command: squeue` in the Snakemake profile, because the
+# executor plugin's default, sacct, hangs for ever without an accounting database.
+#
+# Things that do not work otherwise (each was seen failing):
+#  * the config lives at /etc/slurm/slurm.conf: the plugin's in-job step drops SLURM_CONF
+#    before its inner srun, so a config elsewhere kills every job ("Could not establish a
+#    configuration source"). We refuse to overwrite a slurm.conf that is not ours.
+#  * GPUs in gres.conf need File= pointing at character devices; we make fake ones with
+#    mknod (c 1 3, i.e. /dev/null) so `--gpus=1` jobs are schedulable on a GPU-less machine
+#    and Slurm sets CUDA_VISIBLE_DEVICES for them.
+#  * TaskPlugin=task/affinity (task/none prints a cpu-binding warning into every job log).
+#  * MinJobAge=600 keeps finished jobs visible to squeue/scontrol (status via squeue).
+#
+# Env: FAKE_GPUS (default 2), FAKE_GPU_TYPE (default fake), SLURM_CPUS (default nproc; more than nproc oversubscribes).
+set -euo pipefail
+
+CMD=${1:?usage: one_node_slurm.sh up|down STATE_DIR}
+S=$(realpath -m "${2:?usage: one_node_slurm.sh up|down STATE_DIR}")
+CONF=/etc/slurm/slurm.conf
+GRES=/etc/slurm/gres.conf
+MARK="# written by cudalab tests/slurm/one_node_slurm.sh"
+
+HOST=$(hostname -s)
+NCPU=${SLURM_CPUS:-$(nproc)}
+NGPU=${FAKE_GPUS:-2}
+GPU_TYPE=${FAKE_GPU_TYPE:-fake}   # --gpus=1 and --gpus=fake:1 both match
+MEM=$(( $(awk '/MemTotal/{print $2}' /proc/meminfo) / 1024 / 2 ))
+
+die() { echo "one_node_slurm.sh: $*" >&2; exit 1; }
+
+alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+ours() { [ ! -e "$1" ] || head -1 "$1" | grep -qF "$MARK"; }
+
+up() {
+  [ "$(id -u)" = 0 ] || die "needs root"
+  for b in slurmctld slurmd sbatch sinfo munged; do
+    command -v "$b" >/dev/null || die "$b not found (apt-get install -y slurm-wlm munge)"
+  done
+  ours "$CONF" || die "$CONF exists and is not ours; not touching a real cluster's config"
+  ours "$GRES" || die "$GRES exists and is not ours"
+  if alive "$S/run/slurmctld.pid" || alive "$S/run/slurmd.pid"; then
+    die "already up in $S (run: $0 down $S)"
+  fi
+  if pgrep -x slurmctld >/dev/null || pgrep -x slurmd >/dev/null; then
+    die "another slurmctld/slurmd runs on this machine: $( (pgrep -ax slurmctld; pgrep -ax slurmd) | tr "\n" " ")"
+  fi
+
+  mkdir -p "$S"/{run,log,state/ctld,state/d,dev} /etc/slurm
+  for i in $(seq 0 $((NGPU - 1))); do
+    [ -e "$S/dev/gpu$i" ] || mknod -m 666 "$S/dev/gpu$i" c 1 3
+  done
+
+  cat > "$CONF" <<CONF
+$MARK (state: $S)
+ClusterName=cudalab-ci
+SlurmctldHost=${HOST}(127.0.0.1)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+StateSaveLocation=$S/state/ctld
+SlurmdSpoolDir=$S/state/d
+SlurmctldPidFile=$S/run/slurmctld.pid
+SlurmdPidFile=$S/run/slurmd.pid
+SlurmctldLogFile=$S/log/slurmctld.log
+SlurmdLogFile=$S/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/affinity
+MpiDefault=none
+ReturnToService=2
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=100
+GresTypes=gpu
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+MinJobAge=600
+$( [ "$NCPU" -gt "$(nproc)" ] && echo SlurmdParameters=config_overrides )
+NodeName=${HOST} NodeAddr=127.0.0.1 CPUs=${NCPU} RealMemory=${MEM} Gres=gpu:${GPU_TYPE}:${NGPU} State=UNKNOWN
+PartitionName=gpu Nodes=${HOST} Default=YES MaxTime=INFINITE State=UP
+CONF
+  printf '%s\nNodeName=%s Name=gpu Type=%s File=%s/dev/gpu[0-%d]\n' \
+    "$MARK" "$HOST" "$GPU_TYPE" "$S" $((NGPU - 1)) > "$GRES"
+
+  # munge: reuse a running munged, else start one and remember that we did
+  if alive /run/munge/munged.pid; then
+    rm -f "$S/run/munged.ours"
+  else
+    if [ ! -s /etc/munge/munge.key ]; then
+      install -d -o munge -g munge -m 0700 /etc/munge
+      if command -v mungekey >/dev/null; then mungekey --create --keyfile=/etc/munge/munge.key
+      else dd if=/dev/urandom bs=1 count=1024 of=/etc/munge/munge.key 2>/dev/null; fi
+      chown munge:munge /etc/munge/munge.key; chmod 0400 /etc/munge/munge.key
+    fi
+    install -d -o munge -g munge -m 0755 /run/munge
+    install -d -o munge -g munge -m 0700 /var/lib/munge /var/log/munge
+    runuser -u munge -- /usr/sbin/munged
+    for _ in $(seq 1 50); do alive /run/munge/munged.pid && break; sleep 0.1; done
+    alive /run/munge/munged.pid || die "munged did not start"
+    touch "$S/run/munged.ours"
+  fi
+
+  slurmctld -i   # -i: ignore missing state; daemonizes, pid -> $S/run/slurmctld.pid
+  slurmd         # daemonizes, pid -> $S/run/slurmd.pid
+  st=""
+  for _ in $(seq 1 120); do
+    st=$(sinfo -h -N -o %T 2>/dev/null || true)
+    [ "$st" = idle ] && break
+    sleep 0.5
+  done
+  sinfo -N -o '%N %P %T %c %m %G'
+  if [ "$st" != idle ]; then
+    echo "node not idle: '$st'" >&2
+    tail -n 20 "$S"/log/*.log >&2 || true
+    exit 1
+  fi
+}
+
+stop_pid() {  # stop_pid PIDFILE: SIGTERM, wait up to 10 s, then SIGKILL
+  local f=$1 p
+  [ -f "$f" ] || return 0
+  p=$(cat "$f")
+  kill "$p" 2>/dev/null || { rm -f "$f"; return 0; }
+  for _ in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
+  if kill -0 "$p" 2>/dev/null; then
+    echo "pid $p ($f) still alive, SIGKILL" >&2
+    kill -9 "$p" 2>/dev/null || true
+  fi
+  rm -f "$f"
+}
+
+down() {
+  if alive "$S/run/slurmctld.pid"; then
+    scancel --user="$(id -un)" 2>/dev/null || true
+  fi
+  stop_pid "$S/run/slurmd.pid"
+  stop_pid "$S/run/slurmctld.pid"
+  if [ -f "$S/run/munged.ours" ]; then
+    stop_pid /run/munge/munged.pid
+    rm -f "$S/run/munged.ours"
+  fi
+  ours "$CONF" && rm -f "$CONF"
+  ours "$GRES" && rm -f "$GRES"
+  return 0
+}
+
+case "$CMD" in
+  up) up ;;
+  down) down ;;
+  *) die "usage: one_node_slurm.sh up|down STATE_DIR" ;;
+esac

@@ -1,0 +1,728 @@
+"""matmul on the CPU: config rules, grid expansion, launch geometry, a numpy transcription
+of the kernels' index arithmetic (bounds on odd sizes, bank-conflict degrees), the expected
+effects and figures on a synthetic results table, and the "skipped" status.
+
+The GPU side runs in tests/gpu (smoke grid: every variant correct on a real device)."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cudalab import config as cfg
+from cudalab import figures, results
+from cudalab.experiments import REGISTRY
+from cudalab.experiments import matmul as mm
+from cudalab.experiments.base import Experiment, Point, Result, RunContext, Skipped
+from cudalab.harness import Harness, Settings, WallTimer
+
+ROOT = Path(__file__).resolve().parent.parent
+EXP = REGISTRY["matmul"]
+CU = (ROOT / "cuda" / "matmul.cu").read_text()
+
+
+def _err(block: dict) -> str:
+    with pytest.raises(cfg.ConfigError) as e:
+        cfg.validate({"experiments": {"matmul": block}})
+    return str(e.value)
+
+
+def _block(**kw) -> dict:
+    return cfg.validate({"experiments": {"matmul": kw}})["experiments"]["matmul"]
+
+
+# -- config --------------------------------------------------------------------------------
+@pytest.mark.parametrize("block, needles", [
+    ({"register_tiles": [{"rt": 3, "bt": 64, "bk": 16}]},
+     ["experiments.matmul.register_tiles[0].rt", "3", "allowed values", "[2, 4, 8]"]),
+    ({"register_tiles": [{"rt": 4, "bt": 48, "bk": 16}]},
+     ["experiments.matmul.register_tiles[0].bt", "48", "[16, 32, 64, 128]"]),
+    ({"register_tiles": [{"rt": 4, "bt": 64, "bk": 12}]},
+     ["experiments.matmul.register_tiles[0].bk", "12", "[4, 8, 16, 32, 64]"]),
+    ({"register_tiles": [{"rt": 4, "bt": 64}]},
+     ["experiments.matmul.register_tiles[0]", "'bk' is a required property"]),
+    ({"register_tiles": [{"rt": 4, "bt": 64, "bk": 8, "unroll": 2}]},
+     ["experiments.matmul.register_tiles[0]", "'unroll'", "allowed keys"]),
+    ({"tiles": [7]}, ["experiments.matmul.tiles[0]", "7", "allowed values", "[8, 16, 32]"]),
+    ({"tiles": [64]}, ["experiments.matmul.tiles[0]", "64", "[8, 16, 32]"]),
+    ({"variants": ["cuBLAS"]},
+     ["experiments.matmul.variants[0]", "'cuBLAS'", "allowed values", "'cublas'",
+      "'tiled_padded'", "'tiled_conflict'", "'register'"]),
+])
+def test_bad_values_name_the_key_and_the_allowed_values(block, needles):
+    msg = _err(block)
+    for n in needles:
+        assert n in msg, (n, msg)
+
+
+def test_more_than_1024_threads_is_refused_naming_the_entry():
+    msg = _err({"register_tiles": [{"rt": 4, "bt": 64, "bk": 16},
+                                   {"rt": 2, "bt": 128, "bk": 8}]})
+    assert "experiments.matmul.register_tiles[1]:" in msg
+    assert "register_tiles[0]" not in msg
+    assert "4096 threads per block" in msg and "at most 1024" in msg and "rt >= 4" in msg
+
+
+def test_blocks_of_less_than_two_warps_are_refused():
+    msg = _err({"register_tiles": [{"rt": 8, "bt": 32, "bk": 8}]})
+    assert "experiments.matmul.register_tiles[0]:" in msg
+    assert "16 threads per block" in msg and "at least 64" in msg and "bt >= 64" in msg
+
+
+def test_more_than_48_kib_of_shared_memory_is_refused():
+    msg = _err({"register_tiles": [{"rt": 8, "bt": 128, "bk": 64}]})
+    assert "experiments.matmul.register_tiles[0]:" in msg
+    assert "66560 bytes of static shared memory" in msg and "49152" in msg
+
+
+def test_matrices_past_32_bit_indexing_are_refused():
+    msg = _err({"sizes": [1024, [65536, 65536, 16]]})
+    assert "experiments.matmul.sizes[1]:" in msg and "sizes[0]" not in msg
+    assert "4294967296 elements" in msg and "2147483647" in msg
+    assert _block(sizes=[[46340, 46340, 16]])  # 46340^2 < 2^31
+
+
+def test_cross_field_rule_matches_the_formulas_for_every_allowed_combination():
+    for rt, bt, bk in itertools.product(mm.RT, mm.BT, mm.BK):
+        msgs = EXP.check_config({"register_tiles": [{"rt": rt, "bt": bt, "bk": bk}]})
+        threads = (bt // rt) ** 2
+        smem = 4 * (bk * (bt + mm.APAD) + bk * bt)
+        assert any("at most 1024" in m for m in msgs) == (threads > 1024), (rt, bt, bk)
+        assert any("at least 64" in m for m in msgs) == (threads < 64), (rt, bt, bk)
+        assert any("shared memory" in m for m in msgs) == (smem > 48 * 1024), (rt, bt, bk)
+
+
+def test_defaults_and_smoke_grid_are_valid():
+    b = _block()
+    assert b["variants"] == mm.VARIANTS
+    assert b["register_tiles"] == mm.DEFAULT_REGISTER_TILES
+    assert EXP.check_config(b) == []
+    smoke = _block(**copy.deepcopy(EXP.smoke))
+    assert EXP.check_config(smoke) == []
+
+
+def test_kernel_constants_match_the_python_rules():
+    """The shared-memory formula and the 1024-thread rule mirror cuda/matmul.cu."""
+    assert int(re.search(r"#define APAD (\d+)", CU).group(1)) == mm.APAD
+    assert "__shared__ __align__(16) float As[BK][BM + APAD];" in CU
+    assert "__shared__ __align__(16) float Bs[BK][BN];" in CU
+    assert "#if NTHREADS > 1024" in CU
+    for name in ("matmul_naive", "matmul_tiled", "matmul_tiled_padded",
+                 "matmul_tiled_conflict", "matmul_register"):
+        assert f"void {name}(" in CU or f"\n{name}(" in CU, name
+    assert "matmul_transposed_b<TILE>(" in CU and "matmul_transposed_b<TILE + 1>(" in CU
+
+
+# -- grid ----------------------------------------------------------------------------------
+def test_default_grid_expansion_counts():
+    b = _block()
+    pts = EXP.points(b)
+    by = {}
+    for p in pts:
+        by[p.variant] = by.get(p.variant, 0) + 1
+    n_sizes = len(b["sizes"])  # 6, up to 4096
+    n_cpu = sum(max(mm._mkn(s)) <= b["cpu_max_size"] for s in b["sizes"])
+    assert b["cpu_max_size"] == 2048 and n_cpu == 5
+    assert by == {"cpu": n_cpu, "naive": n_sizes, "tiled": 3 * n_sizes,
+                  "tiled_padded": 3 * n_sizes, "tiled_conflict": 3 * n_sizes,
+                  "register": 3 * n_sizes, "cublas": n_sizes}
+    assert len(pts) == 89 and len({p.point_id for p in pts}) == 89
+    assert sum(not p.gpu for p in pts) == n_cpu
+    # ordered by work, so inputs are made once per size
+    work = [math.prod((p.params["m"], p.params["k"], p.params["n"])) for p in pts]
+    assert work == sorted(work)
+
+
+def test_register_and_cublas_points_carry_their_parameters():
+    b = _block(sizes=[[160, 240, 320]], variants=["register", "cublas", "tiled_padded"],
+               tiles=[16], register_tiles=[{"rt": 8, "bt": 128, "bk": 8}])
+    pts = {p.variant: p for p in EXP.points(b)}
+    assert pts["register"].params == {"m": 160, "k": 240, "n": 320, "rt": 8, "bt": 128, "bk": 8}
+    assert pts["register"].point_id == "register-m160-k240-n320-rt8-bt128-bk8"
+    assert pts["cublas"].params == {"m": 160, "k": 240, "n": 320}
+    assert pts["tiled_padded"].point_id == "tiled_padded-m160-k240-n320-tile16"
+
+
+def test_smoke_grid_covers_every_variant_and_odd_sizes():
+    pts = EXP.points(_block(**copy.deepcopy(EXP.smoke)))
+    assert {p.variant for p in pts} == set(mm.VARIANTS)
+    dims = {(p.params["m"], p.params["k"], p.params["n"]) for p in pts}
+    assert (5, 7, 3) in dims and (100, 100, 100) in dims and (160, 240, 320) in dims
+
+
+def test_defines_and_launch_geometry_cover_the_output():
+    P = lambda v, **kw: Point("matmul", v, {"m": 1000, "k": 999, "n": 37} | kw)  # noqa: E731
+    assert mm.kernel_defines(P("naive", tile=16)) == {}
+    assert mm.kernel_defines(P("tiled_conflict", tile=32)) == {"TILE": 32}
+    assert mm.kernel_defines(P("register", rt=8, bt=128, bk=8)) == {
+        "BM": 128, "BN": 128, "BK": 8, "RM": 8, "RN": 8}
+    grid, block = mm.launch_geometry(P("register", rt=8, bt=128, bk=8))
+    assert block == (16, 16, 1) and grid == (1, 8)
+    grid, block = mm.launch_geometry(P("tiled", tile=32))
+    assert block == (32, 32, 1) and grid == (2, 32)
+    for rt, bt in itertools.product(mm.RT, mm.BT):
+        grid, block = mm.launch_geometry(P("register", rt=rt, bt=bt, bk=8))
+        assert grid[0] * bt >= 37 and grid[1] * bt >= 1000
+        assert block[0] * rt == bt and block[1] * rt == bt
+
+
+# -- numpy transcriptions of the kernels ---------------------------------------------------
+# Line for line with cuda/matmul.cu (keep them in step). Shared arrays start as NaN, so a
+# read of an element no thread wrote shows up in C; asserts flag shared-memory indices
+# outside the declared arrays; `writes` counts the stores to every element of C.
+def emulate_register(A, B, BM, BN, BK, RM, RN, APAD=mm.APAD):
+    M, K = A.shape
+    N = B.shape[1]
+    NTX, NTY = BN // RN, BM // RM
+    NT = NTX * NTY
+    A_LOADS = (BM * BK + NT - 1) // NT
+    B_LOADS = (BK * BN + NT - 1) // NT
+    C = np.full((M, N), np.nan)
+    writes = np.zeros((M, N), int)
+    tid = np.arange(NT)
+    ty, tx = tid // NTX, tid % NTX  # tid = ty * NTX + tx
+    for by, bx in itertools.product(range(-(-M // BM)), range(-(-N // BN))):
+        r0, c0 = by * BM, bx * BN
+        acc = np.zeros((NT, RM, RN))
+        for k0 in range(0, K, BK):
+            As = np.full((BK, BM + APAD), np.nan)
+            Bs = np.full((BK, BN), np.nan)
+            for t in range(NT):
+                for lo in range(A_LOADS):
+                    e = t + lo * NT
+                    if (BM * BK) % NT == 0 or e < BM * BK:
+                        r, c = e // BK, e % BK
+                        assert 0 <= r < BM and 0 <= c < BK
+                        gr, gc = r0 + r, k0 + c
+                        As[c, r] = A[gr, gc] if gr < M and gc < K else 0.0
+                for lo in range(B_LOADS):
+                    e = t + lo * NT
+                    if (BK * BN) % NT == 0 or e < BK * BN:
+                        r, c = e // BN, e % BN
+                        assert 0 <= r < BK and 0 <= c < BN
+                        gr, gc = k0 + r, c0 + c
+                        Bs[r, c] = B[gr, gc] if gr < K and gc < N else 0.0
+            for k in range(BK):  # every thread at once: a[t, i], b[t, j]
+                a = As[k, ty[:, None] * RM + np.arange(RM)]
+                b = Bs[k, tx[:, None] + np.arange(RN) * NTX]
+                acc += a[:, :, None] * b[:, None, :]
+        for t in range(NT):
+            for i in range(RM):
+                gr = r0 + ty[t] * RM + i
+                if gr < M:
+                    for j in range(RN):
+                        gc = c0 + tx[t] + j * NTX
+                        if gc < N:
+                            C[gr, gc] = acc[t, i, j]
+                            writes[gr, gc] += 1
+    return C, writes
+
+
+def emulate_transposed_b(A, B, TILE, pitch):
+    """matmul_transposed_b<pitch>: tiled_conflict (pitch TILE) and tiled_padded (TILE + 1)."""
+    M, K = A.shape
+    N = B.shape[1]
+    C = np.full((M, N), np.nan)
+    writes = np.zeros((M, N), int)
+    ty, tx = np.meshgrid(np.arange(TILE), np.arange(TILE), indexing="ij")
+    for by, bx in itertools.product(range(-(-M // TILE)), range(-(-N // TILE))):
+        row, col = by * TILE + ty, bx * TILE + tx
+        acc = np.zeros((TILE, TILE))
+        for t in range(0, K, TILE):
+            As = np.full((TILE, TILE), np.nan)
+            Bt = np.full((TILE, pitch), np.nan)
+            for y, x in zip(ty.ravel(), tx.ravel()):
+                r, c = row[y, x], col[y, x]
+                As[y, x] = A[r, t + x] if r < M and t + x < K else 0.0
+                Bt[x, y] = B[t + y, c] if t + y < K and c < N else 0.0
+            for k in range(TILE):
+                acc += As[ty, k] * Bt[tx, k]
+        ok = (row < M) & (col < N)
+        C[row[ok], col[ok]] = acc[ok]
+        writes[row[ok], col[ok]] += 1
+    return C, writes
+
+
+SIZES = [(5, 7, 3), (1, 1, 1), (33, 65, 17), (16, 32, 48)]  # (M, K, N)
+
+
+def _ab(m, k, n):
+    rng = np.random.default_rng(m * 10007 + k * 101 + n)
+    return rng.uniform(-1, 1, (m, k)), rng.uniform(-1, 1, (k, n))
+
+
+@pytest.mark.parametrize("rt, bt, bk", [(2, 16, 8), (2, 32, 32), (4, 64, 16), (8, 128, 8),
+                                        (4, 32, 4), (8, 64, 64), (2, 16, 64), (4, 128, 32)])
+@pytest.mark.parametrize("mkn", SIZES)
+def test_register_tiling_index_arithmetic_on_odd_sizes(rt, bt, bk, mkn):
+    a, b = _ab(*mkn)
+    c, writes = emulate_register(a, b, bt, bt, bk, rt, rt)
+    assert (writes == 1).all()  # every element written once, nothing outside C
+    np.testing.assert_allclose(c, a @ b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("tile", mm.TILES)
+@pytest.mark.parametrize("pad", [0, 1])
+@pytest.mark.parametrize("mkn", SIZES)
+def test_transposed_b_tiles_index_arithmetic_on_odd_sizes(tile, pad, mkn):
+    a, b = _ab(*mkn)
+    c, writes = emulate_transposed_b(a, b, tile, tile + pad)
+    assert (writes == 1).all()
+    np.testing.assert_allclose(c, a @ b, rtol=1e-12, atol=1e-12)
+
+
+def bank_ways(words) -> int:
+    """Passes one warp's scalar shared-memory access needs: the most distinct words that
+    fall into one of the 32 banks (the same word is broadcast: one pass)."""
+    per_bank: dict[int, set[int]] = {}
+    for w in words:
+        per_bank.setdefault(int(w) % 32, set()).add(int(w))
+    return max(len(s) for s in per_bank.values())
+
+
+def _warp(tile, warp=0):
+    tid = np.arange(32 * warp, 32 * warp + 32)
+    return tid // tile, tid % tile  # ty, tx of a (tile x tile) block
+
+
+@pytest.mark.parametrize("tile, conflict_ways", [(32, 32), (16, 8), (8, 2)])
+def test_bank_conflict_degrees_stated_in_the_caption(tile, conflict_ways):
+    ty, tx = _warp(tile)
+    for k in range(tile):
+        assert bank_ways(tx * tile + k) == conflict_ways  # tiled_conflict: Bt[tx][k]
+        assert bank_ways(tx * (tile + 1) + k) == 1  # tiled_padded: Bt[tx][k], pitch + 1
+        assert bank_ways(k * tile + tx) == 1  # tiled: Bs[k][tx]
+        assert bank_ways(ty * tile + k) == 1  # As[ty][k]: a broadcast per row
+    assert bank_ways(tx * tile + ty) == conflict_ways  # the transposing store Bt[tx][ty]
+    assert bank_ways(tx * (tile + 1) + ty) == (1 if tile == 32 else 2)  # once per tile
+    assert f"{conflict_ways}-way" in EXP.caption
+
+
+@pytest.mark.parametrize("tiles", mm.DEFAULT_REGISTER_TILES)
+def test_register_kernel_inner_loop_reads_are_conflict_free(tiles):
+    rt, bt = tiles["rt"], tiles["bt"]
+    ntx = bt // rt
+    tid = np.arange(32)
+    ty, tx = tid // ntx, tid % ntx
+    for k in range(tiles["bk"]):
+        for i in range(rt):
+            assert bank_ways(k * (bt + mm.APAD) + ty * rt + i) == 1  # As[k][ty*RM + i]
+        for j in range(rt):
+            assert bank_ways(k * bt + tx + j * ntx) == 1  # Bs[k][tx + j*NTX]
+
+
+# -- expectations and figures on a synthetic table -----------------------------------------
+SYNTHETIC = "SYNTHETIC TEST DATA - fabricated, not a measurement"
+
+
+def _rec(variant, params, gflops, status="ok", reason="", metrics=None):
+    """A raw record as the runner writes it, with invented numbers (synthetic test data)."""
+    m, k, n = params["m"], params["k"], params["n"]
+    flops = 2.0 * m * k * n
+    t = flops / (gflops * 1e9) if gflops else float("nan")
+    pid = Point("matmul", variant, params).point_id
+    rec = {
+        "schema_version": results.SCHEMA_VERSION, "experiment": "matmul",
+        "variant": variant, "point_id": pid, "params": params,
+        "job_id": "synthetic-test-data", "seed": 0, "status": status, "reason": reason,
+        "provenance": {"gpu_name": SYNTHETIC}, "t_start": 0.0, "t_end": 1.0,
+    }
+    if status == "skipped":
+        return rec
+    rec |= {
+        "timing": {"median": t, "iqr": 0.0, "cv": 0.01, "min": t, "mean": t, "std": 0.0,
+                   "n": 10, "batch": 1, "timer": "cuda_event", "stop_reason": "converged",
+                   "n_throttled": 0},
+        "work": {"flops": flops, "bytes": 4.0 * (m * k + k * n + m * n)},
+        "check": {"error": 1e-7, "tolerance": 1e-4, "metric": "rel_fro",
+                  "passed": status == "ok", "detail": ""},
+        "metrics": metrics or {"kernel_s": t},
+    }
+    return rec
+
+
+def synthetic_records(conflict_32=3000.0, cublas="ok"):
+    """Invented GFLOP/s shaped like an H100 run (NOT measured)."""
+    recs = []
+    for size in ([160, 240, 320], 256, 1000, 4096):
+        m, k, n = mm._mkn(size)
+        dims = {"m": m, "k": k, "n": n}
+        s = 1.0 if size == 4096 else 0.3  # small products run slower
+        if max(m, k, n) <= 2048:
+            recs.append(_rec("cpu", dims, 96.0))
+        recs.append(_rec("naive", dims | {"tile": 16}, 5400 * s))
+        for t, g in ((8, 6000), (16, 8000), (32, 9100)):
+            copy_s = 2e-3 if size != 4096 else 2e-2
+            kern = 2.0 * m * k * n / (g * s * 1e9)
+            mets = {"kernel_s": kern, "alloc_s": 1e-4, "h2d_s": copy_s, "d2h_s": copy_s / 2,
+                    "total_s": kern + 1e-4 + 1.5 * copy_s}
+            mets["copy_share"] = 1.5 * copy_s / mets["total_s"]
+            recs.append(_rec("tiled", dims | {"tile": t}, g * s, metrics=mets))
+            recs.append(_rec("tiled_padded", dims | {"tile": t}, g * s))
+            cg = {8: 5800, 16: 5000, 32: conflict_32}[t]
+            recs.append(_rec("tiled_conflict", dims | {"tile": t}, cg * s))
+        for rt, g in ((2, 9000), (4, 14000), (8, 20000)):
+            p = dict(zip(("rt", "bt", "bk"), {2: (2, 32, 32), 4: (4, 64, 16),
+                                                8: (8, 128, 8)}[rt]))
+            recs.append(_rec("register", dims | p, g * s))
+        if cublas == "ok":
+            recs.append(_rec("cublas", dims, 40000 * s))
+        else:
+            recs.append(_rec("cublas", dims, 0, status="skipped",
+                             reason="cuBLAS is measured through CuPy, which is not importable"))
+    return recs
+
+
+def _table(recs):
+    df = results.build_table(recs)
+    assert results.check_table(df) == []
+    assert (df["gpu_name"] == SYNTHETIC).all()
+    return df
+
+
+def _by_claim(exps):
+    return {e.claim: e for e in exps}
+
+
+def test_expectations_on_a_synthetic_table():
+    ex = _by_claim(EXP.expectations(_table(synthetic_records())))
+    assert ex["every GPU result matches the float64 CPU reference"].passed is True
+    assert ex["shared-memory tiling beats the naive kernel at the largest size"].passed
+    reg = ex["register tiling beats shared-memory tiling at the largest size"]
+    assert reg.passed and "2.20x at 4096" in reg.evidence
+    assert "register 8x8 (128x128x8)" in reg.evidence and "tiled (32x32)" in reg.evidence
+    pad = ex["padded shared tiles are at least as fast as the bank-conflicting layout"]
+    assert pad.passed and "TILE 32: 3.03x" in pad.evidence
+    cub = ex["cuBLAS SGEMM is the ceiling: no kernel here beats it"]
+    assert cub.passed and "40.0 TFLOP/s at 4096" in cub.evidence
+    for needle in ("register 8x8 (128x128x8) 50%", "tiled (32x32) 23%",
+                   "naive (16x16) 14%", "tiled_padded (32x33) 23%"):
+        assert needle in cub.evidence, (needle, cub.evidence)
+    assert ex["the GPU beats the CPU (numpy BLAS) on large matrices"].passed
+    assert ex["copies dominate the end-to-end time of the smallest product"].passed
+
+
+def test_expectations_fail_when_the_data_says_so():
+    recs = synthetic_records(conflict_32=12000.0)  # conflicting layout "faster": fails
+    bad = next(r for r in recs if r["variant"] == "register" and r["params"]["m"] == 256)
+    bad |= {"status": "wrong", "reason": "rel_fro = 0.5 exceeds tolerance 0.0001"}
+    ex = _by_claim(EXP.expectations(_table(recs)))
+    assert ex["padded shared tiles are at least as fast as the bank-conflicting layout"
+              ].passed is False
+    corr = ex["every GPU result matches the float64 CPU reference"]
+    assert corr.passed is False and corr.evidence.startswith("55/56 ")
+
+
+def test_expectations_when_cublas_is_skipped():
+    ex = _by_claim(EXP.expectations(_table(synthetic_records(cublas="skipped"))))
+    corr = ex["every GPU result matches the float64 CPU reference"]
+    assert corr.passed is True and "4 skipped (cuBLAS is measured through CuPy" in corr.evidence
+    cub = ex["cuBLAS SGEMM is the ceiling: no kernel here beats it"]
+    assert cub.passed is None and "not importable" in cub.evidence
+
+
+def test_gflops_figure_has_a_panel_per_lesson_and_percentages_of_cublas(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    fig = EXP.plot("gflops", _table(synthetic_records()))
+    axes = fig.get_axes()
+    assert [a.get_title() for a in axes] == [t for t, _ in mm.PANELS]
+    legend = [t.get_text() for t in axes[2].get_legend().get_texts()]
+    assert "register 8x8 (128x128x8): 50% at 4096" in legend
+    assert "cuBLAS SGEMM (ceiling)" in legend
+    legend0 = [t.get_text() for t in axes[0].get_legend().get_texts()]
+    # the CPU's % at the largest size it ran at; entries in variant, then tile order
+    assert legend0 == ["cpu: 1% at 1000", "naive (16x16): 14% at 4096",
+                       "tiled (8x8): 15% at 4096", "tiled (16x16): 20% at 4096",
+                       "tiled (32x32): 23% at 4096", "cuBLAS SGEMM (ceiling)"]
+    paths = figures.save(fig, tmp_path / "gflops")
+    assert all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_figures_draw_without_cublas_and_for_cpu_only_runs(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    df = _table(synthetic_records(cublas="skipped"))
+    fig = EXP.plot("gflops", df)
+    legend = [t.get_text() for t in fig.get_axes()[0].get_legend().get_texts()]
+    assert "tiled (32x32)" in legend and not any("cuBLAS" in t for t in legend)
+    split = EXP.plot("time_split", df)
+    assert split is not None
+    figures.save(split, tmp_path / "time_split")
+    cpu_only = _table([r for r in synthetic_records() if r["variant"] == "cpu"])
+    fig = EXP.plot("gflops", cpu_only)
+    assert len(fig.get_axes()) == 1
+    assert EXP.plot("time_split", cpu_only) is None
+
+
+# -- skipped points ------------------------------------------------------------------------
+def _no_cupy(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy -> ImportError
+    mm._import_cupy.cache_clear()
+
+
+def test_cublas_points_are_skipped_where_cupy_is_missing(monkeypatch):
+    _no_cupy(monkeypatch)
+    try:
+        ctx = RunContext(gpu=None, harness=Harness(Settings()), rng=np.random.default_rng(0),
+                         config={}, block=_block())
+        point = Point("matmul", "cublas", {"m": 8, "k": 8, "n": 8})
+        with pytest.raises(Skipped, match="CuPy, which is not importable"):
+            EXP.kernel_for(ctx, point)
+        with pytest.raises(Skipped, match="pip install cupy-cuda"):
+            EXP.measure(ctx, point)
+        assert ctx.cache == {}  # skipped before making inputs
+    finally:
+        mm._import_cupy.cache_clear()
+
+
+class _Optional(Experiment):
+    name = "optional_dep"
+    schema = {"type": "object"}
+
+    def points(self, block):
+        return [Point(self.name, v, {"i": i}, gpu=False) for i, v in enumerate(["have", "lack"])]
+
+    def measure(self, ctx, point):
+        if point.variant == "lack":
+            raise Skipped("libfoo is not installed")
+        return Result(ctx.harness.measure(lambda: None, WallTimer()), flops=1.0)
+
+
+def test_runner_records_skipped_points_with_their_reason(tmp_path):
+    from cudalab.runner import run_experiment
+
+    REGISTRY["optional_dep"] = _Optional()
+    try:
+        config = cfg.validate({"measurement": {"min_samples": 3, "budget_s": 0.01},
+                               "experiments": {"optional_dep": {}}})
+        m = run_experiment(config, "optional_dep", tmp_path)
+    finally:
+        REGISTRY.pop("optional_dep")
+    assert m["points"] == {"have-i0": "ok", "lack-i1": "skipped"}
+    assert m["counts"]["skipped"] == 1 and m["counts"]["ok"] == 1
+    recs = {r["point_id"]: r for r in results.iter_records(tmp_path / "raw")}
+    assert recs["lack-i1"]["status"] == "skipped"
+    assert recs["lack-i1"]["reason"] == "libfoo is not installed"
+    df = results.build_table(recs.values())
+    assert results.check_table(df) == []
+    row = df.set_index("point_id").loc["lack-i1"]
+    assert row["status"] == "skipped" and np.isnan(row["gflops"])
+
+
+# -- the measuring code on a fake GPU ------------------------------------------------------
+# No GPU here: a numpy stand-in for pycuda (device buffers are numpy arrays, kernels run the
+# transcriptions above) and for CuPy (gemm is numpy's), to exercise the glue of measure():
+# argument order, launch geometry, the poisoned output, the cuBLAS wrapping and timer.
+class FakeAlloc:
+    def __init__(self, nbytes):
+        self.buf = np.zeros(nbytes // 4, np.float32)
+        self.freed = False
+
+    def __int__(self):
+        return id(self)
+
+    def free(self):
+        self.freed = True
+
+
+class FakeEvent:
+    def record(self, stream=None):
+        self.t = __import__("time").perf_counter()
+        return self
+
+    def synchronize(self):
+        return self
+
+    def time_since(self, other):
+        return (self.t - other.t) * 1e3
+
+
+class FakeFunc:
+    def __init__(self, name, defines):
+        self.name, self.d = name, defines
+
+    def prepare(self, sig):
+        assert sig == "PPPiii"
+
+    def prepared_call(self, grid, block, a_d, b_d, c_d, M, N, K):  # the kernels' (A, B, C, M, N, K)
+        A = a_d.buf[:M * K].reshape(M, K).astype(np.float64)
+        B = b_d.buf[:K * N].reshape(K, N).astype(np.float64)
+        d = self.d
+        if self.name == "matmul_register":
+            assert block == (d["BN"] // d["RN"], d["BM"] // d["RM"], 1)
+            assert grid == (-(-N // d["BN"]), -(-M // d["BM"]))
+            C, _ = emulate_register(A, B, d["BM"], d["BN"], d["BK"], d["RM"], d["RN"])
+        elif self.name in ("matmul_tiled_conflict", "matmul_tiled_padded"):
+            t = d["TILE"]
+            assert block == (t, t, 1) and grid == (-(-N // t), -(-M // t))
+            C, _ = emulate_transposed_b(A, B, t, t + (self.name == "matmul_tiled_padded"))
+        else:  # naive, tiled: one thread per element of C
+            assert grid[0] * block[0] >= N and grid[1] * block[1] >= M
+            C = A @ B
+        c_d.buf[:M * N] = C.ravel()
+
+
+class FakeKernel:
+    def __init__(self, defines):
+        self.defines, self.options, self.source_hash = defines, [], "fake"
+
+    def function(self, name):
+        return FakeFunc(name, self.defines)
+
+
+class FakeGpu:
+    index = 0
+
+    def __init__(self):
+        from types import SimpleNamespace
+
+        self.context = SimpleNamespace(handle=0xC0FFEE)
+        self.cuda = SimpleNamespace(
+            mem_alloc=FakeAlloc, Event=FakeEvent,
+            memcpy_htod=lambda dst, src: dst.buf.__setitem__(slice(0, src.size), src.ravel()),
+            memcpy_dtoh=lambda dst, src: dst.__setitem__(
+                ..., src.buf[:dst.size].reshape(dst.shape)),
+            memset_d32=lambda dst, bits, n: dst.buf.view(np.uint32).__setitem__(
+                slice(0, n), bits),
+        )
+
+    def compile(self, source, defines):
+        assert source == "matmul.cu"
+        return FakeKernel(defines)
+
+    def event_timer(self):
+        from cudalab.gpu import EventTimer
+
+        return EventTimer(self.cuda)
+
+    def synchronize(self):
+        pass
+
+
+def fake_cupy(monkeypatch, ctx_handle=0xC0FFEE, math_mode=0):
+    """Just enough of CuPy and its cuBLAS binding, backed by numpy."""
+    from types import ModuleType, SimpleNamespace
+
+    state = {"mode": math_mode, "calls": 0}
+    cp = ModuleType("cupy")
+    cp.__version__ = "0.0-fake"
+    cp.float32 = np.float32
+
+    class UnownedMemory:
+        def __init__(self, ptr, size, owner, device_id):
+            assert ptr == int(owner) and size <= 4 * owner.buf.size and device_id == 0
+            self.owner = owner
+
+    class ndarray:  # noqa: N801 - CuPy's name
+        def __init__(self, shape, dtype, memptr):
+            assert dtype is np.float32 and memptr.offset == 0
+            self.v = memptr.mem.owner.buf[:shape[0] * shape[1]].reshape(shape)
+
+    def gemm(ta, tb, a, b, out):
+        assert (ta, tb) == ("N", "N")
+        state["calls"] += 1
+        out.v[...] = a.v @ b.v
+
+    stream = SimpleNamespace(ptr=0, synchronize=lambda: None)
+    cp.ndarray = ndarray
+    cp.cuda = SimpleNamespace(
+        driver=SimpleNamespace(ctxGetCurrent=lambda: ctx_handle),
+        UnownedMemory=UnownedMemory,
+        MemoryPointer=lambda mem, off: SimpleNamespace(mem=mem, offset=off),
+        device=SimpleNamespace(get_cublas_handle=lambda: 7),
+        get_current_stream=lambda: stream,
+        Event=FakeEvent,
+        get_elapsed_time=lambda s, e: (e.t - s.t) * 1e3,
+    )
+    cp.cublas = ModuleType("cupy.cublas")
+    cp.cublas.gemm = gemm
+    cublas = ModuleType("cupy_backends.cuda.libs.cublas")
+    cublas.CUBLAS_DEFAULT_MATH = 0
+    cublas.getMathMode = lambda h: state["mode"]
+    cublas.setMathMode = lambda h, m: state.__setitem__("mode", m)
+    cublas.getVersion = lambda h: 130000
+    libs = ModuleType("cupy_backends.cuda.libs")
+    libs.cublas = cublas
+    for name, mod in {"cupy": cp, "cupy.cublas": cp.cublas, "cupy_backends": ModuleType("x"),
+                      "cupy_backends.cuda": ModuleType("y"),
+                      "cupy_backends.cuda.libs": libs,
+                      "cupy_backends.cuda.libs.cublas": cublas}.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    mm._import_cupy.cache_clear()
+    return state
+
+
+def _fake_ctx(**block):
+    s = Settings(warmup=1, min_samples=3, max_samples=3, budget_s=0.001, min_sample_s=0)
+    return RunContext(gpu=FakeGpu(), harness=Harness(s), rng=np.random.default_rng(1),
+                      config={}, block=_block(**block))
+
+
+@pytest.fixture
+def clean_cupy_cache():
+    mm._import_cupy.cache_clear()
+    yield
+    mm._import_cupy.cache_clear()
+
+
+def test_every_variant_measures_and_checks_on_the_fake_gpu(monkeypatch, clean_cupy_cache):
+    state = fake_cupy(monkeypatch)
+    ctx = _fake_ctx(sizes=[[33, 17, 65]], tiles=[8, 32],
+                    register_tiles=[{"rt": 2, "bt": 16, "bk": 8}, {"rt": 8, "bt": 64, "bk": 4}])
+    pts = EXP.points(ctx.block)
+    assert {p.variant for p in pts} == set(mm.VARIANTS)
+    for p in pts:
+        res = EXP.measure(ctx, p)
+        assert res.check.passed, (p.point_id, res.check)
+        assert res.timing.n == 3 and res.flops == 2.0 * 33 * 17 * 65
+        if p.gpu:
+            assert res.kernel is not None and "kernel_s" in res.metrics
+        if p.variant == "tiled":
+            assert {"h2d_s", "d2h_s", "alloc_s", "copy_share"} <= set(res.metrics)
+        elif p.gpu:
+            assert "h2d_s" not in res.metrics  # the time split is the tiled kernel's
+    assert state["calls"] == 1 + 1 + 3  # correctness + warm-up + 3 samples
+
+
+def test_wrong_results_and_unwritten_elements_are_caught(monkeypatch):
+    ctx = _fake_ctx(sizes=[[20, 20, 20]])
+    point = Point("matmul", "register", {"m": 20, "k": 20, "n": 20, "rt": 2, "bt": 16, "bk": 8})
+    real = FakeFunc.prepared_call
+
+    def skip_last_row(self, grid, block, a_d, b_d, c_d, M, N, K):  # a bounds bug
+        keep = c_d.buf.copy()
+        real(self, grid, block, a_d, b_d, c_d, M, N, K)
+        c_d.buf[(M - 1) * N:M * N] = keep[(M - 1) * N:M * N]
+
+    monkeypatch.setattr(FakeFunc, "prepared_call", skip_last_row)
+    res = EXP.measure(ctx, point)
+    assert not res.check.passed and res.check.detail == "unwritten (NaN) elements"
+
+
+def test_cublas_resets_a_tf32_math_mode_and_records_it(monkeypatch, clean_cupy_cache):
+    state = fake_cupy(monkeypatch, math_mode=3)  # CUBLAS_TF32_TENSOR_OP_MATH
+    ctx = _fake_ctx(sizes=[8])
+    res = EXP.measure(ctx, Point("matmul", "cublas", {"m": 8, "k": 8, "n": 8}))
+    assert res.check.passed and state["mode"] == 0
+    assert res.extra["cublas_math_mode_before"] == 3 and res.extra["cublas_math_mode"] == 0
+    assert res.extra["same_context_as_pycuda"] is True and res.timing.timer == "cuda_event"
+    info = EXP.kernel_for(ctx, Point("matmul", "cublas", {"m": 8, "k": 8, "n": 8}))
+    assert info.options == [] and len(info.source_hash) == 16
+
+
+def test_cublas_refuses_to_run_on_another_context(monkeypatch, clean_cupy_cache):
+    state = fake_cupy(monkeypatch, ctx_handle=0xBAD)
+    ctx = _fake_ctx(sizes=[8])
+    with pytest.raises(RuntimeError, match="not on the job's primary context"):
+        EXP.measure(ctx, Point("matmul", "cublas", {"m": 8, "k": 8, "n": 8}))
+    assert state["calls"] == 0

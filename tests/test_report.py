@@ -1,0 +1,102 @@
+"""Report rendering from records recorded on a real H100, and in a real headless Chromium."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from cudalab import config as cfg
+from cudalab import figures, report, results
+
+ROOT = Path(__file__).resolve().parent.parent
+
+RECORDED = ROOT / "tests" / "data" / "recorded_h100" / "raw"
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    df = results.build_table(results.iter_records(RECORDED))
+    figures.draw_experiment("matmul", df, out / "figures")
+    config = cfg.validate({"run_name": "h100-recorded", "experiments": {"matmul": {}}})
+    path = report.render(df, out / "figures", config, out / "report.html")
+    return path, df
+
+
+def test_report_is_self_contained(rendered):
+    path, _ = rendered
+    html = path.read_text()
+    # nothing to fetch: no external scripts, styles or images
+    assert not re.search(r'(src|href)="(https?:)?//', html)
+    assert "<script" not in html
+    assert html.count("data:image/png;base64,") == 2
+
+
+def test_report_has_summary_device_sections_and_checks(rendered):
+    path, df = rendered
+    html = path.read_text()
+    for needle in ["h100-recorded", "NVIDIA H100 80GB HBM3", "Device and run",
+                   "Matrix multiplication", "Expected effects", "Provenance",
+                   "every GPU result matches the float64 CPU reference",
+                   "shared-memory tiling beats the naive kernel", "15 ok"]:
+        assert needle in html, needle
+
+
+def test_failed_points_are_listed_not_plotted(tmp_path):
+    recs = list(results.iter_records(RECORDED))
+    bad = dict(recs[5])
+    bad["status"] = "wrong"
+    bad["reason"] = "rel_fro = 0.5 exceeds tolerance 0.0001"
+    recs[5] = bad
+    df = results.build_table(recs)
+    config = cfg.validate({"experiments": {"matmul": {}}})
+    path = report.render(df, tmp_path, config, tmp_path / "r.html")
+    html = path.read_text()
+    assert "Points that are not ok" in html and "exceeds tolerance" in html
+    assert bad["point_id"] in html
+    assert 'class="fail"' in html  # the correctness expectation now fails
+
+
+def _browser():
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        sync_playwright = None
+    if exe and sync_playwright:
+        return exe, sync_playwright
+    why = "needs Debian's chromium and the playwright package"
+    if os.environ.get("CUDALAB_REQUIRE_BROWSER"):
+        pytest.fail(why + " (CUDALAB_REQUIRE_BROWSER is set)")
+    pytest.skip(why)
+
+
+@pytest.mark.browser
+def test_report_loads_in_headless_chromium_without_errors(rendered, tmp_path):
+    exe, sync_playwright = _browser()
+    path, _ = rendered
+    errors: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=exe,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run"],
+        )
+        page = browser.new_page(viewport={"width": 1300, "height": 900})
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("requestfailed", lambda r: errors.append(f"request failed: {r.url}"))
+        page.goto(path.as_uri(), wait_until="load")
+        images = page.evaluate(
+            "Array.from(document.images).map(i => ({alt: i.alt, ok: i.complete,"
+            " w: i.naturalWidth, h: i.naturalHeight}))")
+        page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+        browser.close()
+    assert errors == []
+    assert len(images) == 2
+    for img in images:
+        assert img["ok"] and img["w"] > 100 and img["h"] > 100, img

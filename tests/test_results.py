@@ -1,0 +1,101 @@
+"""The results schema, enforced on records recorded on a real H100 (tests/data/recorded_h100)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from cudalab import results
+
+ROOT = Path(__file__).resolve().parent.parent
+
+RECORDED = ROOT / "tests" / "data" / "recorded_h100" / "raw"
+
+
+@pytest.fixture
+def recorded():
+    return list(results.iter_records(RECORDED))
+
+
+def test_recorded_records_aggregate_into_a_valid_table(recorded):
+    df = results.build_table(recorded)
+    assert results.check_table(df) == []
+    assert len(df) == len(recorded) == 15
+    assert list(df.columns[: len(results.COLUMNS)]) == list(results.COLUMNS)
+    gpu = df[df["variant"] != "cpu"]
+    assert (gpu["gpu_name"] == "NVIDIA H100 80GB HBM3").all()
+    assert (gpu["timer"] == "cuda_event").all()
+    assert gpu["nvcc_options"].str.contains("-O3").all()
+    # GFLOP/s is derived in one place: flops / median time
+    r = df.iloc[0]
+    assert math.isclose(r["gflops"], r["flops"] / r["time_median_s"] / 1e9)
+    assert {"p_m", "p_k", "p_n", "p_tile", "m_h2d_s", "m_copy_share"} <= set(df.columns)
+
+
+def test_csv_round_trip_keeps_the_schema(recorded, tmp_path):
+    df = results.build_table(recorded)
+    written = results.write_table(df, tmp_path / "results.csv")
+    assert written[0].exists()
+    back = results.read_table(tmp_path / "results.csv")
+    assert results.check_table(back) == []
+    pd.testing.assert_series_equal(back["gflops"], df["gflops"], check_dtype=False)
+
+
+def test_wrong_and_failed_points_carry_no_speed(recorded):
+    wrong = dict(recorded[3])
+    wrong["status"] = "wrong"
+    wrong["reason"] = "rel_fro = 0.5 exceeds tolerance 0.0001"
+    failed = {"schema_version": 1, "experiment": "matmul", "variant": "tiled",
+              "point_id": "tiled-oom", "params": {"m": 1}, "status": "failed",
+              "reason": "out of GPU memory: cuMemAlloc failed"}
+    df = results.build_table([wrong, failed])
+    assert results.check_table(df) == []
+    assert df["gflops"].isna().all() and df["time_median_s"].isna().all()
+    assert set(df["status"]) == {"wrong", "failed"}
+
+
+def test_check_table_catches_schema_breaks(recorded):
+    df = results.build_table(recorded)
+    assert "missing column gflops" in results.check_table(df.drop(columns=["gflops"]))
+    bad = df.copy()
+    bad.loc[0, "status"] = "great"
+    assert any("unknown status" in p for p in results.check_table(bad))
+    leak = df.copy()
+    leak["status"] = leak["status"].astype(object)
+    leak.loc[0, "status"] = "wrong"
+    leak["status"] = leak["status"].astype("string")
+    assert any("carry a speed" in p for p in results.check_table(leak))
+    assert any("duplicate" in p for p in results.check_table(pd.concat([df, df.iloc[:1]])))
+    assert any("unexpected column" in p for p in results.check_table(df.assign(foo=1)))
+
+
+def test_atomic_write_leaves_no_partial_file(tmp_path):
+    p = tmp_path / "a" / "rec.json"
+    results.write_json_atomic(p, {"x": 1})
+    assert json.loads(p.read_text()) == {"x": 1}
+
+    class Boom:
+        pass
+
+    with pytest.raises(TypeError):
+        results.write_json_atomic(p, {"x": Boom()})
+    assert json.loads(p.read_text()) == {"x": 1}  # old content intact
+    assert [f.name for f in p.parent.iterdir()] == ["rec.json"]  # no temp left behind
+
+
+def test_truncated_or_foreign_records_are_ignored(tmp_path):
+    d = tmp_path / "raw" / "matmul"
+    d.mkdir(parents=True)
+    (d / "half.json").write_text('{"schema_version": 1, "experi')
+    (d / "old.json").write_text('{"schema_version": 0}')
+    assert list(results.iter_records(tmp_path / "raw")) == []
+
+
+def test_readme_documents_every_column():
+    readme = (ROOT / "README.md").read_text()
+    for col, (dtype, _) in results.COLUMNS.items():
+        assert f"| `{col}` | {dtype} |" in readme, col

@@ -1,0 +1,342 @@
+"""static_analysis on the CPU (it never needs a GPU): config rules, grid expansion from the
+kernel files, the ptxas report parser on recorded output, the occupancy metrics, nvcc runs
+on the real kernel files (skipped where no nvcc is installed), the runner end to end, and
+expectations and figures on a synthetic table."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cudalab import config as cfg
+from cudalab import figures, results
+from cudalab import occupancy as occ
+from cudalab.experiments import REGISTRY
+from cudalab.experiments import static_analysis as sa
+from cudalab.experiments.base import Point, RunContext, Skipped
+from cudalab.gpu import CUDA_DIR
+from cudalab.harness import Harness, Settings
+
+EXP = REGISTRY["static_analysis"]
+NVCC = sa.find_nvcc("nvcc")
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="needs nvcc (the CUDA toolkit)")
+
+
+def _err(block: dict) -> str:
+    with pytest.raises(cfg.ConfigError) as e:
+        cfg.validate({"experiments": {"static_analysis": block}})
+    return str(e.value)
+
+
+def _block(**kw) -> dict:
+    return cfg.validate({"experiments": {"static_analysis": kw}})["experiments"][
+        "static_analysis"]
+
+
+# -- config ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("block, needles", [
+    ({"archs": ["sm_99"]}, ["experiments.static_analysis.archs[0]", "'sm_99'", "allowed values",
+                            "'sm_90'"]),
+    ({"archs": []}, ["experiments.static_analysis.archs", "at least 1"]),
+    ({"files": ["matmul.cpp"]}, ["experiments.static_analysis.files[0]", "matmul.cpp"]),
+    ({"files": ["nope.cu"]}, ["experiments.static_analysis.files:", "'nope.cu'",
+                              "not a file in cuda/", "matmul.cu"]),
+    ({"variants": {"matmul.cu": ["TILE=8; rm -rf /"]}},
+     ["experiments.static_analysis.variants.matmul.cu[0]"]),
+    ({"dynamic_smem_bytes": {"vec_mul_smem": -1}},
+     ["experiments.static_analysis.dynamic_smem_bytes.vec_mul_smem", "-1", ">= 0"]),
+    ({"timeout_s": 1}, ["experiments.static_analysis.timeout_s", ">= 5"]),
+    ({"arch": ["sm_90"]}, ["unknown key 'arch'", "did you mean 'archs'"]),
+])
+def test_bad_values_name_the_key(block, needles):
+    msg = _err(block)
+    for n in needles:
+        assert n in msg, (n, msg)
+
+
+def test_defaults_are_targets_nvcc_13_supports():
+    b = _block()
+    assert b["archs"] == ["sm_75", "sm_80", "sm_90"]
+    assert b["files"] == [] and b["variants"] == {} and b["nvcc"] == "nvcc"
+    assert set(sa.ARCHS) >= {"sm_30", "sm_70", "sm_90", "sm_100", "sm_120"}
+
+
+# -- grid ------------------------------------------------------------------------------------
+SRC = '''
+// extern "C" __global__ void commented_out(float* p)
+/* __global__ void also_commented(float* p) */
+#ifndef TILE
+#define TILE 16
+#endif
+// cudalab-variant: TILE=8
+// cudalab-variant:   TILE=32 --use_fast_math
+extern "C" __global__ void plain(float* p) { }
+template <int N> __global__ void templ(float* p) { }
+extern "C" __global__ void __launch_bounds__(256)
+bounded(float* p) { }
+__global__ void
+__launch_bounds__(128, 4) bounded2(float* p) { }
+'''
+
+
+def test_kernel_names_and_variants_from_the_source():
+    assert sa.kernel_names(SRC) == ["plain", "templ", "bounded", "bounded2"]
+    assert sa.file_variants(SRC) == ["TILE=8", "TILE=32 --use_fast_math"]
+    assert sa.file_variants("__global__ void k() {}") == [""]
+    assert sa.flag_tokens("TILE=32 FAST --use_fast_math") == ["-DTILE=32", "-DFAST",
+                                                             "--use_fast_math"]
+    opts = sa.nvcc_options("TILE=8", "sm_90")
+    assert opts[:2] == ["-O3", "-lineinfo"] and "-arch=sm_90" in opts and "-DTILE=8" in opts
+
+
+def test_grid_covers_every_file_kernel_variant_and_arch():
+    b = _block()
+    pts = EXP.points(b)
+    assert pts and not any(p.gpu for p in pts)
+    assert len({p.point_id for p in pts}) == len(pts)
+    files = {p.params["file"] for p in pts}
+    assert files == {p.name for p in CUDA_DIR.glob("*.cu")}
+    occ_pts = [p for p in pts if p.params["file"] == "occupancy.cu"]
+    # occupancy.cu: 4 kernels x 2 declared variants x 3 archs
+    assert len(occ_pts) == 4 * 2 * 3
+    assert {p.params["flags"] for p in occ_pts} == {"LIVE=64", "LIVE=32"}
+    # the config's variants replace the file's own lines
+    b2 = _block(files=["occupancy.cu"], archs=["sm_90"], variants={"occupancy.cu": ["LIVE=16"]})
+    assert {p.params["flags"] for p in EXP.points(b2)} == {"LIVE=16"}
+    assert len(EXP.points(_block(**EXP.smoke))) == 8
+
+
+# -- ptxas report ----------------------------------------------------------------------------
+# Recorded nvcc 13.0 output (sm_80, occupancy.cu with -DLIVE=128 --maxrregcount=32, and a
+# template kernel calling a non-inlined device function on sm_90).
+PTXAS = """\
+ptxas info    : Overriding maximum register limit 256 for 'vec_mul_regs' with  32 of maxrregcount option
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'vec_mul_smem' for 'sm_80'
+ptxas info    : Function properties for vec_mul_smem
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 14 registers, used 1 barriers, 380 bytes cmem[0]
+ptxas info    : Compile time = 6.1 ms
+ptxas info    : Compiling entry function 'vec_mul_regs' for 'sm_80'
+ptxas info    : Function properties for vec_mul_regs
+    840 bytes stack frame, 1684 bytes spill stores, 1692 bytes spill loads
+ptxas info    : Used 32 registers, used 0 barriers, 840 bytes cumulative stack size, 384 bytes cmem[0]
+ptxas info    : Compiling entry function '_Z2tkILi64EEvPf' for 'sm_90'
+ptxas info    : Function properties for _Z2tkILi64EEvPf
+    64 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 25 registers, used 1 barriers, 64 bytes cumulative stack size, 256 bytes smem
+ptxas info    : Function properties for _Z6helperf
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+"""  # noqa: E501
+
+
+def test_parse_ptxas():
+    r = sa.parse_ptxas(PTXAS)
+    assert set(r) == {"vec_mul_smem", "vec_mul_regs", "_Z2tkILi64EEvPf"}
+    assert r["vec_mul_smem"] == {"registers": 14, "smem_static": 0, "cmem0": 380, "stack": 0,
+                                 "spill_stores": 0, "spill_loads": 0, "barriers": 1,
+                                 "local": 0}
+    assert (r["vec_mul_regs"]["spill_stores"], r["vec_mul_regs"]["spill_loads"],
+            r["vec_mul_regs"]["stack"], r["vec_mul_regs"]["registers"]) == (1684, 1692, 840, 32)
+    t = sa.find_kernel(r, "tk")
+    assert t is not None and (t["registers"], t["smem_static"], t["stack"]) == (25, 256, 64)
+    assert sa.find_kernel(r, "helper") is None and sa.find_kernel(r, "vec_mul") is None
+
+
+def test_usage_metrics_by_hand():
+    # sm_80, 77 registers, 8 KB static smem: 2560 registers per warp -> 24 warps per SM;
+    # 256 threads: 3 blocks (24 warps, 37.5 %); shared memory: (8192 + 1024) -> 18 blocks.
+    u = {"registers": 77, "smem_static": 8192, "cmem0": 0, "stack": 0, "spill_stores": 0,
+         "spill_loads": 0, "barriers": 1, "local": 0}
+    m = sa.usage_metrics("sm_80", u)
+    assert m["cc"] == "8.0" and m["occupancy_256"] == pytest.approx(0.375)
+    assert m["limiter_256"] == "registers" and m["blocks_256"] == 3
+    assert m["max_block_size"] == 768 and m["best_occupancy"] == pytest.approx(0.375)
+    assert m["best_block_size"] == 768 and m["api_block_size"] == 768
+    assert m["occupancy_1024"] == 0.0
+    # dynamic shared memory given in the config counts
+    m2 = sa.usage_metrics("sm_80", u | {"registers": 16}, dynamic_smem=64 * 1024)
+    assert m2["occupancy_256"] == occ.occupancy("8.0", 256, 16, 8192, 64 * 1024).occupancy
+    assert m2["dynamic_smem"] == 64 * 1024
+    # a kernel no block can run
+    m3 = sa.usage_metrics("sm_80", u | {"smem_static": 60 * 1024})
+    assert m3["max_block_size"] == 0 and "exceed" in m3["limit_note"]
+
+
+# -- nvcc on the real files -----------------------------------------------------------------
+@needs_nvcc
+def test_compile_report_of_the_occupancy_kernels():
+    r64 = sa.compile_report(NVCC, CUDA_DIR / "occupancy.cu", "LIVE=64", "sm_90")
+    r16 = sa.compile_report(NVCC, CUDA_DIR / "occupancy.cu", "LIVE=16", "sm_90")
+    assert set(r64) == {"vec_mul", "vec_mul_regs", "vec_mul_smem", "matmul_tiled_dyn"}
+    assert r64["vec_mul_regs"]["registers"] > r16["vec_mul_regs"]["registers"] > \
+        r64["vec_mul"]["registers"] > 0
+    assert r64["vec_mul_smem"]["barriers"] == 1 and r64["vec_mul"]["smem_static"] == 0
+    spill = sa.compile_report(NVCC, CUDA_DIR / "occupancy.cu", "LIVE=128 --maxrregcount=32",
+                              "sm_80")
+    assert spill["vec_mul_regs"]["spill_stores"] > 0 and spill["vec_mul_regs"]["registers"] <= 32
+
+
+@needs_nvcc
+def test_static_shared_memory_of_the_tiled_matmul():
+    r = sa.compile_report(NVCC, CUDA_DIR / "matmul.cu", "TILE=32", "sm_80")
+    assert r["matmul_tiled"]["smem_static"] == 2 * 32 * 32 * 4
+
+
+@needs_nvcc
+def test_unsupported_arch_fails_with_a_clear_reason():
+    if "sm_70" in sa.supported_archs(NVCC):
+        pytest.skip("this nvcc still supports sm_70")
+    with pytest.raises(sa.CompileError, match=r"cannot compile for sm_70 \(it supports .*sm_90"):
+        sa.compile_report(NVCC, CUDA_DIR / "vector_add.cu", "", "sm_70")
+
+
+@needs_nvcc
+def test_compile_errors_show_nvcc_output(tmp_path, monkeypatch):
+    bad = tmp_path / "bad.cu"
+    bad.write_text('extern "C" __global__ void k(float* p) { p[0] = undefined_name; }\n')
+    with pytest.raises(sa.CompileError, match="undefined_name"):
+        sa.compile_report(NVCC, bad, "", "sm_90")
+
+
+def _ctx(block):
+    return RunContext(gpu=None, harness=Harness(Settings()), rng=np.random.default_rng(0),
+                      config={}, block=block)
+
+
+def test_find_nvcc_looks_in_the_toolkit_homes(monkeypatch, tmp_path):
+    fake = tmp_path / "cuda-12.4" / "bin"
+    fake.mkdir(parents=True)
+    (fake / "nvcc").write_text("#!/bin/sh\n")
+    (fake / "nvcc").chmod(0o755)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda-12.4"))
+    assert sa.find_nvcc("nvcc") == str(fake / "nvcc")
+    assert sa.find_nvcc("no-such-nvcc-here") is None
+
+
+def test_missing_nvcc_fails_the_point_naming_nvcc():
+    b = _block(files=["vector_add.cu"], archs=["sm_90"], nvcc="no-such-nvcc-here")
+    p = EXP.points(b)[0]
+    with pytest.raises(sa.CompileError, match="nvcc not found.*no-such-nvcc-here"):
+        EXP.measure(_ctx(b), p)
+
+
+@needs_nvcc
+def test_measure_and_kernel_for():
+    b = _block(files=["occupancy.cu"], archs=["sm_90"])
+    ctx = _ctx(b)
+    p = Point("static_analysis", "vec_mul_regs",
+              {"file": "occupancy.cu", "flags": "LIVE=64", "arch": "sm_90"}, gpu=False)
+    r = EXP.measure(ctx, p)
+    assert r.timing is None and r.check.passed and r.check.metric == "launchable"
+    assert r.metrics["registers"] > 40 and r.metrics["cc"] == "9.0"
+    k = EXP.kernel_for(ctx, p)
+    assert "-DLIVE=64" in k.options and len(k.source_hash) == 16
+    k2 = EXP.kernel_for(ctx, Point("static_analysis", "vec_mul_regs",
+                                   {"file": "occupancy.cu", "flags": "LIVE=32",
+                                    "arch": "sm_90"}, gpu=False))
+    assert k2.source_hash != k.source_hash
+    # a kernel the flags compile out is skipped, naming what was compiled
+    gone = Point("static_analysis", "matmul_register",
+                 {"file": "matmul.cu", "flags": "", "arch": "sm_90"}, gpu=False)
+    with pytest.raises(Skipped, match="matmul_register is not compiled.*matmul_naive"):
+        EXP.measure(ctx, gone)
+
+
+@needs_nvcc
+def test_runner_end_to_end_without_a_gpu(tmp_path):
+    from cudalab.runner import run_experiment
+
+    config = cfg.validate({"telemetry": {"nvidia_smi": False, "nvml": False},
+                           "experiments": {"static_analysis": dict(EXP.smoke)}})
+    manifest = run_experiment(config, "static_analysis", tmp_path)
+    recs = list(results.iter_records(tmp_path / "raw"))
+    assert len(recs) == 8 and all(r["status"] == "ok" for r in recs), \
+        [(r["point_id"], r.get("reason")) for r in recs if r["status"] != "ok"]
+    assert manifest["counts"]["ok"] == 8
+    df = results.build_table(recs)
+    assert results.check_table(df) == []
+    assert df["m_registers"].notna().all() and (df["p_arch"] == "sm_90").all()
+    assert df["nvcc_options"].str.contains("-arch=sm_90").all()
+
+
+# -- expectations and figures ----------------------------------------------------------------
+def _rec(kernel, file, flags, arch, usage, status="ok"):
+    params = {"file": file, "flags": flags, "arch": arch}
+    rec = {"schema_version": results.SCHEMA_VERSION, "experiment": "static_analysis",
+           "variant": kernel, "point_id": Point("static_analysis", kernel, params).point_id,
+           "params": params, "job_id": "synthetic", "seed": 0, "status": status, "reason": "",
+           "t_start": 0.0, "t_end": 1.0, "provenance": {"host": "synthetic"},
+           "timing": None, "work": {"flops": float("nan"), "bytes": float("nan")}}
+    if status == "ok":
+        m = sa.usage_metrics(arch, usage)
+        rec |= {"check": {"error": 0.0, "tolerance": 0.0, "metric": "launchable",
+                          "passed": m["max_block_size"] > 0, "detail": ""}, "metrics": m}
+    else:
+        rec["reason"] = "nvcc failed: synthetic"
+    return rec
+
+
+def synthetic_records(spill=False, failed=False):
+    """Invented ptxas numbers (NOT compiled)."""
+    base = {"smem_static": 0, "cmem0": 380, "stack": 0, "spill_stores": 0, "spill_loads": 0,
+            "barriers": 0, "local": 0}
+    recs = []
+    for arch, dr in (("sm_75", 0), ("sm_80", 2), ("sm_90", 4)):
+        recs.append(_rec("vec_mul", "occupancy.cu", "", arch, base | {"registers": 12}))
+        recs.append(_rec("vec_mul_regs", "occupancy.cu", "LIVE=64", arch,
+                         base | {"registers": 72 + dr,
+                                 "spill_stores": 16 if spill and arch == "sm_90" else 0}))
+        recs.append(_rec("matmul_tiled", "matmul.cu", "TILE=32", arch,
+                         base | {"registers": 32, "smem_static": 8192, "barriers": 1}))
+    if failed:
+        recs.append(_rec("sobel_shared", "sobel.cu", "", "sm_90", base, status="failed"))
+    return recs
+
+
+def test_expectations_on_a_synthetic_table():
+    df = results.build_table(synthetic_records())
+    assert results.check_table(df) == []
+    ex = {e.claim: e for e in EXP.expectations(df)}
+    assert next(e for c, e in ex.items() if c.startswith("nvcc compiles")).passed is True
+    assert next(e for c, e in ex.items() if "spills" in c).passed is True
+    fit = next(e for c, e in ex.items() if "256-thread blocks" in c)
+    assert fit.passed is True and "occupancy:vec_mul_regs on sm_80, 38 %" in fit.evidence
+    assert "(registers)" in fit.evidence
+    arch = next(e for c, e in ex.items() if "depends on the target" in c)
+    assert arch.passed is True and "1/3 kernels" in arch.evidence
+
+
+def test_expectations_report_spills_failures_and_kernels_that_cannot_launch():
+    recs = synthetic_records(spill=True, failed=True)
+    recs.append(_rec("huge", "sobel.cu", "", "sm_90",
+                     {"registers": 32, "smem_static": 60 * 1024, "cmem0": 0, "stack": 0,
+                      "spill_stores": 0, "spill_loads": 0, "barriers": 0, "local": 0}))
+    df = results.build_table(recs)
+    ex = {e.claim: e for e in EXP.expectations(df)}
+    comp = next(e for c, e in ex.items() if c.startswith("nvcc compiles"))
+    assert comp.passed is False and "synthetic" in comp.evidence
+    sp = next(e for c, e in ex.items() if "spills" in c)
+    assert sp.passed is False and "occupancy:vec_mul_regs" in sp.evidence
+    fit = next(e for c, e in ex.items() if "256-thread blocks" in c)
+    assert fit.passed is False and "cannot launch: sobel:huge sm_90" in fit.evidence
+
+
+def test_a_variant_that_changes_nothing_is_shown_once():
+    base = {"smem_static": 0, "cmem0": 0, "stack": 0, "spill_stores": 0, "spill_loads": 0,
+            "barriers": 0, "local": 0}
+    recs = [_rec(k, "occupancy.cu", fl, "sm_90", base | {"registers": r})
+            for k, fl, r in (("vec_mul", "LIVE=64", 12), ("vec_mul", "LIVE=32", 12),
+                             ("vec_mul_regs", "LIVE=64", 77), ("vec_mul_regs", "LIVE=32", 45))]
+    d = EXP._frame(results.build_table(recs))
+    assert sorted(d["label"]) == ["occupancy:vec_mul", "occupancy:vec_mul_regs [LIVE=32]",
+                                  "occupancy:vec_mul_regs [LIVE=64]"]
+
+
+def test_figures_draw(tmp_path):
+    df = results.build_table(synthetic_records(spill=True))
+    assert figures.draw_experiment("static_analysis", df, tmp_path) == {
+        "occupancy": True, "registers": True}
+    for name in EXP.figures:
+        assert (tmp_path / "static_analysis" / f"{name}.png").stat().st_size > 5000

@@ -1,0 +1,219 @@
+"""CPU tests of the vector_add experiment (and the helpers the memory experiments share).
+
+Every results frame below is SYNTHETIC TEST DATA: records fabricated from a simple
+bandwidth model with H100-like numbers, never measurements.
+"""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib
+import numpy as np
+import pytest
+
+from cudalab import config as cfg
+from cudalab import results
+from cudalab.config import ConfigError
+from cudalab.experiments import REGISTRY
+from cudalab.experiments.base import RunContext
+from cudalab.experiments.vector_add import (
+    buffer_set,
+    bytes_label,
+    grid_size,
+    peak_dram_gbps,
+    reference,
+    size_label,
+)
+from cudalab.harness import Harness, Settings
+
+matplotlib.use("Agg")
+
+NAME = "vector_add"
+EXP = REGISTRY[NAME]
+PEAK = 3352.32  # GB/s: 2 x 2619 MHz x 5120 bit / 8 (H100 SXM)
+
+
+def validate(block: dict) -> dict:
+    return cfg.validate({"experiments": {NAME: block}})["experiments"][NAME]
+
+
+def synthetic_record(variant, params, median_s, *, nbytes, flops=math.nan, metrics=None,
+                     status="ok", reason=""):
+    """A fabricated raw record (SYNTHETIC TEST DATA), shaped like the runner's."""
+    pid = "-".join([variant] + [f"{k}{v}" for k, v in params.items()])
+    return {
+        "schema_version": results.SCHEMA_VERSION, "experiment": NAME, "variant": variant,
+        "point_id": pid, "params": params, "job_id": "synthetic", "status": status,
+        "reason": reason,
+        "timing": {"samples_s": [median_s] * 3, "median": median_s, "iqr": 0.0, "cv": 0.0,
+                   "min": median_s, "mean": median_s, "std": 0.0, "n": 3, "batch": 1,
+                   "timer": "cuda_event", "stop_reason": "converged", "n_throttled": 0},
+        "work": {"flops": flops, "bytes": nbytes},
+        "check": {"error": 0.0 if status == "ok" else 1.0, "tolerance": 1e-6,
+                  "metric": "rel_l2", "passed": status == "ok", "detail": ""},
+        "metrics": metrics or {}, "provenance": {"gpu_name": "SYNTHETIC H100"},
+    }
+
+
+def synthetic_frame(slow32: bool = True, wrong: tuple = ()):
+    """SYNTHETIC: time = 2.5 us launch + 12 n bytes / bandwidth(block size)."""
+    bw = {32: 1700, 64: 2600, 128: 3000, 256: 3050, 512: 3000, 1024: 2950}
+    if not slow32:
+        bw[32] = 3100
+    recs = []
+    for n in (50_000, 1 << 20, 1 << 24, 1 << 26):
+        for t, g in bw.items():
+            s = 2.5e-6 + 12 * n / (g * 1e9)
+            st = "wrong" if (n, t) in wrong else "ok"
+            recs.append(synthetic_record("gpu", {"n": n, "threads": t}, s, nbytes=12.0 * n,
+                                         flops=float(n), status=st,
+                                         metrics={"blocks": grid_size(n, t),
+                                                  "peak_gbps": PEAK}))
+    return results.build_table(recs)
+
+
+# -- config ---------------------------------------------------------------------------------
+def test_defaults_are_the_course_grid():
+    b = validate({})
+    assert 50_000 in b["sizes"] and (1 << 24) in b["sizes"] and (1 << 26) in b["sizes"]
+    assert b["threads"] == [32, 64, 128, 256, 512, 1024]
+    assert b["tolerance"] == 1e-6
+
+
+@pytest.mark.parametrize("block, where, says", [
+    ({"threads": [48]}, "experiments.vector_add.threads[0]", "allowed values"),
+    ({"sizes": [0]}, "experiments.vector_add.sizes[0]", "out of range"),
+    ({"sizes": [1 << 29]}, "experiments.vector_add.sizes[0]", "out of range"),
+    ({"sizes": "big"}, "experiments.vector_add.sizes", "wrong type"),
+    ({"thread": [32]}, "experiments.vector_add", "did you mean 'threads'"),
+    ({"tolerance": 0}, "experiments.vector_add.tolerance", "out of range"),
+])
+def test_bad_blocks_name_the_key(block, where, says):
+    with pytest.raises(ConfigError) as e:
+        validate(block)
+    assert where in str(e.value) and says in str(e.value)
+
+
+def test_smoke_block_is_small():
+    b = validate(dict(EXP.smoke))
+    pts = EXP.points(b)
+    assert 0 < len(pts) <= 12
+    assert max(p.params["n"] for p in pts) <= 1 << 20
+
+
+# -- grid -----------------------------------------------------------------------------------
+def test_points_cover_sizes_by_threads_in_size_order():
+    b = validate({"sizes": [1 << 20, 50_000], "threads": [256, 32]})
+    pts = EXP.points(b)
+    assert [(p.params["n"], p.params["threads"]) for p in pts] == [
+        (50_000, 32), (50_000, 256), (1 << 20, 32), (1 << 20, 256)]
+    assert all(p.gpu and p.variant == "gpu" for p in pts)
+    assert len({p.point_id for p in pts}) == len(pts)
+
+
+@pytest.mark.parametrize("n", [1, 31, 32, 33, 50_000, 1 << 24, (1 << 24) + 1])
+@pytest.mark.parametrize("t", [32, 256, 1024])
+def test_grid_covers_n_with_one_partial_block_at_most(n, t):
+    g = grid_size(n, t)
+    assert g * t >= n > (g - 1) * t
+    assert grid_size(50_000, 256) == 196
+
+
+# -- references and helpers -----------------------------------------------------------------
+def test_reference_is_float64_sum():
+    a = np.array([1e8, 1.0], np.float32)
+    b = np.array([1.0, 2.0], np.float32)
+    r = reference(a, b)
+    assert r.dtype == np.float64
+    assert r[0] == 100_000_001.0  # float32 would round this to 1e8
+    assert r[1] == 3.0
+
+
+class _Gpu:
+    def __init__(self, attrs):
+        self.attrs = attrs
+
+    def attr(self, name):
+        return self.attrs[name]
+
+
+def test_peak_dram_bandwidth_from_attributes():
+    g = _Gpu({"MEMORY_CLOCK_RATE": 2_619_000, "GLOBAL_MEMORY_BUS_WIDTH": 5120})
+    assert peak_dram_gbps(g) == pytest.approx(PEAK)
+    assert math.isnan(peak_dram_gbps(_Gpu({})))  # attribute missing: NaN, no exception
+    assert math.isnan(peak_dram_gbps(_Gpu({"MEMORY_CLOCK_RATE": 0,
+                                           "GLOBAL_MEMORY_BUS_WIDTH": 5120})))
+
+
+class _Alloc:
+    def __init__(self):
+        self.freed = 0
+
+    def free(self):
+        self.freed += 1
+
+
+def test_buffer_set_keeps_one_set_and_frees_the_previous():
+    ctx = RunContext(None, Harness(Settings()), np.random.default_rng(0), {}, {})
+    made = []
+
+    def make(tag):
+        def f():
+            made.append(tag)
+            return {"dev": _Alloc(), "host": np.zeros(3)}
+        return f
+
+    first = buffer_set(ctx, ("x", 1), make(1))
+    assert buffer_set(ctx, ("x", 1), make(99)) is first and made == [1]
+    second = buffer_set(ctx, ("x", 2), make(2))
+    assert made == [1, 2] and first["dev"].freed == 1 and second["dev"].freed == 0
+
+
+def test_labels():
+    assert size_label(50_000) == "50,000"
+    assert size_label(1 << 26) == "2^26"
+    assert bytes_label(4096) == "4 KiB" and bytes_label(1 << 30) == "1 GiB"
+    assert bytes_label(1000) == "1000 B"
+
+
+# -- expectations and figures on SYNTHETIC frames ---------------------------------------------
+def test_expectations_pass_on_plausible_synthetic_data():
+    ex = EXP.expectations(synthetic_frame())
+    assert len(ex) == 4
+    assert all(e.passed for e in ex), [(e.claim, e.evidence) for e in ex]
+    assert "% of 3352 GB/s" in ex[1].evidence
+
+
+def test_expectations_fail_when_the_data_says_so():
+    ex = {e.claim: e for e in EXP.expectations(synthetic_frame(slow32=False,
+                                                               wrong=((1 << 20, 64),)))}
+    correct = next(e for c, e in ex.items() if "matches" in c)
+    assert correct.passed is False and "23/24" in correct.evidence
+    blocks = next(e for c, e in ex.items() if "32 threads" in c)
+    assert blocks.passed is False
+
+
+def test_wrong_points_carry_no_speed():
+    df = synthetic_frame(wrong=((1 << 20, 64),))
+    row = df[df["point_id"] == "gpu-n1048576-threads64"].iloc[0]
+    assert row["status"] == "wrong" and math.isnan(row["gbps"])
+    assert results.check_table(df) == []
+
+
+@pytest.mark.parametrize("fig", list(EXP.figures))
+def test_plots_draw_from_synthetic_frame(fig):
+    import matplotlib.pyplot as plt
+
+    f = EXP.plot(fig, synthetic_frame())
+    assert f is not None
+    ax = f.axes[0]
+    assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
+    plt.close(f)
+
+
+def test_plot_of_nothing_is_none_and_unknown_names_raise():
+    df = synthetic_frame()
+    assert EXP.plot("bandwidth", df[df["status"] == "nope"]) is None
+    with pytest.raises(KeyError):
+        EXP.plot("no_such_figure", df)
