@@ -30,6 +30,7 @@ from cudalab.experiments.base import (
     Point,
     Result,
     RunContext,
+    uniform_f32,
 )
 
 VARIANTS = ["precise", "fast_math", "intrinsics"]
@@ -284,7 +285,7 @@ class FastMath(Experiment):
 # -- the pieces the tests check ----------------------------------------------------------
 def inputs(rng: np.random.Generator, n: int) -> np.ndarray:
     """n float32 values uniform in [-pi, pi] (strictly inside: the intrinsics' range)."""
-    x = rng.uniform(-X_MAX, X_MAX, n).astype(np.float32)
+    x = uniform_f32(rng, n, -X_MAX, X_MAX)
     return np.clip(x, -np.float32(X_MAX), np.float32(X_MAX))
 
 

@@ -33,6 +33,7 @@ from cudalab.experiments.base import (
     RunContext,
     Skipped,
     rel_fro_error,
+    uniform_f32,
 )
 from cudalab.harness import WallTimer
 
@@ -248,8 +249,8 @@ class Matmul(Experiment):
         key = ("matmul", m, k, n)
         if key not in ctx.cache:
             ctx.cache.clear()  # keep one size in memory: points are ordered by size
-            a = ctx.rng.uniform(-1, 1, (m, k)).astype(np.float32)
-            b = ctx.rng.uniform(-1, 1, (k, n)).astype(np.float32)
+            a = uniform_f32(ctx.rng, (m, k))
+            b = uniform_f32(ctx.rng, (k, n))
             ref = a.astype(np.float64) @ b.astype(np.float64)
             ctx.cache[key] = (a, b, ref)
         return ctx.cache[key]

@@ -34,6 +34,7 @@ from cudalab.experiments.base import (
     Result,
     RunContext,
     rel_fro_error,
+    uniform_f32,
 )
 
 VEC = ["vec_mul", "vec_mul_regs", "vec_mul_smem"]
@@ -242,8 +243,8 @@ class Occupancy(Experiment):
         if key not in ctx.cache:
             for k in [k for k in ctx.cache if isinstance(k, tuple) and k[0] == "occ_vec"]:
                 del ctx.cache[k]
-            a = ctx.rng.uniform(-1, 1, n).astype(np.float32)
-            b = ctx.rng.uniform(-1, 1, n).astype(np.float32)
+            a = uniform_f32(ctx.rng, n)
+            b = uniform_f32(ctx.rng, n)
             ctx.cache[key] = (a, b)
         return ctx.cache[key]
 
@@ -291,8 +292,8 @@ class Occupancy(Experiment):
         n, t = p["size"], p["tile"]
         key = ("occ_mm", n)
         if key not in ctx.cache:
-            a = ctx.rng.uniform(-1, 1, (n, n)).astype(np.float32)
-            b = ctx.rng.uniform(-1, 1, (n, n)).astype(np.float32)
+            a = uniform_f32(ctx.rng, (n, n))
+            b = uniform_f32(ctx.rng, (n, n))
             ctx.cache[key] = (a, b, a.astype(np.float64) @ b.astype(np.float64))
         a, b, ref = ctx.cache[key]
         func.prepare("PPPiii")

@@ -26,6 +26,7 @@ from cudalab.experiments.base import (
     Result,
     RunContext,
     rel_fro_error,
+    uniform_f32,
 )
 
 NAN_BITS = 0x7FC00000  # float32 quiet NaN: poisons outputs before every check
@@ -117,8 +118,8 @@ class VectorAdd(Experiment):
 
     def _buffers(self, ctx: RunContext, n: int) -> dict[str, Any]:
         cuda = ctx.gpu.cuda
-        a = ctx.rng.uniform(-1, 1, n).astype(np.float32)
-        b = ctx.rng.uniform(-1, 1, n).astype(np.float32)
+        a = uniform_f32(ctx.rng, n)
+        b = uniform_f32(ctx.rng, n)
         bufs: dict[str, Any] = {"ref": reference(a, b)}
         for name, host in (("a_d", a), ("b_d", b), ("c_d", None)):
             bufs[name] = cuda.mem_alloc(4 * n)
