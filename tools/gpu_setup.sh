@@ -11,7 +11,7 @@ python3 -m pip install -q --no-index --no-deps --no-cache-dir --target /tmp/site
 if ! python3 -c 'import pycuda.driver' 2>/dev/null; then
   t0=$(date +%s)
   python3 -m pip wheel -q --no-index --no-deps --no-build-isolation -w /tmp/pycuda-wheel \
-    "$dir"/src/pycuda-*.tar.gz > /tmp/pycuda-build.log 2>&1 || { tail -30 /tmp/pycuda-build.log; return 1 2>/dev/null || exit 1; }
+    $(ls "$dir"/pycuda-*.tar.gz "$dir"/src/pycuda-*.tar.gz 2>/dev/null | head -1) > /tmp/pycuda-build.log 2>&1 || { tail -30 /tmp/pycuda-build.log; return 1 2>/dev/null || exit 1; }
   python3 -m pip install -q --no-index --no-deps --target /tmp/site /tmp/pycuda-wheel/*.whl
   cp /tmp/pycuda-wheel/*.whl "$dir/"  # so an offline `pip install .[gpu]` finds it
   [ -n "${OUT:-}" ] && cp /tmp/pycuda-wheel/*.whl "$OUT/"

@@ -14,9 +14,12 @@ export CUDA_ROOT=${CUDA_ROOT:-$(dirname "$(dirname "$(readlink -f "$(command -v 
 rm -rf /tmp/cudalab && git clone -q "$whl/repo.bundle" /tmp/cudalab && cd /tmp/cudalab || exit 1
 git log -1 --format='clean clone at %h (%s)'
 [ -n "$resume" ] && tar xzf "$resume" && echo "resumed from $(ls results/raw | wc -l) experiment folders"
-# README command 1 (pip offline: PIP_NO_INDEX + PIP_FIND_LINKS point at the carried wheels)
+# README command 1. The machine has no network: the dependencies were installed from the
+# carried wheels by tools/gpu_setup.sh (pip's offline resolver cannot reconcile them with
+# the machine's preinstalled packages), so cudalab itself goes in without them.
 t0=$(date +%s)
-python3 -m pip install -q -e ".[gpu]" > "$out/pip.log" 2>&1 || { tail -20 "$out/pip.log"; exit 1; }
+python3 -m pip install -q --no-deps --no-build-isolation -e . > "$out/pip.log" 2>&1 \
+  || { tail -20 "$out/pip.log"; exit 1; }
 timeout -s INT -k 20 "$secs" snakemake "$@" > "$out/pipeline.log" 2>&1
 echo "pipeline rc=$? in $(( $(date +%s) - t0 )) s"
 grep -E "cudalab plan|: done:|FAILED|WRONG|report written|Error|Terminating" "$out/pipeline.log" | tail -40
