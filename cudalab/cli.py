@@ -34,7 +34,7 @@ def plan_lines(config: dict[str, Any]) -> list[str]:
     names = cfg.enabled_experiments(config)
     total = gpu_jobs = 0
     for name in names:
-        pts = REGISTRY[name].points(config["experiments"][name])
+        pts = REGISTRY[name].grid(config)
         n_gpu = sum(p.gpu for p in pts)
         total += len(pts)
         gpu_jobs += n_gpu > 0

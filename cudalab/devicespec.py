@@ -24,6 +24,7 @@ experiment does; see `compare_with_device`).
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -228,19 +229,49 @@ def from_device(cc: Any, attrs: dict[str, int]) -> ArchSpec:
 
 
 # -- theoretical peaks ------------------------------------------------------------------------
+def peak_mem_gbps(mem_clock_khz: float, bus_width_bits: int) -> float:
+    """2 (double data rate) * memory clock * bus width / 8 bits per byte, in GB/s. The
+    driver reports the memory clock such that the factor 2 holds for HBM and GDDR alike
+    (H100 SXM: 2 * 2619 MHz * 5120 bit / 8 = 3352 GB/s)."""
+    return 2.0 * float(mem_clock_khz) * 1e3 * float(bus_width_bits) / 8.0 / 1e9
+
+
+def peak_fp32_gflops(cc: Any, sm_count: int, sm_clock_khz: float) -> float:
+    """2 (an FMA is two flops) * FP32 cores per SM * SMs * SM clock, in GFLOP/s."""
+    return 2.0 * spec(cc).fp32_cores_per_sm * int(sm_count) * float(sm_clock_khz) * 1e3 / 1e9
+
+
 def theoretical_peaks(cc: Any, sm_count: int, sm_clock_khz: float, mem_clock_khz: float,
                       bus_width_bits: int) -> dict[str, float]:
     """Peak DRAM bandwidth and FP32 throughput from the device's clocks (deviceQuery's
-    formulas).
-
-    peak GB/s      = 2 (double data rate) * memory clock * bus width / 8 bits per byte.
-                     The driver reports the memory clock such that the factor 2 holds for
-                     HBM and GDDR alike (H100 SXM: 2 * 2619 MHz * 5120 bit / 8 = 3352 GB/s).
-    peak GFLOP/s   = 2 (an FMA is two flops) * FP32 cores per SM * SMs * SM clock.
-    """
+    formulas: peak_mem_gbps, peak_fp32_gflops)."""
     s = spec(cc)
-    bw = 2.0 * float(mem_clock_khz) * 1e3 * float(bus_width_bits) / 8.0 / 1e9
-    flops = 2.0 * s.fp32_cores_per_sm * int(sm_count) * float(sm_clock_khz) * 1e3 / 1e9
-    return {"peak_mem_gbps": bw, "peak_fp32_gflops": flops,
+    return {"peak_mem_gbps": peak_mem_gbps(mem_clock_khz, bus_width_bits),
+            "peak_fp32_gflops": peak_fp32_gflops(cc, sm_count, sm_clock_khz),
             "fp32_cores_per_sm": s.fp32_cores_per_sm,
             "fp32_cores": s.fp32_cores_per_sm * int(sm_count)}
+
+
+def device_peaks(gpu: Any) -> dict[str, float]:
+    """Peak DRAM GB/s and FP32 GFLOP/s of an open device (anything with attr(NAME) -> int,
+    such as cudalab.gpu.GpuSession), from the driver's clocks: the one place GB/s and
+    GFLOP/s are turned into % of peak. NaN where the driver does not report what a formula
+    needs, or (FP32) for a compute capability the limits table lacks."""
+    def attr(name: str) -> int | None:
+        try:
+            return int(gpu.attr(name))
+        except Exception:  # noqa: BLE001 - attribute missing in this pycuda / driver
+            return None
+
+    out = {"peak_mem_gbps": math.nan, "peak_fp32_gflops": math.nan}
+    mem, bus = attr("MEMORY_CLOCK_RATE"), attr("GLOBAL_MEMORY_BUS_WIDTH")
+    if mem and bus and mem > 0 and bus > 0:
+        out["peak_mem_gbps"] = peak_mem_gbps(mem, bus)
+    major, minor = attr("COMPUTE_CAPABILITY_MAJOR"), attr("COMPUTE_CAPABILITY_MINOR")
+    sms, clock = attr("MULTIPROCESSOR_COUNT"), attr("CLOCK_RATE")
+    if major and minor is not None and sms and clock and sms > 0 and clock > 0:
+        try:
+            out["peak_fp32_gflops"] = peak_fp32_gflops(f"{major}.{minor}", sms, clock)
+        except KeyError:
+            pass
+    return out

@@ -19,8 +19,8 @@ from cudalab.experiments import REGISTRY
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = ROOT / "reports" / "templates"
 
-TABLE_COLS = ["variant", "status", "time_median_s", "time_cv", "n_samples", "gflops", "gbps",
-              "error", "reason"]
+TABLE_COLS = ["variant", "status", "time_median_s", "time_cv", "n_samples", "gflops",
+              "pct_peak_gflops", "gbps", "pct_peak_gbps", "error", "reason"]
 
 
 def data_uri(path: Path) -> str:
@@ -56,6 +56,36 @@ def _param_cols(df: pd.DataFrame) -> list[str]:
     return [c for c in df.columns if c.startswith("p_") and df[c].notna().any()]
 
 
+def _metric_cols(df: pd.DataFrame, max_chars: int = 60) -> list[str]:
+    """The m_ columns worth a table cell: not empty, and no long text (a stream timeline,
+    a note) that would stretch every row; those stay in results.csv."""
+    cols = []
+    for c in sorted(c for c in df.columns if c.startswith("m_")):
+        v = df[c].dropna()
+        if v.empty or v.map(lambda x: isinstance(x, str) and len(x) > max_chars).any():
+            continue
+        cols.append(c)
+    return cols
+
+
+def throttle_note(df: pd.DataFrame) -> str:
+    """How many timed samples were checked for throttling, and how many were throttled.
+    n_throttled is empty where nothing watched the clocks (CPU points, NVML unavailable):
+    those samples are 'not checked', never counted as unthrottled."""
+    n = df["n_samples"].fillna(0)
+    checked = df["n_throttled"].notna()
+    total, n_checked = int(n.sum()), int(n[checked].sum())
+    if total == 0:
+        return "no timed samples"
+    note = f"{total} timed samples"
+    if n_checked:
+        note += (f"; {n_checked} checked for throttling (NVML), "
+                 f"{int(df.loc[checked, 'n_throttled'].sum())} taken while throttled")
+    if total - n_checked:
+        note += f"; {total - n_checked} not checked (CPU points, or NVML unavailable)"
+    return note
+
+
 def build_context(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any],
                   telemetry: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     sections = []
@@ -70,16 +100,14 @@ def build_context(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any],
             if png.exists():
                 figs.append({"name": fig_name, "caption": cap, "src": data_uri(png)})
         not_ok = sub[sub["status"] != "ok"]
-        cols = _param_cols(sub) + TABLE_COLS + sorted(
-            c for c in sub.columns if c.startswith("m_") and sub[c].notna().any())
+        cols = _param_cols(sub) + TABLE_COLS + _metric_cols(sub)
         sections.append({
             "name": name, "title": exp.title, "caption": exp.caption, "figures": figs,
             "expectations": exp.expectations(sub),
             "counts": sub["status"].value_counts().to_dict(),
             "failures": not_ok[["point_id", "status", "reason"]].to_dict("records"),
             "table": table_html(sub.drop(columns=["params"]), cols, max_rows),
-            "n_throttled": int(sub["n_throttled"].fillna(0).sum()),
-            "n_samples": int(sub["n_samples"].fillna(0).sum()),
+            "throttle_note": throttle_note(sub),
         })
     prov_cols = [c for c in results.PROVENANCE_KEYS if c in df.columns]
     gpu_rows = df[df["gpu_name"].notna()] if "gpu_name" in df else df[:0]

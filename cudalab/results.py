@@ -48,6 +48,10 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "bytes": ("float64", "bytes one launch must move through device memory (declared)"),
     "gflops": ("float64", "flops / time_median_s / 1e9"),
     "gbps": ("float64", "bytes / time_median_s / 1e9 (GB/s, decimal)"),
+    "pct_peak_gbps": ("float64", "gbps as % of the GPU's theoretical DRAM bandwidth "
+                      "(empty for CPU points and PCIe experiments)"),
+    "pct_peak_gflops": ("float64", "gflops as % of the GPU's theoretical FP32 peak "
+                        "(empty for CPU points and PCIe experiments)"),
     "error": ("float64", "error against the CPU reference (metric in error_metric)"),
     "tolerance": ("float64", "largest error that passes"),
     "error_metric": ("string", "how error is measured (e.g. rel_fro: ||C-R||_F / ||R||_F)"),
@@ -159,6 +163,10 @@ def record_to_row(rec: dict[str, Any]) -> dict[str, Any]:
         "bytes": work.get("bytes", math.nan),
         "gflops": _safe_div(work.get("flops"), med) / 1e9,
         "gbps": _safe_div(work.get("bytes"), med) / 1e9,
+        "pct_peak_gbps": 100 * _safe_div(_safe_div(work.get("bytes"), med) / 1e9,
+                                          work.get("peak_mem_gbps")),
+        "pct_peak_gflops": 100 * _safe_div(_safe_div(work.get("flops"), med) / 1e9,
+                                           work.get("peak_fp32_gflops")),
         "error": check.get("error", math.nan),
         "tolerance": check.get("tolerance", math.nan),
         "error_metric": check.get("metric"),

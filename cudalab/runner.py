@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from cudalab import results
+from cudalab import devicespec, results
 from cudalab.config import block_hash
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.base import Point, Result, RunContext, Skipped
@@ -94,7 +94,7 @@ def run_experiment(config: dict[str, Any], name: str, results_dir: Path) -> dict
     block = config["experiments"][name]
     raw_dir = results_dir / "raw" / name
     raw_dir.mkdir(parents=True, exist_ok=True)
-    points = exp.points(block)
+    points = exp.grid(config)
     job_id = f"{name}-{time.strftime('%Y%m%dT%H%M%S')}"
     settings = Settings.from_config(config["measurement"])
     env = job_provenance(block_hash(block))
@@ -139,6 +139,7 @@ def run_experiment(config: dict[str, Any], name: str, results_dir: Path) -> dict
         if settings.cold_l2:
             flush = gpu.l2_flusher()
         env.setdefault("driver_version", nvidia_driver_version() or "unknown")
+    peaks = devicespec.device_peaks(gpu) if gpu is not None and exp.vs_device_peak else {}
 
     harness = Harness(settings, observers, flush_l2=flush)
     seed = config.get("seed") or int.from_bytes(np.random.bytes(4), "little")
@@ -210,7 +211,8 @@ def run_experiment(config: dict[str, Any], name: str, results_dir: Path) -> dict
                         dead_reason = (f"skipped: the CUDA context was lost after "
                                        f"{point.point_id} failed ({reason})")
                 continue
-            rec |= _record_body(result, env, key, _throttle_check(point, nvml))
+            rec |= _record_body(result, env, key, _throttle_check(point, nvml),
+                                peaks if point.gpu else {})
             rec |= {"t_start": t0, "t_end": time.time()}
             results.write_json_atomic(path, rec)
             statuses[point.point_id] = rec["status"]
@@ -270,7 +272,10 @@ def _unchecked(timing: dict[str, Any], why: str) -> dict[str, Any]:
 
 
 def _record_body(result: Result, env: dict[str, Any], key: str,
-                 throttle_check: str = "ok") -> dict[str, Any]:
+                 throttle_check: str = "ok",
+                 peaks: dict[str, float] | None = None) -> dict[str, Any]:
+    """The measured part of a record. `peaks` (the device's theoretical DRAM bandwidth and
+    FP32 rate) goes with the declared work, so the table can give % of peak."""
     prov = dict(env)
     prov["timestamp"] = now_iso()  # when this point was measured (env's: when the job began)
     if result.kernel is not None:
@@ -293,7 +298,7 @@ def _record_body(result: Result, env: dict[str, Any], key: str,
         "status": status, "reason": reason, "cache_key": key,
         "timing": timing,
         "phases": phases,
-        "work": {"flops": result.flops, "bytes": result.bytes},
+        "work": {"flops": result.flops, "bytes": result.bytes, **(peaks or {})},
         "check": result.check.as_dict() if result.check else None,
         "metrics": result.metrics, "extra": result.extra, "provenance": prov,
     }

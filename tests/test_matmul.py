@@ -726,3 +726,47 @@ def test_cublas_refuses_to_run_on_another_context(monkeypatch, clean_cupy_cache)
     with pytest.raises(RuntimeError, match="not on the job's primary context"):
         EXP.measure(ctx, Point("matmul", "cublas", {"m": 8, "k": 8, "n": 8}))
     assert state["calls"] == 0
+
+
+# -- the check: blockwise error, the host output reused across the variants of a size ------
+def test_check_product_equals_the_float64_formula_and_names_unwritten_elements():
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((129, 77)).astype(np.float32)
+    b = rng.standard_normal((77, 515)).astype(np.float32)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    c = a @ b
+    want = np.linalg.norm(c.astype(np.float64) - ref) / np.linalg.norm(ref)
+    chk = mm.check_product(c, ref, 1e-4)
+    assert chk.error == pytest.approx(want, rel=1e-12) and chk.passed and chk.detail == ""
+    assert chk.metric == "rel_fro"
+    c[-1, -1] = np.nan
+    bad = mm.check_product(c, ref, 1e-4)
+    assert bad.error == math.inf and not bad.passed
+    assert bad.detail == "unwritten (NaN) elements"
+
+
+def test_variants_of_a_size_share_inputs_reference_and_host_output(monkeypatch):
+    ctx = _fake_ctx(sizes=[[20, 12, 36]])
+    dims = {"m": 20, "k": 12, "n": 36}
+    assert EXP.measure(ctx, Point("matmul", "tiled", dims | {"tile": 8})).check.passed
+    a, b, ref = ctx.cache[("matmul", 20, 12, 36)]
+    out = ctx.cache[("matmul_out", 20, 12, 36)]
+    assert out.shape == (20, 36) and out.dtype == np.float32
+    assert np.allclose(out, ref, rtol=1e-5, atol=1e-5)  # the correct product is left in it
+    real = FakeFunc.prepared_call
+
+    def skip_first_element(self, grid, block, a_d, b_d, c_d, M, N, K):
+        keep = c_d.buf[0]
+        real(self, grid, block, a_d, b_d, c_d, M, N, K)
+        c_d.buf[0] = keep
+
+    monkeypatch.setattr(FakeFunc, "prepared_call", skip_first_element)
+    res = EXP.measure(ctx, Point("matmul", "tiled_padded", dims | {"tile": 16}))
+    assert ctx.cache[("matmul", 20, 12, 36)][2] is ref  # no new reference for this size
+    assert ctx.cache[("matmul_out", 20, 12, 36)] is out  # the same host buffer, whose stale
+    assert not res.check.passed and res.check.error == math.inf  # values do not hide it
+    assert res.check.detail == "unwritten (NaN) elements"
+    monkeypatch.setattr(FakeFunc, "prepared_call", real)
+    assert EXP.measure(ctx, Point("matmul", "naive", {"m": 8, "k": 8, "n": 8,
+                                                      "tile": 16})).check.passed
+    assert set(ctx.cache) == {("matmul", 8, 8, 8), ("matmul_out", 8, 8, 8)}

@@ -46,6 +46,27 @@ def test_report_has_summary_device_sections_and_checks(rendered):
         assert needle in html, needle
 
 
+def test_throttle_note_separates_unchecked_samples():
+    import pandas as pd
+
+    df = pd.DataFrame({"n_samples": [10, 20, 5, None], "n_throttled": [0, 3, None, None]})
+    note = report.throttle_note(df)
+    assert note == ("35 timed samples; 30 checked for throttling (NVML), 3 taken while "
+                    "throttled; 5 not checked (CPU points, or NVML unavailable)")
+    # nothing watched the clocks: never reported as "0 throttled"
+    unchecked = report.throttle_note(df.iloc[[2]])
+    assert "checked for" not in unchecked and "5 not checked" in unchecked
+    assert report.throttle_note(df.iloc[[3]]) == "no timed samples"
+
+
+def test_long_text_metrics_stay_out_of_the_report_tables():
+    import pandas as pd
+
+    df = pd.DataFrame({"m_speedup": [1.5, None], "m_timeline": ["x" * 500, None],
+                       "m_empty": [None, None], "m_limiter": ["warps", "registers"]})
+    assert report._metric_cols(df) == ["m_limiter", "m_speedup"]
+
+
 def test_failed_points_are_listed_not_plotted(tmp_path):
     recs = list(results.iter_records(RECORDED))
     bad = dict(recs[5])

@@ -99,3 +99,40 @@ def test_readme_documents_every_column():
     readme = (ROOT / "README.md").read_text()
     for col, (dtype, _) in results.COLUMNS.items():
         assert f"| `{col}` | {dtype} |" in readme, col
+
+
+def test_percent_of_peak_comes_from_the_declared_work_and_device_peaks(recorded):
+    rec = next(r for r in recorded if r["variant"] == "tiled" and r["status"] == "ok")
+    with_peaks = rec | {"work": rec["work"] | {"peak_mem_gbps": 3352.32,
+                                                "peak_fp32_gflops": 66908.16}}
+    df = results.build_table([with_peaks, rec])
+    r = df[df["pct_peak_gflops"].notna()].iloc[0]
+    assert r["pct_peak_gflops"] == pytest.approx(100 * r["gflops"] / 66908.16)
+    assert r["pct_peak_gbps"] == pytest.approx(100 * r["gbps"] / 3352.32)
+    # no peaks in the record (CPU point, PCIe experiment, older record): empty, not 0
+    assert df["pct_peak_gflops"].isna().sum() == 1
+    wrong = with_peaks | {"status": "wrong"}
+    assert results.build_table([wrong])["pct_peak_gflops"].isna().all()
+
+
+def test_device_peaks_from_driver_attributes():
+    from cudalab import devicespec
+
+    class FakeGpu:  # H100 SXM's driver attributes
+        def __init__(self, attrs):
+            self.attrs = attrs
+
+        def attr(self, name):
+            return self.attrs[name]
+
+    h100 = {"COMPUTE_CAPABILITY_MAJOR": 9, "COMPUTE_CAPABILITY_MINOR": 0,
+            "MULTIPROCESSOR_COUNT": 132, "CLOCK_RATE": 1_980_000,
+            "MEMORY_CLOCK_RATE": 2_619_000, "GLOBAL_MEMORY_BUS_WIDTH": 5120}
+    p = devicespec.device_peaks(FakeGpu(h100))
+    assert p["peak_mem_gbps"] == pytest.approx(3352.32)
+    assert p["peak_fp32_gflops"] == pytest.approx(66908.16)
+    missing = devicespec.device_peaks(FakeGpu({}))
+    assert all(math.isnan(v) for v in missing.values())
+    future = devicespec.device_peaks(FakeGpu(h100 | {"COMPUTE_CAPABILITY_MAJOR": 99}))
+    assert future["peak_mem_gbps"] == pytest.approx(3352.32)
+    assert math.isnan(future["peak_fp32_gflops"])

@@ -12,6 +12,7 @@ from cudalab import config as cfg
 from cudalab import figures, results
 from cudalab import occupancy as occ
 from cudalab.experiments import REGISTRY
+from cudalab.experiments import matmul as mm
 from cudalab.experiments import static_analysis as sa
 from cudalab.experiments.base import Point, RunContext, Skipped
 from cudalab.gpu import CUDA_DIR
@@ -104,6 +105,69 @@ def test_grid_covers_every_file_kernel_variant_and_arch():
     b2 = _block(files=["occupancy.cu"], archs=["sm_90"], variants={"occupancy.cu": ["LIVE=16"]})
     assert {p.params["flags"] for p in EXP.points(b2)} == {"LIVE=16"}
     assert len(EXP.points(_block(**EXP.smoke))) == 8
+
+
+TWO_TILES = [{"rt": 2, "bt": 16, "bk": 8}, {"rt": 4, "bt": 64, "bk": 16}]
+
+
+def _register_points(config: dict | None, block: dict) -> list[Point]:
+    return [p for p in EXP.points(block, config=config) if p.variant == "matmul_register"]
+
+
+def _matmul_flags(tile: dict) -> tuple[str, list[str]]:
+    """The defines matmul.py compiles matmul_register with for `tile`: as a flags string and
+    as the -D options GpuSession.compile passes (sorted by name)."""
+    defines = mm.kernel_defines(Point("matmul", "register", dict(tile)))
+    return (" ".join(f"{k}={v}" for k, v in sorted(defines.items())),
+            [f"-D{k}={v}" for k, v in sorted(defines.items())])
+
+
+def test_matmul_register_is_analysed_once_per_register_tile_of_the_matmul_block():
+    config = cfg.validate({"experiments": {
+        "static_analysis": {"files": ["matmul.cu"]},
+        "matmul": {"register_tiles": TWO_TILES}}})
+    block = config["experiments"]["static_analysis"]
+    pts = EXP.points(block, config=config)
+    assert len({p.point_id for p in pts}) == len(pts)
+    reg = [p for p in pts if p.variant == "matmul_register"]
+    # one point per (register tile, arch), never the defaults that compile it out
+    assert len(reg) == len(TWO_TILES) * 3
+    assert all(p.params["flags"] for p in reg)
+    for tile in TWO_TILES:
+        flags, dopts = _matmul_flags(tile)
+        mine = [p for p in reg if {k: p.params[k] for k in ("rt", "bt", "bk")} == tile]
+        assert {p.params["arch"] for p in mine} == {"sm_75", "sm_80", "sm_90"}
+        assert {p.params["flags"] for p in mine} == {flags}
+        assert all(f"rt{tile['rt']}-bt{tile['bt']}-bk{tile['bk']}" in p.point_id for p in mine)
+        # nvcc gets exactly the -D defines the matmul experiment compiles the kernel with
+        k = EXP.kernel_for(_ctx(block), mine[0])
+        assert k.options[-len(dopts):] == dopts and "-arch=" + mine[0].params["arch"] in k.options
+    # the file's other kernels keep the file's defaults
+    others = [p for p in pts if p.variant != "matmul_register"]
+    assert {p.variant for p in others} == {"matmul_naive", "matmul_tiled", "matmul_tiled_padded",
+                                           "matmul_tiled_conflict"}
+    assert {p.params["flags"] for p in others} == {""}
+
+
+def test_register_tiles_fall_back_to_the_matmul_defaults():
+    defaults = [dict(t) for t in mm.Matmul.schema["properties"]["register_tiles"]["default"]]
+    want = {_matmul_flags(t)[0] for t in defaults}
+    b = _block(files=["matmul.cu"], archs=["sm_90"])
+    absent = cfg.validate({"experiments": {"static_analysis": {"files": ["matmul.cu"],
+                                                               "archs": ["sm_90"]}}})
+    disabled = cfg.validate({"experiments": {
+        "static_analysis": {"files": ["matmul.cu"], "archs": ["sm_90"]},
+        "matmul": {"enabled": False, "register_tiles": TWO_TILES}}})
+    for config in (None, absent, disabled):
+        assert {p.params["flags"] for p in _register_points(config, b)} == want
+    # the grid the runner and the plan see is the one of the run's matmul block
+    from cudalab.cli import plan_lines
+
+    enabled = cfg.validate({"experiments": {
+        "static_analysis": {"files": ["matmul.cu"], "archs": ["sm_90"]},
+        "matmul": {"register_tiles": TWO_TILES[:1]}}})
+    line = next(x for x in plan_lines(enabled) if "static_analysis" in x)
+    assert " 5 grid points" in line  # 4 kernels under the defaults + 1 register tile
 
 
 # -- ptxas report ----------------------------------------------------------------------------
@@ -261,9 +325,40 @@ def test_runner_end_to_end_without_a_gpu(tmp_path):
     assert df["nvcc_options"].str.contains("-arch=sm_90").all()
 
 
+@needs_nvcc
+def test_runner_analyses_every_register_tile_for_every_arch(tmp_path):
+    from cudalab.runner import run_experiment
+
+    config = cfg.validate({"telemetry": {"nvidia_smi": False, "nvml": False},
+                           "experiments": {"static_analysis": {"files": ["matmul.cu"]},
+                                           "matmul": {"register_tiles": TWO_TILES}}})
+    run_experiment(config, "static_analysis", tmp_path)
+    df = results.build_table(list(results.iter_records(tmp_path / "raw")))
+    assert results.check_table(df) == []
+    assert (df["status"] == "ok").all(), df.loc[df["status"] != "ok", ["point_id", "reason"]]
+    reg = df[df["variant"] == "matmul_register"]
+    assert len(reg) == len(TWO_TILES) * 3
+    for tile in TWO_TILES:
+        rows = reg[(reg["p_rt"] == tile["rt"]) & (reg["p_bt"] == tile["bt"])
+                   & (reg["p_bk"] == tile["bk"])]
+        assert sorted(rows["p_arch"]) == ["sm_75", "sm_80", "sm_90"]
+        assert (rows["m_registers"] > 0).all()
+        assert (rows["m_smem_static"] == mm.register_smem_bytes(tile["bt"], tile["bk"])).all()
+        assert rows["nvcc_options"].str.endswith(" ".join(_matmul_flags(tile)[1])).all()
+    # the report's section: expectations and both figures on these rows
+    ex = {e.claim: e for e in EXP.expectations(df)}
+    comp = next(e for c, e in ex.items() if c.startswith("nvcc compiles"))
+    assert comp.passed is True and "skipped" not in comp.evidence
+    assert figures.draw_experiment("static_analysis", df, tmp_path / "fig") == {
+        "occupancy": True, "registers": True}
+    labels = set(EXP._frame(df)["label"])
+    assert {"matmul:matmul_register [rt=2 bt=16 bk=8]",
+            "matmul:matmul_register [rt=4 bt=64 bk=16]"} <= labels
+
+
 # -- expectations and figures ----------------------------------------------------------------
-def _rec(kernel, file, flags, arch, usage, status="ok"):
-    params = {"file": file, "flags": flags, "arch": arch}
+def _rec(kernel, file, flags, arch, usage, status="ok", **extra):
+    params = {"file": file, "flags": flags, "arch": arch, **extra}
     rec = {"schema_version": results.SCHEMA_VERSION, "experiment": "static_analysis",
            "variant": kernel, "point_id": Point("static_analysis", kernel, params).point_id,
            "params": params, "job_id": "synthetic", "seed": 0, "status": status, "reason": "",
@@ -278,7 +373,7 @@ def _rec(kernel, file, flags, arch, usage, status="ok"):
     return rec
 
 
-def synthetic_records(spill=False, failed=False):
+def synthetic_records(spill=False, failed=False, register=False):
     """Invented ptxas numbers (NOT compiled)."""
     base = {"smem_static": 0, "cmem0": 380, "stack": 0, "spill_stores": 0, "spill_loads": 0,
             "barriers": 0, "local": 0}
@@ -290,6 +385,13 @@ def synthetic_records(spill=False, failed=False):
                                  "spill_stores": 16 if spill and arch == "sm_90" else 0}))
         recs.append(_rec("matmul_tiled", "matmul.cu", "TILE=32", arch,
                          base | {"registers": 32, "smem_static": 8192, "barriers": 1}))
+        if register:
+            for tile, regs in ((TWO_TILES[0], 40), (TWO_TILES[1], 64 + dr)):
+                recs.append(_rec("matmul_register", "matmul.cu", _matmul_flags(tile)[0], arch,
+                                 base | {"registers": regs, "barriers": 1,
+                                         "smem_static": mm.register_smem_bytes(tile["bt"],
+                                                                               tile["bk"])},
+                                 **tile))
     if failed:
         recs.append(_rec("sobel_shared", "sobel.cu", "", "sm_90", base, status="failed"))
     return recs
@@ -340,3 +442,16 @@ def test_figures_draw(tmp_path):
         "occupancy": True, "registers": True}
     for name in EXP.figures:
         assert (tmp_path / "static_analysis" / f"{name}.png").stat().st_size > 5000
+
+
+def test_register_tile_rows_are_labelled_with_their_tile_and_drawn(tmp_path):
+    df = results.build_table(synthetic_records(register=True))
+    assert results.check_table(df) == []
+    d = EXP._frame(df)
+    reg = sorted(set(d.loc[d["variant"] == "matmul_register", "label"]))
+    assert reg == ["matmul:matmul_register [rt=2 bt=16 bk=8]",
+                   "matmul:matmul_register [rt=4 bt=64 bk=16]"]
+    ex = {e.claim: e for e in EXP.expectations(df)}
+    assert all(e.passed for e in ex.values()), ex
+    assert figures.draw_experiment("static_analysis", df, tmp_path) == {
+        "occupancy": True, "registers": True}

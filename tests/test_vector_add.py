@@ -16,14 +16,16 @@ from cudalab import config as cfg
 from cudalab import results
 from cudalab.config import ConfigError
 from cudalab.experiments import REGISTRY
-from cudalab.experiments.base import RunContext
+from cudalab.experiments.base import REL_FRO_CHUNK, Point, RunContext
 from cudalab.experiments.vector_add import (
     buffer_set,
     bytes_label,
+    check_sum,
     grid_size,
     peak_dram_gbps,
     reference,
     size_label,
+    sum_error,
 )
 from cudalab.harness import Harness, Settings
 
@@ -128,6 +130,160 @@ def test_reference_is_float64_sum():
     assert r.dtype == np.float64
     assert r[0] == 100_000_001.0  # float32 would round this to 1e8
     assert r[1] == 3.0
+
+
+def naive_sum_error(c, a, b) -> float:
+    """The metric as first written: full float64 copies, norm(c - (a + b)) / norm(a + b)."""
+    c64 = np.asarray(c).astype(np.float64)
+    if not np.isfinite(c64).all():
+        return math.inf
+    r = a.astype(np.float64) + b.astype(np.float64)
+    d = np.linalg.norm(r)
+    return float(np.linalg.norm(c64 - r) / (d if d > 0 else 1.0))
+
+
+def test_reference_into_a_buffer_equals_the_float64_sum():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(1001).astype(np.float32)
+    b = (rng.standard_normal(1001) * 1e-4).astype(np.float32)
+    want = a.astype(np.float64) + b.astype(np.float64)
+    assert np.array_equal(reference(a, b), want)
+    buf = np.empty(1001)
+    assert reference(a, b, out=buf) is buf and np.array_equal(buf, want)
+
+
+@pytest.mark.parametrize("n", [1, 5, 50_000, REL_FRO_CHUNK + 1, 2 * REL_FRO_CHUNK + 12_345])
+def test_blockwise_sum_error_equals_the_float64_formula(n):
+    rng = np.random.default_rng(n)
+    a = rng.standard_normal(n).astype(np.float32)
+    b = (rng.standard_normal(n) * 1e-3).astype(np.float32)
+    c = a + b  # a float32 kernel's rounding: a small, nonzero error
+    c[rng.integers(0, n, size=max(1, n // 1000))] += np.float32(1e-3)  # and a few wrong ones
+    want = naive_sum_error(c, a, b)
+    assert want > 0
+    assert sum_error(c, a, b) == pytest.approx(want, rel=1e-12)
+    assert sum_error(c, a, b, chunk=7) == pytest.approx(want, rel=1e-12)
+    chk = check_sum(c, a, b, 1e-6)
+    assert chk.metric == "rel_l2" and chk.detail == ""
+    assert chk.error == pytest.approx(want, rel=1e-12) and chk.passed == (want <= 1e-6)
+
+
+def test_check_sum_catches_unwritten_and_wrong_elements():
+    rng = np.random.default_rng(1)
+    n = 3 * REL_FRO_CHUNK + 7
+    a = rng.standard_normal(n).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    good = check_sum(a + b, a, b, 1e-6)
+    assert good.passed and good.detail == ""
+    c = a + b
+    c[[0, REL_FRO_CHUNK, n - 1]] = np.nan  # the last, partial block unwritten, and others
+    bad = check_sum(c, a, b, 1e-6)
+    assert bad.error == math.inf and not bad.passed
+    assert bad.detail == "3 unwritten (NaN) elements"
+    wrong = a + b
+    wrong[n // 2] += 1.0
+    w = check_sum(wrong, a, b, 1e-6)
+    assert not w.passed and w.detail == "" and w.error == pytest.approx(
+        naive_sum_error(wrong, a, b), rel=1e-12)
+    with pytest.raises(ValueError, match="sizes differ"):
+        sum_error(c[:-1], a, b)
+
+
+# a numpy stand-in for pycuda: device buffers are numpy arrays, the kernel is a + b
+class _Dev:
+    def __init__(self, nbytes):
+        self.buf = np.zeros(nbytes // 4, np.float32)
+        self.freed = False
+
+    def free(self):
+        self.freed = True
+
+
+class _Func:
+    skip = 0  # elements at the end the "kernel" leaves unwritten (a bounds bug)
+
+    def prepare(self, sig):
+        assert sig == "PPPi"
+
+    def prepared_call(self, grid, block, a_d, b_d, c_d, n):
+        assert grid[0] * block[0] >= n
+        m = n - _Func.skip
+        c_d.buf[:m] = a_d.buf[:m] + b_d.buf[:m]
+
+
+class _FakeVecGpu:
+    def __init__(self):
+        from types import SimpleNamespace
+
+        self.uploads = []
+        self.cuda = SimpleNamespace(
+            mem_alloc=_Dev, Event=_Event,
+            memcpy_htod=self._htod,
+            memcpy_dtoh=lambda dst, src: dst.__setitem__(..., src.buf[:dst.size]),
+            memset_d32=lambda dst, bits, n: dst.buf.view(np.uint32).__setitem__(
+                slice(0, n), bits),
+        )
+
+    def _htod(self, dst, src):
+        self.uploads.append(src)
+        dst.buf[:src.size] = src
+
+    def compile(self, source):
+        from types import SimpleNamespace
+
+        assert source == "vector_add.cu"
+        return SimpleNamespace(function=lambda name: _Func())
+
+    def attr(self, name):
+        raise KeyError(name)
+
+    def event_timer(self):
+        from cudalab.gpu import EventTimer
+
+        return EventTimer(self.cuda)
+
+    def synchronize(self):
+        pass
+
+
+class _Event:
+    def record(self, stream=None):
+        self.t = __import__("time").perf_counter()
+        return self
+
+    def synchronize(self):
+        return self
+
+    def time_since(self, other):
+        return (self.t - other.t) * 1e3
+
+
+def _fake_ctx():
+    s = Settings(warmup=1, min_samples=3, max_samples=3, budget_s=0.001, min_sample_s=0)
+    return RunContext(gpu=_FakeVecGpu(), harness=Harness(s), rng=np.random.default_rng(1),
+                      config={}, block=validate({}))
+
+
+def test_measure_checks_every_point_against_the_float64_sum_of_its_inputs(monkeypatch):
+    ctx = _fake_ctx()
+    n = REL_FRO_CHUNK + 3
+    monkeypatch.setattr(_Func, "skip", 0)
+    first = EXP.measure(ctx, Point(NAME, "gpu", {"n": n, "threads": 256}))
+    assert first.check.passed and first.check.detail == "" and first.timing.n == 3
+    bufs = ctx.cache["_buffers"][1]
+    a, b = ctx.gpu.uploads  # the host inputs kept are the very arrays uploaded
+    assert bufs["a"] is a and bufs["b"] is b and a.dtype == b.dtype == np.float32
+    assert not any(isinstance(v, np.ndarray) and v.dtype == np.float64 for v in bufs.values())
+    # the reused host output held the right sums: an unwritten element must still show
+    monkeypatch.setattr(_Func, "skip", 1)
+    res = EXP.measure(ctx, Point(NAME, "gpu", {"n": n, "threads": 1024}))
+    assert len(ctx.gpu.uploads) == 2  # same n: the same inputs, no new draw
+    assert res.check.error == math.inf and not res.check.passed
+    assert res.check.detail == "1 unwritten (NaN) elements"
+    # a new size draws fresh inputs
+    monkeypatch.setattr(_Func, "skip", 0)
+    assert EXP.measure(ctx, Point(NAME, "gpu", {"n": 1000, "threads": 32})).check.passed
+    assert len(ctx.gpu.uploads) == 4 and ctx.cache["_buffers"][0] == ("vector_add", 1000)
 
 
 class _Gpu:

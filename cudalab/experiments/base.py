@@ -8,6 +8,7 @@ effects the report checks against the data.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -122,6 +123,13 @@ class Experiment:
     smoke: dict[str, Any] = {}
     # Position in the report (course order).
     order: int = 100
+    # Whether GB/s and GFLOP/s of this experiment's GPU points are shown as % of the device's
+    # theoretical DRAM bandwidth and FP32 peak (results: pct_peak_gbps, pct_peak_gflops).
+    # False where the bytes do not go through device memory alone (PCIe copies).
+    vs_device_peak: bool = True
+    # Other experiments' blocks this one's grid reads (static_analysis: matmul's register
+    # tiles): grid() gets the whole config, and the workflow reruns the job when they change.
+    reads_blocks: tuple[str, ...] = ()
 
     def check_config(self, block: dict[str, Any]) -> list[str]:
         """Cross-field rules the schema cannot express; messages start with the key."""
@@ -129,6 +137,10 @@ class Experiment:
 
     def points(self, block: dict[str, Any]) -> list[Point]:
         raise NotImplementedError
+
+    def grid(self, config: dict[str, Any]) -> list[Point]:
+        """The points of this experiment in a validated config (its block, by default)."""
+        return self.points(config["experiments"][self.name])
 
     def prepare(self, ctx: RunContext) -> None:
         """Once per job, before any point (compile kernels, allocate shared buffers)."""
@@ -154,8 +166,69 @@ class Experiment:
         return df[df["status"] == "ok"]
 
 
+# Elements per block of the blockwise error: 2^16 float64 values (512 KiB) stay in a core's
+# L2 cache between the subtraction and the two dot products; the per-block Python overhead
+# (~5 us) is small against the ~100 us of memory traffic of a block.
+REL_FRO_CHUNK = 1 << 16
+
+
 def rel_fro_error(out: np.ndarray, ref: np.ndarray) -> float:
-    """||out - ref||_F / ||ref||_F in float64; inf if anything is not finite (unwritten)."""
+    """||out - ref||_F / ||ref||_F in float64; inf if anything is not finite (unwritten).
+
+    Computed block by block (rel_fro_error_blocks): no full-size float64 copy of either
+    array is made, and the result equals the dense formula
+    norm(out.astype(f64) - ref.astype(f64)) / norm(ref.astype(f64)) up to float64 rounding
+    (~1e-15 relative). A zero reference divides by 1 instead (the absolute error)."""
+    o = np.asarray(out)
+    r = np.asarray(ref)
+    if o.shape != r.shape or o.dtype.kind not in "biuf" or r.dtype.kind not in "biuf":
+        return _rel_fro_error_dense(o, r)  # broadcasting or exotic dtypes: the plain formula
+    r = r.reshape(-1)  # a view where contiguous
+    return rel_fro_error_blocks(o, lambda i, j: r[i:j])
+
+
+def rel_fro_error_blocks(out: np.ndarray, ref_block: Callable[[int, int], np.ndarray],
+                         chunk: int = REL_FRO_CHUNK) -> float:
+    """rel_fro_error(out, ref) where ref is not materialised: ref_block(i, j) returns the
+    reference values of out.reshape(-1)[i:j] (float64, or any real dtype, converted exactly
+    to float64 here; the returned array may be a buffer reused by the next call).
+
+    Sums of squares of (out - ref) and of ref are accumulated in float64 over blocks of
+    `chunk` elements. Any NaN or inf in `out` makes its block's sum of squares non-finite
+    (NaN - x = NaN, inf - finite = inf, inf - inf = NaN, and the squares of those are not
+    finite), so only such a block is scanned for non-finite outputs, and the result is then
+    inf, as in the dense formula. Non-finite references give NaN or inf as there too."""
+    o = np.asarray(out).reshape(-1)
+    n = o.size
+    chunk = max(1, int(chunk))
+    diff = np.empty(min(chunk, n), np.float64)
+    ref64: np.ndarray | None = None
+    ss_diff = ss_ref = 0.0
+    for i in range(0, n, chunk):
+        j = min(i + chunk, n)
+        oc = o[i:j]
+        rc = np.asarray(ref_block(i, j))
+        if rc.shape != (j - i,):
+            raise ValueError(f"ref_block({i}, {j}) returned shape {rc.shape}, not ({j - i},)")
+        if rc.dtype != np.float64:
+            if ref64 is None:
+                ref64 = np.empty(min(chunk, n), np.float64)
+            np.copyto(ref64[: j - i], rc, casting="same_kind")
+            rc = ref64[: j - i]
+        d = diff[: j - i]
+        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: reported below
+            np.subtract(oc, rc, out=d, dtype=np.float64)
+        sd = float(np.dot(d, d))
+        if not math.isfinite(sd) and not np.isfinite(oc).all():
+            return float("inf")
+        ss_diff += sd
+        ss_ref += float(np.dot(rc, rc))
+    denom = math.sqrt(ss_ref)
+    return math.sqrt(ss_diff) / (denom if denom > 0 else 1.0)
+
+
+def _rel_fro_error_dense(out: Any, ref: Any) -> float:
+    """The plain formula: full float64 copies of both arrays."""
     o = np.asarray(out, dtype=np.float64)
     r = np.asarray(ref, dtype=np.float64)
     if not np.all(np.isfinite(o)):

@@ -14,18 +14,28 @@ worth analysing in comment lines of its own, one per variant:
     // cudalab-variant: --use_fast_math      -> passed to nvcc as is
 
 (no such line: the file's defaults); the config's `variants` overrides them per file.
+
+A kernel that exists only under compile-time parameters its experiment passes is analysed
+with exactly those instead (KERNEL_VARIANTS): matmul.cu's matmul_register is compiled once
+per register tile of the run's matmul block (experiments.matmul.register_tiles, the matmul
+defaults where that block is absent or disabled), with the -D defines matmul.py compiles it
+with; its rows carry the tile (rt, bt, bk) next to the flags. Any other kernel the flags
+compile out is recorded as skipped.
+
 Dynamic shared memory is a launch parameter nvcc cannot see: give it per kernel in
 `dynamic_smem_bytes`, or the occupancy assumes none.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import re
 import shlex
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -34,6 +44,7 @@ import pandas as pd
 
 from cudalab import devicespec
 from cudalab import occupancy as occ
+from cudalab.experiments import matmul as mm
 from cudalab.experiments.base import (
     Check,
     Expectation,
@@ -133,17 +144,38 @@ class StaticAnalysis(Experiment):
                 msgs.append(f"files: {f!r} is not a file in cuda/ (there: {have})")
         return msgs
 
-    def points(self, block: dict[str, Any]) -> list[Point]:
+    reads_blocks = ("matmul",)  # matmul_register is analysed for matmul's register tiles
+
+    def grid(self, config: dict[str, Any]) -> list[Point]:
+        return self.points(config["experiments"][self.name], config=config)
+
+    def points(self, block: dict[str, Any],
+               config: dict[str, Any] | None = None) -> list[Point]:
+        """One point per (file, compile variant, kernel, arch). A kernel of KERNEL_VARIANTS
+        gets the compile variants its experiment uses (from `config`, the whole validated
+        config; without it, that experiment's defaults) instead of the file's."""
         pts = []
         for path in kernel_files(block.get("files", [])):
             src = path.read_text()
             variants = block.get("variants", {}).get(path.name) or file_variants(src)
+            kernels = kernel_names(src)
             for flags in variants:
-                for kernel in kernel_names(src):
+                for kernel in kernels:
+                    if (path.name, kernel) in KERNEL_VARIANTS:
+                        continue
                     for arch in block["archs"]:
                         pts.append(Point(self.name, kernel,
                                          {"file": path.name, "flags": flags, "arch": arch},
                                          gpu=False))
+            for kernel in kernels:
+                own = KERNEL_VARIANTS.get((path.name, kernel))
+                if own is None:
+                    continue
+                for flags, extra in own(config):
+                    for arch in block["archs"]:
+                        pts.append(Point(self.name, kernel,
+                                         {"file": path.name, "flags": flags, "arch": arch,
+                                          **extra}, gpu=False))
         return pts
 
     # -- measuring ---------------------------------------------------------------------
@@ -205,9 +237,11 @@ class StaticAnalysis(Experiment):
         d["_same"] = [bool(same.get((f, k), False)) for f, k in zip(d["p_file"], d["variant"])]
         first = d.groupby(["p_file", "variant"])["p_flags"].transform("first")
         d = d[~d["_same"] | (d["p_flags"] == first)].copy()
-        d["label"] = [f"{f.removesuffix('.cu')}:{k}" + (f" [{fl}]" if fl and not sm else "")
-                      for f, k, fl, sm in zip(d["p_file"], d["variant"], d["p_flags"],
-                                              d["_same"])]
+        tile = _tile_labels(d)
+        d["label"] = [f"{f.removesuffix('.cu')}:{k}"
+                      + (f" [{t or fl}]" if (t or fl) and not sm else "")
+                      for f, k, fl, t, sm in zip(d["p_file"], d["variant"], d["p_flags"], tile,
+                                                 d["_same"])]
         return d.drop(columns="_same")
 
     def plot(self, name: str, df: pd.DataFrame):
@@ -314,6 +348,51 @@ class StaticAnalysis(Experiment):
                                         f"-{int(differ.iloc[0]['max'])}"
                                         if not differ.empty else "")))
         return out
+
+
+# -- kernels that exist only under their experiment's compile-time parameters ---------------
+TILE_PARAMS = ("rt", "bt", "bk")  # matmul's register tile, as its points name it
+
+
+def matmul_register_tiles(config: dict[str, Any] | None) -> list[dict[str, int]]:
+    """The register tiles the run's matmul experiment compiles matmul_register for: its
+    block's register_tiles, or the matmul schema's defaults where that block is absent or
+    disabled (a disabled block is not checked, so its tiles may not even compile)."""
+    blk = ((config or {}).get("experiments") or {}).get("matmul") or {}
+    tiles = blk.get("register_tiles") if blk.get("enabled", True) else None
+    if not tiles:
+        tiles = mm.Matmul.schema["properties"]["register_tiles"]["default"]
+    return [{k: int(t[k]) for k in TILE_PARAMS} for t in copy.deepcopy(tiles)]
+
+
+def define_flags(defines: dict[str, Any]) -> str:
+    """{'RM': 2, 'BM': 32} -> 'BM=32 RM=2': -D defines as a flags string, sorted by name as
+    GpuSession.compile passes them."""
+    return " ".join(f"{k}={v}" for k, v in sorted(defines.items()))
+
+
+def matmul_register_variants(config: dict[str, Any] | None) -> list[tuple[str, dict[str, int]]]:
+    """(flags, tile params) of matmul_register, one per register tile: the defines are
+    matmul.kernel_defines' for a register point of that tile."""
+    return [(define_flags(mm.kernel_defines(Point(mm.Matmul.name, "register", tile))), tile)
+            for tile in matmul_register_tiles(config)]
+
+
+# (file, kernel) -> config -> [(flags, extra point params)]: the compile variants a kernel is
+# analysed with instead of its file's (it does not exist under the file's defaults)
+KERNEL_VARIANTS: dict[tuple[str, str],
+                      Callable[[dict[str, Any] | None], list[tuple[str, dict[str, int]]]]] = {
+    ("matmul.cu", "matmul_register"): matmul_register_variants,
+}
+
+
+def _tile_labels(d: pd.DataFrame) -> list[str]:
+    """'rt=2 bt=32 bk=32' for rows of a register tile ('' for the others)."""
+    if not set(f"p_{k}" for k in TILE_PARAMS) <= set(d.columns):
+        return [""] * len(d)
+    vals = d[[f"p_{k}" for k in TILE_PARAMS]].to_numpy()
+    return ["" if pd.isna(row).any() else
+            " ".join(f"{k}={int(v)}" for k, v in zip(TILE_PARAMS, row)) for row in vals]
 
 
 # -- compiling and parsing ------------------------------------------------------------------

@@ -104,6 +104,7 @@ class Streams(Experiment):
     name = "streams"
     order = 50
     title = "CUDA streams: overlapping copies with computation"
+    vs_device_peak = False  # bytes cross PCIe: compared with the link instead
     caption = (
         "The serial program copies the whole array to the GPU, runs the map kernel, and copies "
         "the result back: the copy engines and the SMs take turns and each waits for the "

@@ -91,6 +91,7 @@ class Transfer(Experiment):
     name = "transfer"
     order = 40
     title = "Host-device transfers: pageable against pinned memory over PCIe"
+    vs_device_peak = False  # bytes cross PCIe: compared with the link instead
     caption = (
         "Copies between host and GPU memory cross the PCIe link, whose theoretical bandwidth "
         "per direction is set by its generation and width (dashed line; read from NVML). "

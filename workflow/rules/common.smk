@@ -22,14 +22,15 @@ REPORT = f"{RESULTS}/report.html"
 
 
 def needs_gpu(experiment):
-    block = config["experiments"][experiment]
-    return any(p.gpu for p in REGISTRY[experiment].points(block))
+    return any(p.gpu for p in REGISTRY[experiment].grid(config))
 
 
 def measure_fingerprint(experiment):
-    """Rerun a measure job when its block or the harness settings change."""
+    """Rerun a measure job when its block (or a block its grid reads) or the harness
+    settings change."""
+    blocks = [config["experiments"].get(b) for b in REGISTRY[experiment].reads_blocks]
     return cudalab_config.block_hash(
-        [config["experiments"][experiment], config["measurement"], config["telemetry"]]
+        [config["experiments"][experiment], *blocks, config["measurement"], config["telemetry"]]
     )
 
 
