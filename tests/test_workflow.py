@@ -86,6 +86,11 @@ def test_snakemake_report_includes_the_figures(workdir):
     r = snakemake(workdir, "--configfile", "config.cpu.yaml", "--report", "sm-report.zip")
     assert r.returncode == 0, r.stderr[-3000:]
     assert (workdir / "sm-report.zip").stat().st_size > 10_000
+    # the single-file form too, with the figures' captions
+    r = snakemake(workdir, "--configfile", "config.cpu.yaml", "--report", "sm-report.html")
+    assert r.returncode == 0, r.stderr[-3000:]
+    page = (workdir / "sm-report.html").read_text()
+    assert len(page) > 10_000 and "matmul" in page
 
 
 def test_manifest_records_counts_and_seed(workdir):
