@@ -455,3 +455,53 @@ def test_register_tile_rows_are_labelled_with_their_tile_and_drawn(tmp_path):
     assert all(e.passed for e in ex.values()), ex
     assert figures.draw_experiment("static_analysis", df, tmp_path) == {
         "occupancy": True, "registers": True}
+
+
+PTX_BOUNDS = """
+.visible .entry bounded(
+\t.param .u64 bounded_param_0
+)
+.maxntid 128, 2, 1
+.minnctapersm 2
+{
+\tret;
+}
+.visible .entry free(
+\t.param .u64 free_param_0
+)
+{
+\tret;
+}
+"""
+
+
+def test_parse_maxntid_reads_launch_bounds_from_ptx():
+    assert sa.parse_maxntid(PTX_BOUNDS) == {"bounded": 256}
+    assert sa.parse_maxntid("") == {}
+
+
+def test_launch_bounds_cap_the_block_sizes():
+    u = {"registers": 32, "smem_static": 0, "cmem0": 0, "stack": 0, "spill_stores": 0,
+         "spill_loads": 0, "barriers": 1, "local": 0}
+    free = sa.usage_metrics("sm_90", u)
+    capped = sa.usage_metrics("sm_90", u | {"max_threads": 256})
+    assert free["occupancy_512"] == 1.0 and free["max_block_size"] == 1024
+    assert capped["launch_bounds"] == 256 and free["launch_bounds"] == 0
+    assert capped["occupancy_256"] == free["occupancy_256"] == 1.0
+    assert capped["occupancy_512"] == capped["occupancy_1024"] == 0.0  # the driver refuses
+    assert capped["max_block_size"] == 256 and capped["api_block_size"] <= 256
+    assert capped["best_block_size"] <= 256
+    curve = sa.bounded_curve("sm_90", 32, 0, 0, 1, 256)
+    over = [o for o in curve if o.block_size > 256]
+    assert over and all(not o.launchable and o.limiter == "launch bounds" for o in over)
+
+
+@needs_nvcc
+def test_register_tiled_matmul_is_bounded_to_its_tile():
+    for flags, tile in sa.matmul_register_variants(None):
+        r = sa.compile_report(NVCC, CUDA_DIR / "matmul.cu", flags, "sm_90")
+        threads = (tile["bt"] // tile["rt"]) ** 2
+        assert r["matmul_register"]["max_threads"] == threads, (flags, r["matmul_register"])
+        assert r["matmul_tiled"]["max_threads"] == 0  # no bound declared
+        m = sa.usage_metrics("sm_90", r["matmul_register"])
+        assert m["max_block_size"] <= threads and m["occupancy_1024"] == 0.0

@@ -29,6 +29,7 @@ Dynamic shared memory is a launch parameter nvcc cannot see: give it per kernel 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import re
 import shlex
@@ -223,7 +224,7 @@ class StaticAnalysis(Experiment):
             return d
         d["p_flags"] = d["p_flags"].fillna("").astype(str)
         for c in ("m_registers", "m_smem_static", "m_spill_stores", "m_spill_loads",
-                  "m_dynamic_smem", "m_barriers"):
+                  "m_dynamic_smem", "m_barriers", "m_launch_bounds"):
             if c not in d:
                 d[c] = 0
             d[c] = pd.to_numeric(d[c], errors="coerce").fillna(0)
@@ -256,9 +257,9 @@ class StaticAnalysis(Experiment):
             a = d[d["p_arch"] == arch].sort_values("label")
             grid = {}
             for _, r in a.iterrows():
-                curve = occ.occupancy_curve(arch, int(r["m_registers"]), int(r["m_smem_static"]),
-                                            int(r["m_dynamic_smem"]), block_sizes=BLOCK_SIZES,
-                                            barriers=int(r["m_barriers"]))
+                curve = bounded_curve(arch, int(r["m_registers"]), int(r["m_smem_static"]),
+                                      int(r["m_dynamic_smem"]), int(r["m_barriers"]),
+                                      int(r["m_launch_bounds"]))
                 lab = (f"{r['label']} ({int(r['m_registers'])} regs"
                        + (f", {int(r['m_smem_static'] + r['m_dynamic_smem'])} B smem"
                           if r["m_smem_static"] + r["m_dynamic_smem"] else "") + ")")
@@ -271,7 +272,8 @@ class StaticAnalysis(Experiment):
                           rotation=90, fontsize=8)
             ax.set(xlabel="threads per block", ylabel="",
                    title=f"Theoretical occupancy from ptxas resource usage, {arch} "
-                         f"(cc {devicespec.spec(arch).cc}); black = cannot launch")
+                         f"(cc {devicespec.spec(arch).cc}); black = cannot launch "
+                         "(registers, shared memory or __launch_bounds__)")
             ax.tick_params(axis="y", labelsize=8)
             # blocks that cannot launch at all: black
             for i, row in enumerate(heat.to_numpy()):
@@ -438,14 +440,17 @@ def nvcc_options(flags: str, arch: str) -> list[str]:
 
 def compile_report(nvcc: str, path: Path, flags: str, arch: str,
                    timeout_s: int = 300) -> dict[str, dict[str, int]]:
-    """Compile one file for one target; ptxas' resource usage per kernel."""
+    """Compile one file for one target; ptxas' resource usage per kernel, plus the block
+    size its __launch_bounds__ allow (max_threads; 0 = none), read from the PTX that the
+    same nvcc run keeps."""
     with tempfile.TemporaryDirectory(prefix="cudalab-sa-") as tmp:
         cmd = [nvcc, "-cubin", *nvcc_options(flags, arch), "-I", str(CUDA_DIR),
-               str(path), "-o", str(Path(tmp) / "k.cubin")]
+               "-keep", "-keep-dir", tmp, str(path), "-o", str(Path(tmp) / "k.cubin")]
         try:
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired as exc:
             raise CompileError(f"nvcc took longer than {timeout_s} s: {' '.join(cmd)}") from exc
+        ptx = "".join(f.read_text() for f in Path(tmp).glob("*.ptx"))
     text = out.stdout + out.stderr
     if out.returncode != 0:
         if "Unsupported gpu architecture" in text or "unsupported gpu architecture" in text:
@@ -457,7 +462,26 @@ def compile_report(nvcc: str, path: Path, flags: str, arch: str,
     if not report:
         raise CompileError(f"no ptxas resource report in nvcc's output for {path.name} "
                            f"({arch}): {text.strip()[:300]!r}")
+    bounds = parse_maxntid(ptx)
+    for name, usage in report.items():
+        usage["max_threads"] = bounds.get(name, 0)
     return report
+
+
+_MAXNTID_ENTRY = re.compile(r"\.entry\s+(\w+)\s*\((?:[^)]*)\)([^{]*)\{")
+_MAXNTID = re.compile(r"\.maxntid\s+(\d+)\s*,\s*(\d+)\s*,\s*(\d+)")
+
+
+def parse_maxntid(ptx: str) -> dict[str, int]:
+    """PTX -> {kernel: threads per block its __launch_bounds__ allow} for the kernels that
+    declare one (`.maxntid x, y, z` between an entry's parameters and its body)."""
+    out = {}
+    for m in _MAXNTID_ENTRY.finditer(ptx):
+        b = _MAXNTID.search(m.group(2))
+        if b:
+            x, y, z = (int(v) for v in b.groups())
+            out[m.group(1)] = x * y * z
+    return out
 
 
 _ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(\w+)'")
@@ -522,31 +546,46 @@ def find_kernel(report: dict[str, dict[str, int]], kernel: str) -> dict[str, int
 
 
 def usage_metrics(arch: str, usage: dict[str, int], dynamic_smem: int = 0) -> dict[str, Any]:
-    """The metrics of one row: ptxas' numbers and the calculator's occupancy."""
+    """The metrics of one row: ptxas' numbers and the calculator's occupancy, at block sizes
+    the kernel's __launch_bounds__ allow (usage['max_threads'], 0 = no bound)."""
     regs, smem = usage["registers"], usage["smem_static"]
+    bound = int(usage.get("max_threads", 0))
     s = devicespec.spec(arch)
     m: dict[str, Any] = {
         "registers": regs, "smem_static": smem, "dynamic_smem": dynamic_smem,
         "cmem0": usage["cmem0"], "stack": usage["stack"],
         "spill_stores": usage["spill_stores"], "spill_loads": usage["spill_loads"],
-        "barriers": usage["barriers"], "cc": s.cc,
+        "barriers": usage["barriers"], "cc": s.cc, "launch_bounds": bound,
     }
-    curve = occ.occupancy_curve(s, regs, smem, dynamic_smem, block_sizes=BLOCK_SIZES,
-                                barriers=usage["barriers"])
+    curve = bounded_curve(s, regs, smem, dynamic_smem, usage["barriers"], bound)
+    at = {o.block_size: o for o in curve}
     for bs in SUMMARY_BLOCKS:
-        o = occ.occupancy(s, bs, regs, smem, dynamic_smem, barriers=usage["barriers"])
-        m[f"occupancy_{bs}"] = o.occupancy
-        if bs == 256:
-            m["limiter_256"] = o.limiter
-            m["blocks_256"] = o.active_blocks
+        m[f"occupancy_{bs}"] = at[bs].occupancy
+    m["limiter_256"], m["blocks_256"] = at[256].limiter, at[256].active_blocks
     best = max(o.occupancy for o in curve)
     m["best_occupancy"] = best
     m["best_block_size"] = max(o.block_size for o in curve if o.occupancy == best)
-    m["max_block_size"] = occ.max_block_size(s, regs, smem, dynamic_smem)
-    m["api_block_size"] = occ.max_potential_block_size(s, regs, smem, dynamic_smem)[1]
+    fits = occ.max_block_size(s, regs, smem, dynamic_smem)
+    m["max_block_size"] = min(fits, bound - bound % s.warp_size) if bound else fits
+    m["api_block_size"] = occ.max_potential_block_size(s, regs, smem, dynamic_smem,
+                                                       block_size_limit=bound)[1]
     if m["max_block_size"] == 0:
         m["limit_note"] = occ.occupancy(s, 32, regs, smem, dynamic_smem).reason
     return m
+
+
+def bounded_curve(cc: Any, regs: int, smem: int, dynamic_smem: int, barriers: int,
+                  bound: int = 0) -> list[occ.Occupancy]:
+    """The calculator's occupancy at BLOCK_SIZES; block sizes above the kernel's
+    __launch_bounds__ (bound > 0) get occupancy 0: the driver refuses to launch them."""
+    curve = occ.occupancy_curve(cc, regs, smem, dynamic_smem, block_sizes=BLOCK_SIZES,
+                                barriers=barriers)
+    if not bound:
+        return curve
+    why = f"above the kernel's __launch_bounds__ ({bound} threads)"
+    return [o if o.block_size <= bound else dataclasses.replace(
+                o, active_blocks=0, active_warps=0, limiters=("launch bounds",), reason=why)
+            for o in curve]
 
 
 def find_nvcc(name: str = "nvcc") -> str | None:
