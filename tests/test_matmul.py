@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fake_cuda import FakeEvent
 
 from cudalab import config as cfg
 from cudalab import figures, results
@@ -533,18 +534,6 @@ class FakeAlloc:
 
     def free(self):
         self.freed = True
-
-
-class FakeEvent:
-    def record(self, stream=None):
-        self.t = __import__("time").perf_counter()
-        return self
-
-    def synchronize(self):
-        return self
-
-    def time_since(self, other):
-        return (self.t - other.t) * 1e3
 
 
 class FakeFunc:

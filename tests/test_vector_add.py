@@ -11,6 +11,7 @@ import math
 import matplotlib
 import numpy as np
 import pytest
+from fake_cuda import FakeEvent
 
 from cudalab import config as cfg
 from cudalab import results
@@ -217,7 +218,7 @@ class _FakeVecGpu:
 
         self.uploads = []
         self.cuda = SimpleNamespace(
-            mem_alloc=_Dev, Event=_Event,
+            mem_alloc=_Dev, Event=FakeEvent,
             memcpy_htod=self._htod,
             memcpy_dtoh=lambda dst, src: dst.__setitem__(..., src.buf[:dst.size]),
             memset_d32=lambda dst, bits, n: dst.buf.view(np.uint32).__setitem__(
@@ -244,18 +245,6 @@ class _FakeVecGpu:
 
     def synchronize(self):
         pass
-
-
-class _Event:
-    def record(self, stream=None):
-        self.t = __import__("time").perf_counter()
-        return self
-
-    def synchronize(self):
-        return self
-
-    def time_since(self, other):
-        return (self.t - other.t) * 1e3
 
 
 def _fake_ctx():
