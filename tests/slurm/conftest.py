@@ -55,9 +55,11 @@ def slurm_cluster(tmp_path_factory):
     """Bring the one-node cluster up for the session; yields its state directory."""
     state = tmp_path_factory.mktemp("slurm-state")
 
-    # 4 CPU slots even on a 2-core runner (oversubscribed) and 2 fake GPUs: the three
+    # 4 CPU slots even on a 2-core runner (oversubscribed) and 3 fake GPUs of 2 models: the three
     # workflow runs of test_slurm.py each get their one-CPU job started at once
-    env = {**os.environ, "SLURM_CPUS": str(max(4, os.cpu_count() or 1)), "FAKE_GPUS": "2"}
+    # two GPU models (gres types), so GPU-model requests and sweeps are tested for real
+    env = {**os.environ, "SLURM_CPUS": str(max(4, os.cpu_count() or 1)),
+           "FAKE_GPU_TYPES": "fake:2,h100:1"}
 
     def script(cmd: str) -> subprocess.CompletedProcess:
         return subprocess.run(["bash", str(SCRIPT), cmd, str(state)], capture_output=True,

@@ -18,7 +18,11 @@
 #  * TaskPlugin=task/affinity (task/none prints a cpu-binding warning into every job log).
 #  * MinJobAge=600 keeps finished jobs visible to squeue/scontrol (status via squeue).
 #
-# Env: FAKE_GPUS (default 2), FAKE_GPU_TYPE (default fake), SLURM_CPUS (default nproc; more than nproc oversubscribes).
+# Env: FAKE_GPU_TYPES (default "fake:2"): the node's GPU models and counts, comma separated,
+# e.g. "fake:2,h100:1" (two models: --gpus=fake:1 and --gpus=h100:1 are both schedulable,
+# plain --gpus=1 takes any); SLURM_CPUS (default nproc; more than nproc oversubscribes).
+# FAKE_GPUS / FAKE_GPU_TYPE (count and type of one model) are still read when
+# FAKE_GPU_TYPES is unset.
 set -euo pipefail
 
 CMD=${1:?usage: one_node_slurm.sh up|down STATE_DIR}
@@ -29,8 +33,16 @@ MARK="# written by cudalab tests/slurm/one_node_slurm.sh"
 
 HOST=$(hostname -s)
 NCPU=${SLURM_CPUS:-$(nproc)}
-NGPU=${FAKE_GPUS:-2}
-GPU_TYPE=${FAKE_GPU_TYPE:-fake}   # --gpus=1 and --gpus=fake:1 both match
+GPU_TYPES=${FAKE_GPU_TYPES:-${FAKE_GPU_TYPE:-fake}:${FAKE_GPUS:-2}}
+NGPU=0; GRES_NODE=""; GRES_LINES=""
+for tc in ${GPU_TYPES//,/ }; do   # type:count -> one fake device file per GPU
+  t=${tc%%:*}; c=${tc##*:}
+  [[ "$t" =~ ^[A-Za-z0-9_]+$ && "$c" =~ ^[0-9]+$ && "$c" -gt 0 ]] || {
+    echo "one_node_slurm.sh: bad FAKE_GPU_TYPES entry '$tc' (want type:count)" >&2; exit 1; }
+  GRES_NODE+="${GRES_NODE:+,}gpu:$t:$c"
+  GRES_LINES+="$t $NGPU $((NGPU + c - 1))"$'\n'
+  NGPU=$((NGPU + c))
+done
 MEM=$(( $(awk '/MemTotal/{print $2}' /proc/meminfo) / 1024 / 2 ))
 
 die() { echo "one_node_slurm.sh: $*" >&2; exit 1; }
@@ -86,11 +98,17 @@ JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 MinJobAge=600
 $( [ "$NCPU" -gt "$(nproc)" ] && echo SlurmdParameters=config_overrides )
-NodeName=${HOST} NodeAddr=127.0.0.1 CPUs=${NCPU} RealMemory=${MEM} Gres=gpu:${GPU_TYPE}:${NGPU} State=UNKNOWN
+NodeName=${HOST} NodeAddr=127.0.0.1 CPUs=${NCPU} RealMemory=${MEM} Gres=${GRES_NODE} State=UNKNOWN
 PartitionName=gpu Nodes=${HOST} Default=YES MaxTime=INFINITE State=UP
 CONF
-  printf '%s\nNodeName=%s Name=gpu Type=%s File=%s/dev/gpu[0-%d]\n' \
-    "$MARK" "$HOST" "$GPU_TYPE" "$S" $((NGPU - 1)) > "$GRES"
+  {
+    echo "$MARK"
+    while read -r t lo hi; do
+      [ -n "$t" ] || continue
+      f=$S/dev/gpu$lo; [ "$lo" = "$hi" ] || f="$S/dev/gpu[$lo-$hi]"
+      echo "NodeName=$HOST Name=gpu Type=$t File=$f"
+    done <<< "$GRES_LINES"
+  } > "$GRES"
 
   # munge: reuse a running munged, else start one and remember that we did
   if alive /run/munge/munged.pid; then
