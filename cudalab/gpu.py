@@ -24,16 +24,20 @@ CUDA_DIR = Path(__file__).resolve().parent.parent / "cuda"
 class NoGpuError(RuntimeError):
     """No usable CUDA device: the job stops before measuring anything."""
 
+    why: str = ""  # the short cause (no pycuda, 0 devices, ...) for one-line messages
+
 
 def _no_gpu(why: str) -> NoGpuError:
     cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
     cvd_txt = "unset" if cvd is None else repr(cvd)
-    return NoGpuError(
+    err = NoGpuError(
         f"no usable CUDA GPU: {why}. Looked for a CUDA device through pycuda "
         f"(cuInit + cuDeviceGetCount); CUDA_VISIBLE_DEVICES is {cvd_txt}. "
         "GPU variants need a GPU machine (or a Slurm GPU job: snakemake --profile "
         "profiles/slurm); CPU-only variants run anywhere. No numbers were recorded."
     )
+    err.why = why
+    return err
 
 
 def nvcc_version() -> str:

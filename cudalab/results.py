@@ -24,7 +24,9 @@ import pandas as pd
 
 SCHEMA_VERSION = 1
 
-STATUSES = ("ok", "wrong", "failed", "skipped")
+# not_measured: a GPU point of a run on a machine without a GPU (its reason says what was
+# looked for); a rerun on a GPU machine measures it. Like every status but ok, never a speed.
+STATUSES = ("ok", "wrong", "failed", "skipped", "not_measured")
 
 # name -> (pandas dtype, description). The tests enforce this; docs/results-schema comes from it.
 COLUMNS: dict[str, tuple[str, str]] = {
@@ -32,7 +34,8 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "variant": ("string", "kernel / method variant (cpu, naive, tiled, ...)"),
     "point_id": ("string", "unique id of the grid point within the experiment"),
     "params": ("string", "all parameters of the point as JSON"),
-    "status": ("string", "ok | wrong (failed its correctness check) | failed | skipped"),
+    "status": ("string", "ok | wrong (failed its correctness check) | failed | skipped | "
+                          "not_measured (a GPU point where no GPU was found)"),
     "reason": ("string", "why a point is not ok (error message, tolerance exceeded)"),
     "n_samples": ("Int64", "timed samples kept"),
     "batch": ("Int64", "launches per sample (samples are per launch)"),

@@ -14,36 +14,31 @@ import hashlib
 import inspect
 import json
 import math
+import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from cudalab import devicespec, results
 from cudalab.config import block_hash
 from cudalab.experiments import REGISTRY
-from cudalab.experiments.base import Point, Result, RunContext, Skipped
+from cudalab.experiments.base import Experiment, Point, Result, RunContext, Skipped
 from cudalab.harness import Harness, Settings
 from cudalab.provenance import job_provenance, now_iso, nvidia_driver_version, source_hash
+
+if TYPE_CHECKING:
+    from cudalab.gpu import GpuSession
+    from cudalab.telemetry import NvmlClockObserver
 
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def _gpu_error_kind(exc: BaseException) -> str:
-    name = type(exc).__name__
-    text = str(exc)
-    if name == "MemoryError" or "out of memory" in text.lower():
-        return "out of GPU memory"
-    if name == "LaunchError" or "launch" in text.lower():
-        return "kernel launch failed"
-    if name == "CompileError":
-        return "nvcc failed"
-    return name
 
 
 GPU_KEY = ("gpu_uuid", "driver_version", "cuda_version", "pycuda_version", "nvcc_version")
@@ -88,172 +83,298 @@ def cache_key(point: Point, settings: Settings, env: dict[str, Any], kernel: Any
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
+class TelemetrySource(Protocol):
+    """Something that watches the GPU for a whole job (nvidia-smi sampler, NVML observer).
+    `unavailable` says why it saw nothing ('' while it works)."""
+
+    unavailable: str
+
+    def before_job(self) -> None: ...
+
+    def after_job(self) -> None: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+
+# pycuda's exception classes (pycuda.driver) -> what the record's reason starts with.
+# Checked in order: subclasses before their bases.
+_PYCUDA_KINDS = (
+    ("MemoryError", "out of GPU memory"),
+    ("LaunchError", "kernel launch failed"),
+    ("CompileError", "nvcc failed"),
+    ("LogicError", "CUDA call misused (LogicError)"),
+    ("RuntimeError", "CUDA runtime error"),
+)
+
+
+def gpu_error_kind(exc: BaseException) -> str:
+    """A short class of failure, from the exception's type (never from its message)."""
+    drv = sys.modules.get("pycuda.driver")  # an error from pycuda means it is imported
+    for cls_name, kind in _PYCUDA_KINDS:
+        cls = getattr(drv, cls_name, None) if drv is not None else None
+        if isinstance(cls, type) and isinstance(exc, cls):
+            return kind
+    cupy_mem = sys.modules.get("cupy.cuda.memory")
+    if cupy_mem is not None and isinstance(exc, cupy_mem.OutOfMemoryError):
+        return "out of GPU memory"
+    if isinstance(exc, MemoryError):
+        return "out of host memory"
+    return type(exc).__name__
+
+
+@dataclass
+class Job:
+    """What every point of one job shares: the experiment, its settings and provenance, the
+    GPU session (None for CPU-only jobs or where no GPU is here) and telemetry."""
+
+    name: str
+    exp: Experiment
+    config: dict[str, Any]
+    points: list[Point]
+    settings: Settings
+    env: dict[str, Any]
+    job_id: str
+    seed: int
+    raw_dir: Path
+    telemetry_dir: Path
+    gpu: GpuSession | None = None
+    nvml: NvmlClockObserver | None = None
+    sources: list[TelemetrySource] = field(default_factory=list)
+    telemetry_off: dict[str, Any] = field(default_factory=dict)
+    flush: Callable[[], None] | None = None
+    no_gpu: str = ""  # set: GPU points are recorded "not_measured" with this reason
+    blocked: str = ""  # set: GPU points fail with this reason (prepare failed, context lost)
+    statuses: dict[str, str] = field(default_factory=dict)
+    phases: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def block(self) -> dict[str, Any]:
+        return self.config["experiments"][self.name]
+
+    @property
+    def needs_gpu(self) -> bool:
+        return any(p.gpu for p in self.points)
+
+
 def run_experiment(config: dict[str, Any], name: str, results_dir: Path) -> dict[str, Any]:
     """Measure every point of one experiment; returns (and writes) the job manifest."""
-    exp = REGISTRY[name]
-    block = config["experiments"][name]
-    raw_dir = results_dir / "raw" / name
-    raw_dir.mkdir(parents=True, exist_ok=True)
-    points = exp.grid(config)
-    job_id = f"{name}-{time.strftime('%Y%m%dT%H%M%S')}"
-    settings = Settings.from_config(config["measurement"])
-    env = job_provenance(block_hash(block))
-    env["timestamp"] = now_iso()
-    env["code_hash"] = code_hash(exp)
-
-    need_gpu = any(p.gpu for p in points)
-    gpu = None
-    observers: list[Any] = []
-    job_sources: list[Any] = []
-    telemetry_dir = results_dir / "telemetry" / job_id
-    flush = None
-    nvml = None
-    disabled: dict[str, Any] = {}
-    if need_gpu:
-        from cudalab import gpu as gpumod
-
-        gpu = gpumod.open_session(config["gpu_index"])  # NoGpuError stops the job here
-        env |= gpu.info
-        tcfg = config["telemetry"]
-        from cudalab.telemetry import NvidiaSmiSampler, NvmlClockObserver
-
-        nvml = NvmlClockObserver(
-            gpu.index, tcfg["throttle_clock_ratio"], pci_bus_id=gpu.info["gpu_pci_bus_id"]
-        ) if tcfg["nvml"] else None
-        if nvml is not None:
-            env |= {k: v for k, v in nvml.device_facts().items()
-                    if k in ("driver_version", "gpu_uuid") and v}
-            if nvml.handle is not None:
-                observers.append(nvml)
-            else:
-                log(f"{name}: {nvml.unavailable}; samples are not checked for throttling")
-            job_sources.append(nvml)
-        else:
-            disabled |= {"nvml": "disabled", "nvml_reason": "telemetry.nvml is false"}
-        if tcfg["nvidia_smi"]:
-            smi_index = _nvidia_smi_index(gpu)
-            job_sources.append(NvidiaSmiSampler(telemetry_dir, smi_index, tcfg["interval_ms"]))
-        else:
-            disabled |= {"nvidia_smi": "disabled",
-                         "nvidia_smi_reason": "telemetry.nvidia_smi is false"}
-        if settings.cold_l2:
-            flush = gpu.l2_flusher()
-        env.setdefault("driver_version", nvidia_driver_version() or "unknown")
-    peaks = devicespec.device_peaks(gpu) if gpu is not None and exp.vs_device_peak else {}
-
-    harness = Harness(settings, observers, flush_l2=flush)
-    seed = config.get("seed") or int.from_bytes(np.random.bytes(4), "little")
-    ctx = RunContext(gpu=gpu, harness=harness, rng=np.random.default_rng(seed),
-                     config=config, block=block)
-    log(f"{name}: {len(points)} grid points ({sum(p.gpu for p in points)} on the GPU)"
-        + (f" on {env.get('gpu_name')} (cc {env.get('compute_capability')})" if gpu else ""))
-
-    phases: list[dict[str, Any]] = []
-    statuses: dict[str, str] = {}
-    for src in job_sources:
-        if hasattr(src, "before_job"):
-            _telemetry_hook(src, "before_job")
+    job = _new_job(config, name, results_dir)
+    if job.needs_gpu:
+        _open_gpu(job)
+    ctx = _context(job)
+    log(f"{name}: {len(job.points)} grid points ({sum(p.gpu for p in job.points)} on the GPU)"
+        + (f" on {job.env.get('gpu_name')} (cc {job.env.get('compute_capability')})"
+           if job.gpu else ""))
+    for src in job.sources:
+        _telemetry_hook(src, "before_job")
     t_job = time.time()
     try:
-        prepare_error = ""
-        try:
-            exp.prepare(ctx)
-        except Exception as exc:  # noqa: BLE001 - a compile error fails the GPU points
-            prepare_error = f"{_gpu_error_kind(exc)}: {exc}"
-            log(f"{name}: preparing failed: {prepare_error}")
-        dead_reason = ""
-        done = 0
-        for i, point in enumerate(points, 1):
-            path = raw_dir / f"{point.point_id}.json"
-            t0 = time.time()
-            rec: dict[str, Any] = {
-                "schema_version": results.SCHEMA_VERSION,
-                "experiment": name, "variant": point.variant, "point_id": point.point_id,
-                "params": point.params, "job_id": job_id, "seed": seed,
-            }
-            if (prepare_error or dead_reason) and point.gpu:
-                rec |= {"status": "failed", "reason": prepare_error or dead_reason,
-                        "provenance": env, "t_start": t0, "t_end": t0}
-                results.write_json_atomic(path, rec)
-                statuses[point.point_id] = "failed"
-                continue
-            try:
-                kernel = exp.kernel_for(ctx, point) if point.gpu else None
-                key = cache_key(point, settings, env, kernel, block, env["code_hash"])
-                old = results.read_record(path)
-                if old and old.get("cache_key") == key and old.get("status") == "ok":
-                    if not old.get("cached"):
-                        results.write_json_atomic(path, old | {"cached": True})
-                    statuses[point.point_id] = "ok"
-                    done += 1
-                    log(f"[{i}/{len(points)}] {point.label()}: cached from {old['job_id']}")
-                    continue
-                result = exp.measure(ctx, point)
-            except Skipped as exc:  # an optional dependency is missing: no fault, no speed
-                rec |= {"status": "skipped", "reason": str(exc), "provenance": env,
-                        "t_start": t0, "t_end": time.time()}
-                results.write_json_atomic(path, rec)
-                statuses[point.point_id] = "skipped"
-                log(f"[{i}/{len(points)}] {point.label()}: skipped ({exc})")
-                continue
-            except Exception as exc:  # noqa: BLE001 - OOM, launch failure, ...
-                reason = f"{_gpu_error_kind(exc)}: {exc}"
-                rec |= {"status": "failed", "reason": reason, "provenance": env,
-                        "traceback": traceback.format_exc(limit=5),
-                        "t_start": t0, "t_end": time.time()}
-                results.write_json_atomic(path, rec)
-                statuses[point.point_id] = "failed"
-                log(f"[{i}/{len(points)}] {point.label()}: FAILED ({reason})")
-                if gpu is not None and point.gpu:
-                    from cudalab.gpu import context_alive
-
-                    if not context_alive(gpu):
-                        dead_reason = (f"skipped: the CUDA context was lost after "
-                                       f"{point.point_id} failed ({reason})")
-                continue
-            rec |= _record_body(result, env, key, _throttle_check(point, nvml),
-                                peaks if point.gpu else {})
-            rec |= {"t_start": t0, "t_end": time.time()}
-            results.write_json_atomic(path, rec)
-            statuses[point.point_id] = rec["status"]
-            phases.append({"point_id": point.point_id, "t_start": t0, "t_end": rec["t_end"],
-                           "n_throttled": (rec.get("timing") or {}).get("n_throttled")})
-            done += 1
-            log(f"[{i}/{len(points)}] {point.label()}: {_summary(rec)}"
-                + _eta(t_job, done, len(points) - i))
+        _prepare(job, ctx)
+        _walk(job, ctx, t_job)
     finally:
-        for src in job_sources:
-            if hasattr(src, "after_job"):
-                _telemetry_hook(src, "after_job")
-    telemetry_status: dict[str, Any] = dict(disabled)
-    for src in job_sources:
-        telemetry_status |= src.status()
-    if not need_gpu:
-        telemetry_status = {"nvidia_smi": "not applicable", "nvml": "not applicable",
-                            "reason": "CPU-only job"}
-    manifest = {
-        "experiment": name, "job_id": job_id, "t_start": t_job, "t_end": time.time(),
-        "points": statuses, "phases": phases, "telemetry": telemetry_status,
-        "telemetry_dir": str(telemetry_dir) if need_gpu else "",
-        "provenance": env, "seed": seed,
-        "counts": {s: list(statuses.values()).count(s) for s in results.STATUSES},
+        for src in job.sources:
+            _telemetry_hook(src, "after_job")
+    return _write_manifest(job, t_job)
+
+
+def _new_job(config: dict[str, Any], name: str, results_dir: Path) -> Job:
+    exp = REGISTRY[name]
+    settings = Settings.from_config(config["measurement"])
+    # the config hash covers the block and the measurement settings: both shape the numbers
+    env = job_provenance(block_hash({"block": config["experiments"][name],
+                                     "harness": settings.as_dict()}))
+    env["timestamp"] = now_iso()
+    env["code_hash"] = code_hash(exp)
+    job_id = f"{name}-{time.strftime('%Y%m%dT%H%M%S')}"
+    raw_dir = results_dir / "raw" / name
+    raw_dir.mkdir(parents=True, exist_ok=True)
+    return Job(name=name, exp=exp, config=config, points=exp.grid(config), settings=settings,
+               env=env, job_id=job_id,
+               seed=config.get("seed") or int.from_bytes(np.random.bytes(4), "little"),
+               raw_dir=raw_dir, telemetry_dir=results_dir / "telemetry" / job_id)
+
+
+def _open_gpu(job: Job) -> None:
+    """Open the GPU and its telemetry. Without a GPU: under Slurm (a job that asked for one)
+    NoGpuError stops the job; elsewhere the GPU points are recorded as not measured."""
+    from cudalab import gpu as gpumod
+
+    try:
+        job.gpu = gpumod.open_session(job.config["gpu_index"])
+    except gpumod.NoGpuError as exc:
+        slurm = job.env.get("slurm_job_id")
+        if slurm:
+            raise gpumod.NoGpuError(
+                f"{exc} This Slurm job ({slurm} on node {job.env.get('slurm_node') or '?'}) "
+                "asked for a GPU and found none.") from exc
+        cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+        job.no_gpu = (f"not measured: no GPU here ({exc.why or exc}; CUDA_VISIBLE_DEVICES="
+                      f"{'unset' if cvd is None else repr(cvd)})")
+        log(f"{job.name}: {job.no_gpu}: its GPU points are recorded as not measured; "
+            "run the workflow again on a GPU machine to measure them")
+        return
+    job.env |= job.gpu.info
+    _open_telemetry(job)
+    if job.settings.cold_l2:
+        job.flush = job.gpu.l2_flusher()
+    job.env.setdefault("driver_version", nvidia_driver_version() or "unknown")
+
+
+def _open_telemetry(job: Job) -> None:
+    from cudalab.telemetry import NvidiaSmiSampler, NvmlClockObserver
+
+    gpu, tcfg = job.gpu, job.config["telemetry"]
+    assert gpu is not None
+    if tcfg["nvml"]:
+        job.nvml = NvmlClockObserver(gpu.index, tcfg["throttle_clock_ratio"],
+                                     pci_bus_id=gpu.info["gpu_pci_bus_id"])
+        job.env |= {k: v for k, v in job.nvml.device_facts().items()
+                    if k in ("driver_version", "gpu_uuid") and v}
+        if not job.nvml.active:
+            log(f"{job.name}: {job.nvml.unavailable}; samples are not checked for throttling")
+        job.sources.append(job.nvml)
+    else:
+        job.telemetry_off |= {"nvml": "disabled", "nvml_reason": "telemetry.nvml is false"}
+    if tcfg["nvidia_smi"]:
+        job.sources.append(NvidiaSmiSampler(job.telemetry_dir, _nvidia_smi_index(gpu),
+                                            tcfg["interval_ms"]))
+    else:
+        job.telemetry_off |= {"nvidia_smi": "disabled",
+                              "nvidia_smi_reason": "telemetry.nvidia_smi is false"}
+
+
+def _context(job: Job) -> RunContext:
+    observers = [job.nvml] if job.nvml is not None and job.nvml.active else []
+    harness = Harness(job.settings, observers, flush_l2=job.flush)
+    return RunContext(gpu=job.gpu, harness=harness, rng=np.random.default_rng(job.seed),
+                      config=job.config, block=job.block)
+
+
+def _prepare(job: Job, ctx: RunContext) -> None:
+    if job.no_gpu:
+        return  # prepare() sets up GPU things (kernels, buffers)
+    try:
+        job.exp.prepare(ctx)
+    except Exception as exc:  # noqa: BLE001 - a compile error fails the GPU points
+        job.blocked = f"{gpu_error_kind(exc)}: {exc}"
+        log(f"{job.name}: preparing failed: {job.blocked}")
+
+
+def _walk(job: Job, ctx: RunContext, t_job: float) -> None:
+    """Every point in grid order, each written to disk as soon as it is done."""
+    peaks = (devicespec.device_peaks(job.gpu)
+             if job.gpu is not None and job.exp.vs_device_peak else {})
+    done = 0
+    for i, point in enumerate(job.points, 1):
+        rec, note = _one_point(job, ctx, point, peaks)
+        job.statuses[point.point_id] = rec["status"]
+        if note is None:
+            continue
+        done += 1
+        log(f"[{i}/{len(job.points)}] {point.label()}: {note}"
+            + (_eta(t_job, done, len(job.points) - i) if rec.get("timing") else ""))
+
+
+def _one_point(job: Job, ctx: RunContext, point: Point,
+               peaks: dict[str, float]) -> tuple[dict[str, Any], str | None]:
+    """Measure (or reuse, or record why not) one point; returns its record and a log note
+    (None: nothing worth a line)."""
+    path = job.raw_dir / f"{point.point_id}.json"
+    t0 = time.time()
+    rec: dict[str, Any] = {
+        "schema_version": results.SCHEMA_VERSION, "experiment": job.name,
+        "variant": point.variant, "point_id": point.point_id, "params": point.params,
+        "job_id": job.job_id, "seed": job.seed, "provenance": job.env,
+        "t_start": t0, "t_end": t0,
     }
-    if need_gpu:
-        results.write_json_atomic(telemetry_dir / "phases.json", manifest)
-    results.write_json_atomic(raw_dir / "_manifest.json", manifest)
+    old = results.read_record(path)
+    if point.gpu and job.no_gpu:
+        if old and old.get("status") == "ok":
+            return old, None  # measured on a GPU before: keep it, never overwrite
+        return _write(path, rec | {"status": "not_measured", "reason": job.no_gpu}), None
+    if point.gpu and job.blocked:
+        return _write(path, rec | {"status": "failed", "reason": job.blocked}), None
+    try:
+        kernel = job.exp.kernel_for(ctx, point) if point.gpu else None
+        key = cache_key(point, job.settings, job.env, kernel, job.block, job.env["code_hash"])
+        if old and old.get("cache_key") == key and old.get("status") == "ok":
+            if not old.get("cached"):
+                results.write_json_atomic(path, old | {"cached": True})
+            return old, f"cached from {old['job_id']}"
+        result = job.exp.measure(ctx, point)
+    except Skipped as exc:  # an optional dependency is missing: no fault, no speed
+        rec |= {"status": "skipped", "reason": str(exc), "t_end": time.time()}
+        return _write(path, rec), f"skipped ({exc})"
+    except Exception as exc:  # noqa: BLE001 - OOM, launch failure, ...
+        return _failed(job, point, path, rec, exc)
+    rec |= record_body(result, job.env, key, _throttle_check(point, job.nvml),
+                       peaks if point.gpu else {}, gpu_point=point.gpu,
+                       no_check_reason=job.exp.no_check_reason)
+    rec["t_end"] = time.time()
+    _write(path, rec)
+    job.phases.append({"point_id": point.point_id, "t_start": t0, "t_end": rec["t_end"],
+                       "n_throttled": (rec.get("timing") or {}).get("n_throttled")})
+    return rec, _summary(rec)
+
+
+def _failed(job: Job, point: Point, path: Path, rec: dict[str, Any],
+            exc: Exception) -> tuple[dict[str, Any], str]:
+    """Record a failed point; if the failure killed the CUDA context, block the rest."""
+    reason = f"{gpu_error_kind(exc)}: {exc}"
+    rec |= {"status": "failed", "reason": reason, "t_end": time.time(),
+            "traceback": traceback.format_exc(limit=5)}
+    _write(path, rec)
+    if job.gpu is not None and point.gpu:
+        from cudalab.gpu import context_alive
+
+        if not context_alive(job.gpu):
+            job.blocked = (f"skipped: the CUDA context was lost after {point.point_id} "
+                           f"failed ({reason})")
+    return rec, f"FAILED ({reason})"
+
+
+def _write(path: Path, rec: dict[str, Any]) -> dict[str, Any]:
+    results.write_json_atomic(path, rec)
+    return rec
+
+
+def _write_manifest(job: Job, t_job: float) -> dict[str, Any]:
+    """The job's manifest (the measure rule's output) and, for GPU jobs, its copy beside the
+    telemetry; one summary line on the log."""
+    telemetry: dict[str, Any] = dict(job.telemetry_off)
+    for src in job.sources:
+        telemetry |= src.status()
+    if not job.needs_gpu:
+        telemetry = {"nvidia_smi": "not applicable", "nvml": "not applicable",
+                     "reason": "CPU-only job"}
+    elif job.no_gpu:
+        telemetry = {"nvidia_smi": "not applicable", "nvml": "not applicable",
+                     "reason": job.no_gpu}
+    statuses = list(job.statuses.values())
+    manifest = {
+        "experiment": job.name, "job_id": job.job_id, "t_start": t_job, "t_end": time.time(),
+        "points": job.statuses, "phases": job.phases, "telemetry": telemetry,
+        "telemetry_dir": str(job.telemetry_dir) if job.gpu is not None else "",
+        "provenance": job.env, "seed": job.seed, "harness": job.settings.as_dict(),
+        "counts": {s: statuses.count(s) for s in results.STATUSES},
+    }
+    if job.gpu is not None:
+        results.write_json_atomic(job.telemetry_dir / "phases.json", manifest)
+    results.write_json_atomic(job.raw_dir / "_manifest.json", manifest)
     c = manifest["counts"]
-    log(f"{name}: done: {c['ok']} ok, {c['wrong']} wrong, {c['failed']} failed, "
-        f"{c['skipped']} skipped in {manifest['t_end'] - t_job:.1f} s")
+    log(f"{job.name}: done: {c['ok']} ok, {c['wrong']} wrong, {c['failed']} failed, "
+        f"{c['skipped']} skipped, {c['not_measured']} not measured "
+        f"in {manifest['t_end'] - t_job:.1f} s")
     return manifest
 
 
-def _telemetry_hook(src: Any, hook: str) -> None:
+def _telemetry_hook(src: TelemetrySource, hook: str) -> None:
     """Telemetry never stops a measurement: a failing hook marks its source unavailable."""
     try:
         getattr(src, hook)()
     except Exception as exc:  # noqa: BLE001
         log(f"telemetry {type(src).__name__}.{hook} failed: {exc}")
-        if hasattr(src, "unavailable") and not src.unavailable:
+        if not src.unavailable:
             src.unavailable = f"{hook} failed: {type(exc).__name__}: {exc}"
 
 
@@ -271,9 +392,26 @@ def _unchecked(timing: dict[str, Any], why: str) -> dict[str, Any]:
     return timing | {"n_throttled": None, "throttle_check": why}
 
 
-def _record_body(result: Result, env: dict[str, Any], key: str,
-                 throttle_check: str = "ok",
-                 peaks: dict[str, float] | None = None) -> dict[str, Any]:
+def judge(result: Result, gpu_point: bool = False, no_check_reason: str = "") -> tuple[str, str]:
+    """(status, reason) of a measured point. A timed GPU result needs a correctness check
+    unless its experiment (or the result) says why none applies: an experiment that forgets
+    its check must not pass silently."""
+    check = result.check
+    if result.timing is None and check is None:
+        return "failed", "no measurement"
+    why_none = result.no_check_reason or no_check_reason
+    if gpu_point and result.timing is not None and check is None and not why_none:
+        return "failed", ("refused: a timed GPU result without a correctness check (the "
+                          "experiment declares no no_check_reason)")
+    if check is not None and not check.passed:
+        return "wrong", (f"{check.metric} = {check.error:.3g} exceeds tolerance "
+                         f"{check.tolerance:.3g}" + (f"; {check.detail}" if check.detail else ""))
+    return "ok", ""
+
+
+def record_body(result: Result, env: dict[str, Any], key: str,
+                throttle_check: str = "ok", peaks: dict[str, float] | None = None, *,
+                gpu_point: bool = False, no_check_reason: str = "") -> dict[str, Any]:
     """The measured part of a record. `peaks` (the device's theoretical DRAM bandwidth and
     FP32 rate) goes with the declared work, so the table can give % of peak."""
     prov = dict(env)
@@ -281,14 +419,7 @@ def _record_body(result: Result, env: dict[str, Any], key: str,
     if result.kernel is not None:
         prov["nvcc_options"] = " ".join(result.kernel.options)
         prov["kernel_hash"] = result.kernel.source_hash
-    status, reason = "ok", ""
-    if result.timing is None and result.check is None:
-        status, reason = "failed", "no measurement"
-    if result.check is not None and not result.check.passed:
-        status = "wrong"
-        reason = (f"{result.check.metric} = {result.check.error:.3g} exceeds tolerance "
-                  f"{result.check.tolerance:.3g}" + (f"; {result.check.detail}"
-                                                     if result.check.detail else ""))
+    status, reason = judge(result, gpu_point, no_check_reason)
     timing = result.timing.as_dict() if result.timing else None
     phases = {k: v.as_dict() for k, v in result.phases.items()}
     if throttle_check != "ok":

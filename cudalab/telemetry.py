@@ -570,6 +570,9 @@ class NvmlClockObserver:
         self.unavailable = f"NVML read failed during the job: {type(exc).__name__}: {exc}"
         self.handle = None
 
+    def before_job(self) -> None:
+        """Nothing to start: NVML is read around every chunk (runner.TelemetrySource)."""
+
     def after_job(self) -> None:
         if self.nvml is not None:
             try:

@@ -547,6 +547,7 @@ def test_no_nvidia_smi_outlives_its_job(mode, fake_smi, tmp_path):
 class FakeGpuExperiment(Experiment):
     name = "fakegpu"
     title = "A fake GPU experiment"
+    no_check_reason = "a test double: it computes nothing to check"
 
     def points(self, block):
         return [Point(self.name, "spin", {"n": n}) for n in block["sizes"]] + [

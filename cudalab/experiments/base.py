@@ -90,6 +90,8 @@ class Result:
     phases: dict[str, Timing] = field(default_factory=dict)
     kernel: Any = None  # cudalab.gpu.Kernel used (provenance: options, source hash)
     extra: dict[str, Any] = field(default_factory=dict)  # free-form, kept in the raw record
+    # Why this timed GPU result has no correctness check (else the runner refuses it).
+    no_check_reason: str = ""
 
 
 @dataclass
@@ -130,6 +132,9 @@ class Experiment:
     # Other experiments' blocks this one's grid reads (static_analysis: matmul's register
     # tiles): grid() gets the whole config, and the workflow reruns the job when they change.
     reads_blocks: tuple[str, ...] = ()
+    # Why this experiment's timed GPU results carry no correctness check ('' : they all do;
+    # the runner marks a timed GPU result without a check failed unless this is set).
+    no_check_reason: str = ""
 
     def check_config(self, block: dict[str, Any]) -> list[str]:
         """Cross-field rules the schema cannot express; messages start with the key."""
