@@ -25,6 +25,10 @@ rule all:
 
 onsuccess:
     print(f"\ncudalab: report written to {Path(REPORT).resolve()}\n")
+    # last: how to measure what a GPU-less run left out ('' when nothing was)
+    _left = cudalab_runner.not_measured_summary(Path(RESULTS), EXPERIMENTS)
+    if _left:
+        print(_left + "\n")
 
 
 onerror:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -112,21 +113,57 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"not JSON-able: {type(o)}")
 
 
-def read_record(path: Path) -> dict[str, Any] | None:
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object from disk, or None if it is missing or not a whole JSON object."""
     try:
-        rec = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        obj = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
-    return rec if rec.get("schema_version") == SCHEMA_VERSION else None
+    return obj if isinstance(obj, dict) else None
+
+
+def read_record(path: Path) -> dict[str, Any] | None:
+    rec = read_json(path)
+    return rec if rec is not None and rec.get("schema_version") == SCHEMA_VERSION else None
+
+
+def record_problem(path: Path) -> str:
+    """Why a raw record file cannot be used ('' if it can)."""
+    try:
+        obj = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"unreadable: {exc}"
+    except json.JSONDecodeError as exc:
+        return f"not whole JSON (truncated?): {exc}"
+    if not isinstance(obj, dict) or obj.get("schema_version") != SCHEMA_VERSION:
+        return f"not a schema_version {SCHEMA_VERSION} record"
+    return ""
+
+
+def record_paths(raw_dir: Path) -> list[Path]:
+    """Every raw record file under raw_dir (<experiment>/<point>.json, or <point>.json
+    directly in one experiment's folder); manifests (_*.json) are no records."""
+    raw_dir = Path(raw_dir)
+    return sorted(p for p in [*raw_dir.glob("*/*.json"), *raw_dir.glob("*.json")]
+                  if not p.name.startswith("_"))
+
+
+def damaged_records(raw_dir: Path) -> list[tuple[Path, str]]:
+    """(path, problem) of every raw record that cannot be read back."""
+    return [(p, why) for p in record_paths(raw_dir) if (why := record_problem(p))]
 
 
 def iter_records(raw_dir: Path) -> Iterable[dict[str, Any]]:
+    """The readable records; a damaged one is named on stderr, never dropped in silence."""
     for p in sorted(Path(raw_dir).glob("*/*.json")):
         if p.name.startswith("_"):
             continue
         rec = read_record(p)
         if rec is not None:
             yield rec
+        else:
+            print(f"warning: left out damaged record {p} ({record_problem(p)}); a rerun of "
+                  "the workflow measures its point again", file=sys.stderr)
 
 
 # -- the table -----------------------------------------------------------------------------

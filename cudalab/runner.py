@@ -156,6 +156,64 @@ class Job:
         return any(p.gpu for p in self.points)
 
 
+def job_fingerprint(config: dict[str, Any], name: str) -> str:
+    """What makes a measure job stale when it changes: its block, the blocks its grid reads,
+    the measurement and telemetry settings (the workflow's rerun trigger; in the manifest)."""
+    blocks = [config["experiments"].get(b) for b in REGISTRY[name].reads_blocks]
+    return block_hash([config["experiments"][name], *blocks, config["measurement"],
+                       config["telemetry"]])
+
+
+def rerun_reasons(results_dir: Path, name: str) -> list[str]:
+    """Why a finished job of `name` must run again although its manifest exists: damaged
+    raw records (unreadable JSON; named) and points a GPU-less run left not measured."""
+    raw_dir = Path(results_dir) / "raw" / name
+    manifest = results.read_json(raw_dir / "_manifest.json")
+    if manifest is None:
+        return []
+    why = [f"damaged record {p} ({err}): its point is measured again"
+           for p, err in results.damaged_records(raw_dir)]
+    missing = [k for k, v in (manifest.get("points") or {}).items() if v == "not_measured"]
+    if missing:
+        why.append(f"{len(missing)} GPU point(s) not measured yet (no GPU in an earlier run)")
+    return why
+
+
+RERUN_MARKER = "_rerun.txt"
+
+
+def mark_stale(results_dir: Path, name: str) -> list[str]:
+    """Keep raw/<name>/_rerun.txt, an input of the measure rule: when the finished job must
+    run again (rerun_reasons), it is rewritten with the reasons, so it is newer than the
+    manifest and Snakemake reruns the job; otherwise it is created with an mtime of 0 (the
+    epoch), older than any manifest, and left alone. Returns the reasons."""
+    marker = Path(results_dir) / "raw" / name / RERUN_MARKER
+    why = rerun_reasons(results_dir, name)
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    if why:
+        marker.write_text("".join(f"{line}\n" for line in why))
+    elif not marker.exists():
+        marker.write_text("")
+        os.utime(marker, (0, 0))
+    return why
+
+
+def not_measured_summary(results_dir: Path, names: list[str]) -> str:
+    """The workflow's closing line when GPU points were left unmeasured ('' if none)."""
+    counts = {}
+    for name in names:
+        m = results.read_json(Path(results_dir) / "raw" / name / "_manifest.json") or {}
+        counts[name] = (m.get("counts") or {}).get("not_measured", 0)
+    total = sum(counts.values())
+    if not total:
+        return ""
+    which = ", ".join(f"{k} {v}" for k, v in counts.items() if v)
+    return (f"cudalab: {total} GPU point(s) were not measured: no GPU here ({which}). "
+            "To measure them, run the same command on a GPU machine (or snakemake --profile "
+            "slurm from a login node): only those points are measured, the ok ones are "
+            "reused from results/raw/.")
+
+
 def run_experiment(config: dict[str, Any], name: str, results_dir: Path) -> dict[str, Any]:
     """Measure every point of one experiment; returns (and writes) the job manifest."""
     job = _new_job(config, name, results_dir)
@@ -356,6 +414,7 @@ def _write_manifest(job: Job, t_job: float) -> dict[str, Any]:
         "points": job.statuses, "phases": job.phases, "telemetry": telemetry,
         "telemetry_dir": str(job.telemetry_dir) if job.gpu is not None else "",
         "provenance": job.env, "seed": job.seed, "harness": job.settings.as_dict(),
+        "fingerprint": job_fingerprint(job.config, job.name),
         "counts": {s: statuses.count(s) for s in results.STATUSES},
     }
     if job.gpu is not None:

@@ -185,8 +185,10 @@ def caption_text(manifest: dict[str, Any], s: dict[str, Any]) -> str:
     )
 
 
-def sections(results_dir: Path) -> list[dict[str, Any]]:
-    """One entry per GPU job: figure (data URI), caption, and what was unavailable."""
+def sections(results_dir: Path, fig_dir: Path | None = None) -> list[dict[str, Any]]:
+    """One entry per GPU job: figure (data URI), caption, and what was unavailable.
+    fig_dir: where the figures go (fig_dir/<job_id>.png|svg, a folder the report rule
+    declares); by default results/telemetry/<job>/telemetry.png|svg."""
     from cudalab.figures import save, setup_style
     from cudalab.report import data_uri
 
@@ -202,7 +204,8 @@ def sections(results_dir: Path) -> list[dict[str, Any]]:
             df = load_samples(smi, m)
             fig = plot_job(smi, m, df)
             if fig is not None:
-                png = save(fig, tdir / "telemetry")[0]
+                stem = fig_dir / m["job_id"] if fig_dir else tdir / "telemetry"
+                png = save(fig, stem)[0]
                 entry["src"] = data_uri(png)
                 entry["caption"] = caption_text(m, summarize_job(df, m))
             elif not entry["status"]:

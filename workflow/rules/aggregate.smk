@@ -11,5 +11,7 @@ rule aggregate:
         results=RESULTS,
     log:
         f"{RESULTS}/logs/aggregate.log",
-    script:
-        "../../scripts/aggregate.py"
+    conda:
+        CONDA_ENV
+    shell:
+        "{CUDALAB} aggregate --results {params.results} --out {output} > {log} 2>&1"

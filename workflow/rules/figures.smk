@@ -25,5 +25,8 @@ for _exp in EXPERIMENTS:
         log:
             f"{RESULTS}/logs/figures_{_exp}.log",
         localrule: True
-        script:
-            "../../scripts/figures.py"
+        conda:
+            CONDA_ENV
+        shell:
+            "{CUDALAB} figures {params.experiment} --table {input} --out {params.out}"
+            " > {log} 2>&1"

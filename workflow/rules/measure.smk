@@ -15,6 +15,9 @@ def gpu_model(wildcards):
 
 
 rule measure:
+    input:
+        # rewritten at start-up when the finished job must run again (runner.mark_stale)
+        f"{RESULTS}/raw/{{experiment}}/{cudalab_runner.RERUN_MARKER}",
     output:
         f"{RESULTS}/raw/{{experiment}}/_manifest.json",
     params:
@@ -40,5 +43,10 @@ rule measure:
             "constraint": SLURM["constraint"],
         }.items() if v},
         **({"gpu_model": gpu_model} if SLURM["gpu_model"] else {}),
-    script:
-        "../../scripts/measure.py"
+    conda:
+        CONDA_ENV
+    # On failure the log's last lines go to Snakemake's output (and the Slurm log) too.
+    shell:
+        "{CUDALAB} measure {wildcards.experiment} --config {CONFIG_JSON}"
+        " --results {params.results} > {log} 2>&1"
+        " || {{ rc=$?; tail -n 5 {log} >&2; exit $rc; }}"

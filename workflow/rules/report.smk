@@ -9,11 +9,17 @@ rule html_report:
             f"{RESULTS}/figures/{e}/{f}.png" for e in EXPERIMENTS for f in REGISTRY[e].figures
         ],
     output:
-        REPORT,
+        report=REPORT,
+        # the telemetry figure of each GPU job (job ids are known only at run time)
+        telemetry=directory(f"{RESULTS}/figures/_telemetry"),
     params:
         figures=f"{RESULTS}/figures",
         results=RESULTS,
     log:
         f"{RESULTS}/logs/report.log",
-    script:
-        "../../scripts/report.py"
+    conda:
+        CONDA_ENV
+    shell:
+        "{CUDALAB} report --config {CONFIG_JSON} --table {input.table}"
+        " --figures {params.figures} --results {params.results}"
+        " --telemetry-figures {output.telemetry} --out {output.report} > {log} 2>&1"
