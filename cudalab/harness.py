@@ -128,6 +128,7 @@ class Harness:
         *,
         batchable: bool = True,
         settings: Settings | None = None,
+        asynchronous: bool = False,  # fn only enqueues GPU work (the timing helper uses it)
     ) -> Timing:
         """Time fn() under the stop rule. `batchable=False` for work that must not be
         repeated back-to-back inside one sample (e.g. it allocates)."""
