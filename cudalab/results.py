@@ -56,6 +56,8 @@ COLUMNS: dict[str, tuple[str, str]] = {
                       "(empty for CPU points and PCIe experiments)"),
     "pct_peak_gflops": ("float64", "gflops as % of the GPU's theoretical FP32 peak "
                         "(empty for CPU points and PCIe experiments)"),
+    "peak_mem_gbps": ("float64", "the GPU's theoretical DRAM bandwidth, GB/s (empty for CPU "
+                      "points and PCIe experiments)"),
     "error": ("float64", "error against the CPU reference (metric in error_metric)"),
     "tolerance": ("float64", "largest error that passes"),
     "error_metric": ("string", "how error is measured (e.g. rel_fro: ||C-R||_F / ||R||_F)"),
@@ -207,6 +209,7 @@ def record_to_row(rec: dict[str, Any]) -> dict[str, Any]:
                                           work.get("peak_mem_gbps")),
         "pct_peak_gflops": 100 * _safe_div(_safe_div(work.get("flops"), med) / 1e9,
                                            work.get("peak_fp32_gflops")),
+        "peak_mem_gbps": work.get("peak_mem_gbps", math.nan),
         "error": check.get("error", math.nan),
         "tolerance": check.get("tolerance", math.nan),
         "error_metric": check.get("metric"),

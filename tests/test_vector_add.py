@@ -14,20 +14,12 @@ import pytest
 from fake_cuda import FakeEvent
 
 from cudalab import config as cfg
-from cudalab import results
+from cudalab import devicespec, results
 from cudalab.config import ConfigError
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.base import REL_FRO_CHUNK, Point, RunContext
-from cudalab.experiments.vector_add import (
-    buffer_set,
-    bytes_label,
-    check_sum,
-    grid_size,
-    peak_dram_gbps,
-    reference,
-    size_label,
-    sum_error,
-)
+from cudalab.experiments.shared import buffer_set, bytes_label, grid_size, size_label
+from cudalab.experiments.vector_add import check_sum, reference, sum_error
 from cudalab.harness import Harness, Settings
 
 matplotlib.use("Agg")
@@ -52,7 +44,7 @@ def synthetic_record(variant, params, median_s, *, nbytes, flops=math.nan, metri
         "timing": {"samples_s": [median_s] * 3, "median": median_s, "iqr": 0.0, "cv": 0.0,
                    "min": median_s, "mean": median_s, "std": 0.0, "n": 3, "batch": 1,
                    "timer": "cuda_event", "stop_reason": "converged", "n_throttled": 0},
-        "work": {"flops": flops, "bytes": nbytes},
+        "work": {"flops": flops, "bytes": nbytes, "peak_mem_gbps": PEAK},
         "check": {"error": 0.0 if status == "ok" else 1.0, "tolerance": 1e-6,
                   "metric": "rel_l2", "passed": status == "ok", "detail": ""},
         "metrics": metrics or {}, "provenance": {"gpu_name": "SYNTHETIC H100"},
@@ -71,8 +63,7 @@ def synthetic_frame(slow32: bool = True, wrong: tuple = ()):
             st = "wrong" if (n, t) in wrong else "ok"
             recs.append(synthetic_record("gpu", {"n": n, "threads": t}, s, nbytes=12.0 * n,
                                          flops=float(n), status=st,
-                                         metrics={"blocks": grid_size(n, t),
-                                                  "peak_gbps": PEAK}))
+                                         metrics={"blocks": grid_size(n, t)}))
     return results.build_table(recs)
 
 
@@ -259,7 +250,7 @@ def test_measure_checks_every_point_against_the_float64_sum_of_its_inputs(monkey
     monkeypatch.setattr(_Func, "skip", 0)
     first = EXP.measure(ctx, Point(NAME, "gpu", {"n": n, "threads": 256}))
     assert first.check.passed and first.check.detail == "" and first.timing.n == 3
-    bufs = ctx.cache["_buffers"][1]
+    bufs = ctx.cache[("vector_add", n)]
     a, b = ctx.gpu.uploads  # the host inputs kept are the very arrays uploaded
     assert bufs["a"] is a and bufs["b"] is b and a.dtype == b.dtype == np.float32
     assert not any(isinstance(v, np.ndarray) and v.dtype == np.float64 for v in bufs.values())
@@ -272,7 +263,7 @@ def test_measure_checks_every_point_against_the_float64_sum_of_its_inputs(monkey
     # a new size draws fresh inputs
     monkeypatch.setattr(_Func, "skip", 0)
     assert EXP.measure(ctx, Point(NAME, "gpu", {"n": 1000, "threads": 32})).check.passed
-    assert len(ctx.gpu.uploads) == 4 and ctx.cache["_buffers"][0] == ("vector_add", 1000)
+    assert len(ctx.gpu.uploads) == 4 and list(ctx.cache) == [("vector_add", 1000)]
 
 
 class _Gpu:
@@ -283,12 +274,22 @@ class _Gpu:
         return self.attrs[name]
 
 
+def peak_dram_gbps(gpu):
+    """The one path of the peak: devicespec.device_peaks, put in every record's work."""
+    return devicespec.device_peaks(gpu)["peak_mem_gbps"]
+
+
 def test_peak_dram_bandwidth_from_attributes():
     g = _Gpu({"MEMORY_CLOCK_RATE": 2_619_000, "GLOBAL_MEMORY_BUS_WIDTH": 5120})
     assert peak_dram_gbps(g) == pytest.approx(PEAK)
     assert math.isnan(peak_dram_gbps(_Gpu({})))  # attribute missing: NaN, no exception
     assert math.isnan(peak_dram_gbps(_Gpu({"MEMORY_CLOCK_RATE": 0,
                                            "GLOBAL_MEMORY_BUS_WIDTH": 5120})))
+
+
+def test_the_peak_line_reads_the_peak_the_runner_puts_in_the_work():
+    df = synthetic_frame()
+    assert (df["peak_mem_gbps"] == PEAK).all() and "m_peak_gbps" not in df
 
 
 class _Alloc:

@@ -8,6 +8,7 @@ effects the report checks against the data.
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from collections.abc import Callable
@@ -17,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from cudalab.harness import Harness, Timing
+from cudalab.harness import Harness, Timer, Timing
+
+NAN_BITS = 0x7FC00000  # float32 quiet NaN: poisons float outputs before every check
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -103,6 +106,47 @@ class Expectation:
     evidence: str
 
 
+class JobCache(dict[Any, Any]):
+    """Per-job scratch: inputs, CPU references, host buffers, driver handles.
+
+    keep(key, make): made on first use, kept for the whole job.
+    one_per_slot(slot, key, make): one value per slot at a time. Points are ordered by size,
+    so when a new key comes the slot's previous value (the previous size) is dropped and its
+    device allocations are freed: one size in memory, other slots untouched."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._slots: dict[str, Any] = {}
+
+    def keep(self, key: Any, make: Callable[[], Any]) -> Any:
+        if key not in self:
+            self[key] = make()
+        return self[key]
+
+    def one_per_slot(self, slot: str, key: Any, make: Callable[[], Any]) -> Any:
+        old = self._slots.get(slot)
+        if old == key and key in self:
+            return self[key]
+        if old is not None and old in self:
+            free_all(self.pop(old))
+        self._slots[slot] = key
+        self[key] = make()
+        return self[key]
+
+
+def free_all(value: Any) -> None:
+    """Free the device allocations in a cached value (a dict, tuple or list of them, or
+    one); host arrays and anything already freed are left alone."""
+    items = value.values() if isinstance(value, dict) else (
+        value if isinstance(value, (list, tuple)) else [value])
+    for v in items:
+        if hasattr(v, "free") and not isinstance(v, np.ndarray):
+            try:
+                v.free()
+            except Exception:  # noqa: BLE001 - already freed / context gone
+                pass
+
+
 @dataclass
 class RunContext:
     gpu: GpuSession | None
@@ -110,7 +154,32 @@ class RunContext:
     rng: np.random.Generator
     config: dict[str, Any]  # the whole validated config
     block: dict[str, Any]  # this experiment's block
-    cache: dict[str, Any] = field(default_factory=dict)  # per-job scratch (inputs, refs)
+    cache: JobCache = field(default_factory=JobCache)  # per-job scratch (inputs, refs)
+
+
+@dataclass(frozen=True)
+class CompileVariant:
+    """How an experiment compiles and launches one kernel, for static analysis: the -D
+    defines (None: the file's own '// cudalab-variant:' lines), extra parameters that tell
+    the rows apart (a tile), and the dynamic shared memory its launches ask for (nvcc cannot
+    see it: extern __shared__)."""
+
+    file: str  # in cuda/
+    kernel: str
+    defines: dict[str, Any] | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    dynamic_smem: int = 0
+
+
+@dataclass
+class DeviceOutput:
+    """A kernel's output: the device buffer and the host array its check reads (the D2H
+    copy overwrites it whole). `fill` poisons it before the verification launch: a 32-bit
+    word (NaN bits for floats, 0 for counters and sums) or, for 1-byte outputs, a byte."""
+
+    device: Any
+    host: np.ndarray
+    fill: int = NAN_BITS
 
 
 class Experiment:
@@ -157,6 +226,61 @@ class Experiment:
 
     def measure(self, ctx: RunContext, point: Point) -> Result:
         raise NotImplementedError
+
+    def compile_variants(self, config: dict[str, Any] | None) -> list[CompileVariant]:
+        """The kernels this experiment compiles with its own defines or launches with
+        dynamic shared memory, as static analysis must analyse them (config: the whole
+        validated config, or None for the defaults). [] : the files' defaults are right."""
+        return []
+
+    def settings_in(self, config: dict[str, Any] | None) -> dict[str, Any]:
+        """This experiment's block in `config`, or its schema defaults where the block is
+        absent or disabled (a disabled block is not validated, so it may not even hold)."""
+        blk = ((config or {}).get("experiments") or {}).get(self.name) or {}
+        if blk and blk.get("enabled", True):
+            return blk
+        props = self.schema.get("properties", {})
+        return {k: copy.deepcopy(v["default"]) for k, v in props.items() if "default" in v}
+
+    def verify_then_time(
+        self,
+        ctx: RunContext,
+        launch: Callable[[], Any],
+        check: Callable[..., Check],
+        *,
+        output: DeviceOutput | None = None,
+        timer: Timer | None = None,
+        sync: Callable[[], None] | None = None,
+        asynchronous: bool = False,
+        batchable: bool = True,
+    ) -> tuple[Check, Timing]:
+        """Correct first, then timed: the one sequence every GPU experiment uses.
+
+        With `output`: poison it, launch once, wait (sync, default the context), copy it
+        back, check(host array). Without: check() runs its own verification (a round trip,
+        a traced run) and must do so before returning. Then launch() is timed with the
+        harness (timer: CUDA events on the default stream unless given). `asynchronous`:
+        launch() only enqueues GPU work (kernel launches, async copies), nothing that
+        synchronises or allocates; the harness may then queue launches ahead."""
+        gpu = ctx.gpu
+        if output is not None:
+            cuda = gpu.cuda
+            if output.host.itemsize == 4:
+                cuda.memset_d32(output.device, output.fill, output.host.size)
+            elif output.host.itemsize == 1:
+                cuda.memset_d8(output.device, output.fill, output.host.size)
+            else:
+                raise ValueError(f"cannot poison a {output.host.dtype} output: 1- or 4-byte "
+                                 "elements only")
+            launch()
+            (sync or gpu.synchronize)()
+            cuda.memcpy_dtoh(output.host, output.device)
+            result = check(output.host)
+        else:
+            result = check()
+        timing = ctx.harness.measure(launch, timer or gpu.event_timer(), batchable=batchable,
+                                     asynchronous=asynchronous)
+        return result, timing
 
     def plot(self, name: str, df: pd.DataFrame) -> Figure | None:
         """Draw figure `name` from this experiment's ok rows (None if nothing to draw)."""
@@ -260,6 +384,3 @@ def poison(a: np.ndarray) -> None:
     else:
         a.fill(np.iinfo(a.dtype).max if np.issubdtype(a.dtype, np.integer) else 0)
 
-
-Registry = dict[str, Experiment]
-Factory = Callable[[], Experiment]

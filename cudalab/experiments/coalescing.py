@@ -24,17 +24,17 @@ import pandas as pd
 
 from cudalab.experiments.base import (
     Check,
+    DeviceOutput,
     Expectation,
     Experiment,
     Point,
     Result,
     RunContext,
 )
-from cudalab.experiments.vector_add import (
-    NAN_BITS,
+from cudalab.experiments.shared import (
     all_correct,
     buffer_set,
-    peak_dram_gbps,
+    grid_size,
     peak_line,
     peak_of,
     size_label,
@@ -188,18 +188,14 @@ class Coalescing(Experiment):
 
     def _run_checked(self, ctx, bufs, count, launch, expected) -> tuple[Check, Any]:
         """Poison the output, launch once, compare bit for bit; then time launch()."""
-        gpu = ctx.gpu
-        cuda = gpu.cuda
-        out = bufs["out"]
-        cuda.memset_d32(bufs["out_d"], NAN_BITS, count)
-        launch()
-        gpu.synchronize()
-        cuda.memcpy_dtoh(out, bufs["out_d"])
-        bad = mismatches(out, expected)
-        check = Check(float(bad), 0.0, "mismatched_elements",
-                      detail=f"{bad} of {count} elements differ from numpy" if bad else "")
-        timing = ctx.harness.measure(launch, gpu.event_timer())
-        return check, timing
+        def check(out: np.ndarray) -> Check:
+            bad = mismatches(out, expected)
+            return Check(float(bad), 0.0, "mismatched_elements",
+                         detail=f"{bad} of {count} elements differ from numpy" if bad else "")
+
+        return self.verify_then_time(ctx, launch, check,
+                                     output=DeviceOutput(bufs["out_d"], bufs["out"]),
+                                     asynchronous=True)
 
     def _measure_copy(self, ctx: RunContext, point: Point) -> Result:
         p = point.params
@@ -209,7 +205,7 @@ class Coalescing(Experiment):
         kernel = self.kernel_for(ctx, point)
         func = kernel.function(KERNEL_NAME[point.variant])
         threads = ctx.block["threads"]
-        grid = ((n + threads - 1) // threads, 1)
+        grid = (grid_size(n, threads), 1)
         a_d, b_d = bufs["out_d"], bufs["in_d"]
         if point.variant == "copy":
             func.prepare("PPI")
@@ -229,8 +225,7 @@ class Coalescing(Experiment):
         else:  # copy / offset: a rotation, cheaper than a gather
             expected = np.roll(bufs["in"], -offset)
         check, timing = self._run_checked(ctx, bufs, n, launch, expected)
-        metrics = {"read_sectors": read_sectors(offset, stride),
-                   "peak_gbps": peak_dram_gbps(ctx.gpu)}
+        metrics = {"read_sectors": read_sectors(offset, stride)}
         return Result(timing, math.nan, 8.0 * n, check, metrics, kernel=kernel)
 
     def _measure_transpose(self, ctx: RunContext, point: Point) -> Result:
@@ -247,8 +242,7 @@ class Coalescing(Experiment):
 
         expected = bufs["in"].reshape(size, size).T.ravel()
         check, timing = self._run_checked(ctx, bufs, size * size, launch, expected)
-        metrics = {"peak_gbps": peak_dram_gbps(ctx.gpu)}
-        return Result(timing, math.nan, 8.0 * size * size, check, metrics, kernel=kernel)
+        return Result(timing, math.nan, 8.0 * size * size, check, kernel=kernel)
 
     # -- figures -----------------------------------------------------------------------
     def _frame(self, df: pd.DataFrame) -> pd.DataFrame:

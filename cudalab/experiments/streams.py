@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from cudalab.experiments.base import (
+    NAN_BITS,
     Check,
     Expectation,
     Experiment,
@@ -42,7 +44,7 @@ from cudalab.experiments.base import (
     RunContext,
     rel_fro_error,
 )
-from cudalab.experiments.vector_add import NAN_BITS, all_correct, buffer_set, size_label
+from cudalab.experiments.shared import all_correct, buffer_set, grid_size, size_label
 
 STREAM_COUNTS = [1, 2, 4, 8, 16, 32]
 OPS = ["H2D", "kernel", "D2H"]
@@ -227,6 +229,14 @@ class Streams(Experiment):
             have.append(ctx.gpu.cuda.Stream())  # flags 0: blocking w.r.t. the default stream
         return have[:k]
 
+    def _plan(self, ctx: RunContext, point: Point) -> list[tuple[Any, int, int]]:
+        """(stream, lo, hi) of every chunk: the serial program is one chunk on the default
+        stream (None), k streams take n / k elements each."""
+        n, k = point.params["n"], point.params["nstreams"]
+        if point.variant == "serial":
+            return [(None, 0, n)]
+        return [(s, lo, hi) for s, (lo, hi) in zip(self._streams(ctx, k), chunk_bounds(n, k))]
+
     def measure(self, ctx: RunContext, point: Point) -> Result:
         gpu = ctx.gpu
         cuda = gpu.cuda
@@ -234,60 +244,30 @@ class Streams(Experiment):
         n, it, k = p["n"], p["iterations"], p["nstreams"]
         threads = ctx.block["threads"]
         bufs = buffer_set(ctx, ("streams", n), lambda: self._buffers(ctx, n))
-        h_in, h_out, d_in, d_out = bufs["h_in"], bufs["h_out"], bufs["d_in"], bufs["d_out"]
+        h_out = bufs["h_out"]
         kernel = self.kernel_for(ctx, point)
         func = kernel.function("map_kernel")
         func.prepare("PPii")
 
-        if point.variant == "serial":
-            plan = [(None, 0, n)]  # None: the default stream, one chunk = everything
-        else:
-            plan = [(s, lo, hi) for s, (lo, hi) in
-                    zip(self._streams(ctx, k), chunk_bounds(n, k))]
-        base_in, base_out = int(d_in), int(d_out)
+        plan = self._plan(ctx, point)
+        enqueue = _enqueuer(cuda, func, plan, bufs, threads, it)
 
-        def enqueue(marks: list[list[Any]] | None = None) -> None:
-            for c, (stream, lo, hi) in enumerate(plan):
-                din, dout = base_in + 4 * lo, base_out + 4 * lo
-                grid = ((hi - lo + threads - 1) // threads, 1)
-                if marks:
-                    marks[c][0].record(stream)
-                cuda.memcpy_htod_async(din, h_in[lo:hi], stream)
-                if marks:
-                    marks[c][1].record(stream)
-                func.prepared_async_call(grid, (threads, 1, 1), stream, din, dout, hi - lo, it)
-                if marks:
-                    marks[c][2].record(stream)
-                cuda.memcpy_dtoh_async(h_out[lo:hi], dout, stream)
-                if marks:
-                    marks[c][3].record(stream)
+        traced: dict[str, Any] = {}
 
-        # one run with events around every operation, on a poisoned output: the timeline
-        # and the correctness check
-        h_out.fill(np.nan)
-        cuda.memset_d32(d_out, NAN_BITS, n)
-        gpu.synchronize()
-        marks = [[cuda.Event() for _ in range(4)] for _ in plan]
-        start, end = cuda.Event(), cuda.Event()
-        start.record()  # default stream
-        for stream, _, _ in plan:
-            if stream is not None:
-                stream.wait_for_event(start)  # explicit: right for non-blocking streams too
-        enqueue(marks)
-        end.record()  # default stream: waits for every blocking stream
-        end.synchronize()
-        gpu.synchronize()
-        timeline = timeline_rows([[e.time_since(start) for e in m] for m in marks])
-        timeline_total_ms = end.time_since(start)
+        def verify() -> Check:
+            """One run with events around every operation, on a poisoned output: the
+            timeline and the correctness check."""
+            traced.update(self._traced_run(ctx, bufs, plan, enqueue))
+            idx, ref = self._reference(ctx, bufs, n, it)
+            unwritten = int(np.count_nonzero(~np.isfinite(h_out)))
+            err = math.inf if unwritten else rel_fro_error(h_out[idx], ref)
+            return Check(err, ctx.block["tolerance"], "rel_l2_sampled",
+                         detail=(f"{unwritten} unwritten (NaN) elements" if unwritten else
+                                 f"{len(idx)} elements compared with float64"))
 
-        idx, ref = self._reference(ctx, bufs, n, it)
-        unwritten = int(np.count_nonzero(~np.isfinite(h_out)))
-        err = math.inf if unwritten else rel_fro_error(h_out[idx], ref)
-        check = Check(err, ctx.block["tolerance"], "rel_l2_sampled",
-                      detail=(f"{unwritten} unwritten (NaN) elements" if unwritten else
-                              f"{len(idx)} elements compared with float64"))
-
-        timing = ctx.harness.measure(enqueue, gpu.event_timer(), batchable=False)
+        # enqueue() copies through several streams and the default stream waits on them all
+        check, timing = self.verify_then_time(ctx, enqueue, verify, batchable=False)
+        timeline, timeline_total_ms = traced["timeline"], traced["total_ms"]
 
         phases, ph = self._phases(ctx, bufs, func, n, it, threads)
         t = timing.stats()["median"]
@@ -307,6 +287,28 @@ class Streams(Experiment):
         return Result(timing, math.nan, 8.0 * n, check, metrics, phases, kernel,
                       extra={"timeline": timeline, "timeline_columns":
                              ["stream", "op", "start_ms", "end_ms"]})
+
+    @staticmethod
+    def _traced_run(ctx: RunContext, bufs: dict[str, Any], plan: list[tuple[Any, int, int]],
+                    enqueue: Callable[[list[list[Any]] | None], None]) -> dict[str, Any]:
+        """enqueue() once with events around every operation, into a poisoned output."""
+        gpu = ctx.gpu
+        cuda = gpu.cuda
+        bufs["h_out"].fill(np.nan)
+        cuda.memset_d32(bufs["d_out"], NAN_BITS, bufs["h_out"].size)
+        gpu.synchronize()
+        marks = [[cuda.Event() for _ in range(4)] for _ in plan]
+        start, end = cuda.Event(), cuda.Event()
+        start.record()  # default stream
+        for stream, _, _ in plan:
+            if stream is not None:
+                stream.wait_for_event(start)  # explicit: right for non-blocking streams too
+        enqueue(marks)
+        end.record()  # default stream: waits for every blocking stream
+        end.synchronize()
+        gpu.synchronize()
+        return {"timeline": timeline_rows([[e.time_since(start) for e in m] for m in marks]),
+                "total_ms": end.time_since(start)}
 
     def _phases(self, ctx, bufs, func, n, it, threads):
         """Whole-array H2D and D2H (once per job) and kernel (once per iteration count),
@@ -470,3 +472,29 @@ class Streams(Experiment):
                                        "; ".join(f"{it} iterations: {ev}"
                                                  for it, _, ev in items)))
         return out
+
+
+def _enqueuer(cuda: Any, func: Any, plan: list[tuple[Any, int, int]], bufs: dict[str, Any],
+              threads: int, it: int) -> Callable[..., None]:
+    """enqueue(marks=None): H2D -> kernel -> D2H of every chunk in its stream; `marks` (four
+    events per chunk) bracket each operation for the timeline."""
+    h_in, h_out = bufs["h_in"], bufs["h_out"]
+    base_in, base_out = int(bufs["d_in"]), int(bufs["d_out"])
+
+    def enqueue(marks: list[list[Any]] | None = None) -> None:
+        for c, (stream, lo, hi) in enumerate(plan):
+            din, dout = base_in + 4 * lo, base_out + 4 * lo
+            grid = (grid_size(hi - lo, threads), 1)
+            if marks:
+                marks[c][0].record(stream)
+            cuda.memcpy_htod_async(din, h_in[lo:hi], stream)
+            if marks:
+                marks[c][1].record(stream)
+            func.prepared_async_call(grid, (threads, 1, 1), stream, din, dout, hi - lo, it)
+            if marks:
+                marks[c][2].record(stream)
+            cuda.memcpy_dtoh_async(h_out[lo:hi], dout, stream)
+            if marks:
+                marks[c][3].record(stream)
+
+    return enqueue

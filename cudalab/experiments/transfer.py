@@ -28,7 +28,7 @@ from cudalab.experiments.base import (
     Result,
     RunContext,
 )
-from cudalab.experiments.vector_add import buffer_set, bytes_label
+from cudalab.experiments.shared import buffer_set, bytes_label
 
 DIRECTIONS = ["h2d", "d2h"]
 MEMORY = ["pageable", "pinned"]
@@ -171,16 +171,17 @@ class Transfer(Experiment):
         dev = bufs["dev"]
         src, dst = self._host(ctx, bufs, kind)
 
-        # correctness: a round trip through this memory kind into a destination whose every
-        # byte differs from the source, on a device buffer that was cleared first
-        np.bitwise_not(src, out=dst)
-        cuda.memset_d8(dev, 0, size)
-        cuda.memcpy_htod(dev, src)
-        cuda.memcpy_dtoh(dst, dev)
-        gpu.synchronize()
-        bad = int(np.count_nonzero(dst != src))
-        check = Check(float(bad), 0.0, "mismatched_bytes",
-                      detail=f"{bad} of {size} bytes changed in the round trip" if bad else "")
+        def round_trip() -> Check:
+            """A round trip through this memory kind into a destination whose every byte
+            differs from the source, on a device buffer that was cleared first."""
+            np.bitwise_not(src, out=dst)
+            cuda.memset_d8(dev, 0, size)
+            cuda.memcpy_htod(dev, src)
+            cuda.memcpy_dtoh(dst, dev)
+            gpu.synchronize()
+            bad = int(np.count_nonzero(dst != src))
+            return Check(float(bad), 0.0, "mismatched_bytes",
+                         detail=f"{bad} of {size} bytes changed in the round trip" if bad else "")
 
         if direction == "h2d":
             def copy() -> None:
@@ -190,8 +191,9 @@ class Transfer(Experiment):
                 cuda.memcpy_dtoh(dst, dev)
 
         # events on the default stream bracket the copy (pageable copies include the
-        # driver's staging); back-to-back copies need no allocation, so small ones batch
-        timing = ctx.harness.measure(copy, gpu.event_timer())
+        # driver's staging); back-to-back copies need no allocation, so small ones batch.
+        # memcpy_htod/dtoh return when the copy is done (synchronous): not asynchronous.
+        check, timing = self.verify_then_time(ctx, copy, round_trip, asynchronous=False)
         metrics = self._link(ctx)  # read right after copying: the link is not idling down
         return Result(timing, math.nan, float(size), check, metrics)
 

@@ -4,24 +4,20 @@ One thread per element, grid = ceil(n / threads) blocks, a bounds check for the 
 A point is a vector length n and a block size (threads per block). Every element moves
 12 bytes (load a, load b, store c), so the declared work is 12 n bytes and n flops: the
 kernel is memory-bound and its GB/s is compared with the theoretical DRAM bandwidth.
-
-The helpers at the bottom (peak DRAM bandwidth, one cached buffer set per job, size labels)
-are shared by the other memory experiments (coalescing, streams, transfer).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from cudalab import devicespec
 from cudalab.experiments.base import (
     REL_FRO_CHUNK,
     Check,
+    DeviceOutput,
     Expectation,
     Experiment,
     Point,
@@ -30,8 +26,15 @@ from cudalab.experiments.base import (
     rel_fro_error_blocks,
     uniform_f32,
 )
+from cudalab.experiments.shared import (
+    all_correct,
+    buffer_set,
+    grid_size,
+    peak_line,
+    peak_of,
+    size_label,
+)
 
-NAN_BITS = 0x7FC00000  # float32 quiet NaN: poisons outputs before every check
 THREADS = [32, 64, 128, 256, 512, 1024]
 MAX_N = 1 << 28  # three float32 vectors of 1 GiB each
 
@@ -92,8 +95,6 @@ class VectorAdd(Experiment):
         return ctx.gpu.compile("vector_add.cu")
 
     def measure(self, ctx: RunContext, point: Point) -> Result:
-        gpu = ctx.gpu
-        cuda = gpu.cuda
         n, t = point.params["n"], point.params["threads"]
         bufs = buffer_set(ctx, ("vector_add", n), lambda: self._buffers(ctx, n))
         a_d, b_d, c_d = bufs["a_d"], bufs["b_d"], bufs["c_d"]
@@ -105,17 +106,11 @@ class VectorAdd(Experiment):
         def launch() -> None:
             func.prepared_call(grid, (t, 1, 1), a_d, b_d, c_d, n)
 
-        # correctness on a poisoned output, before any timing; the host copy `c` is
-        # overwritten whole by the D2H copy, so it is reused across the points of this n
-        c = bufs["c"]
-        cuda.memset_d32(c_d, NAN_BITS, n)
-        launch()
-        gpu.synchronize()
-        cuda.memcpy_dtoh(c, c_d)
-        check = check_sum(c, bufs["a"], bufs["b"], ctx.block["tolerance"])
-        timing = ctx.harness.measure(launch, gpu.event_timer())
-        metrics = {"blocks": grid[0], "peak_gbps": peak_dram_gbps(gpu)}
-        return Result(timing, float(n), 12.0 * n, check, metrics, kernel=kernel)
+        # the host copy `c` is overwritten whole by the D2H copy: reused across the points of n
+        check, timing = self.verify_then_time(
+            ctx, launch, lambda c: check_sum(c, bufs["a"], bufs["b"], ctx.block["tolerance"]),
+            output=DeviceOutput(c_d, bufs["c"]), asynchronous=True)
+        return Result(timing, float(n), 12.0 * n, check, {"blocks": grid[0]}, kernel=kernel)
 
     def _buffers(self, ctx: RunContext, n: int) -> dict[str, Any]:
         cuda = ctx.gpu.cuda
@@ -244,81 +239,3 @@ def check_sum(c: np.ndarray, a: np.ndarray, b: np.ndarray, tolerance: float) -> 
         unwritten = int(np.count_nonzero(~np.isfinite(c)))
         detail = f"{unwritten} unwritten (NaN) elements" if unwritten else ""
     return Check(err, tolerance, "rel_l2", detail=detail)
-
-
-def grid_size(n: int, threads: int) -> int:
-    """Blocks of `threads` needed to cover n elements: ceil(n / threads)."""
-    return (n + threads - 1) // threads
-
-
-# -- shared by the memory experiments ------------------------------------------------------
-def peak_dram_gbps(gpu: Any) -> float:
-    """Theoretical DRAM bandwidth in GB/s (NaN where the driver does not report it)."""
-    return devicespec.device_peaks(gpu)["peak_mem_gbps"]
-
-
-def buffer_set(ctx: RunContext, key: Any, make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """The job's one cached set of buffers (points are ordered by size, so one set at a time
-    stays in memory): made on first use of `key`; the previous set's device allocations are
-    freed first."""
-    current = ctx.cache.get("_buffers")
-    if current is not None and current[0] == key:
-        return current[1]
-    ctx.cache.pop("_buffers", None)
-    if current is not None:
-        free_all(current[1])
-    bufs = make()
-    ctx.cache["_buffers"] = (key, bufs)
-    return bufs
-
-
-def free_all(bufs: dict[str, Any]) -> None:
-    for v in bufs.values():
-        if hasattr(v, "free") and not isinstance(v, np.ndarray):
-            try:
-                v.free()
-            except Exception:  # noqa: BLE001 - already freed / context gone
-                pass
-
-
-def size_label(n: Any) -> str:
-    """50,000 or 2^24 (exact powers of two as powers)."""
-    n = int(n)
-    if n >= 1024 and n & (n - 1) == 0:
-        return f"2^{n.bit_length() - 1}"
-    return f"{n:,}"
-
-
-def bytes_label(n: Any) -> str:
-    """4 KiB, 16 MiB, 1 GiB (binary units), else the byte count."""
-    n = int(n)
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale and n % scale == 0:
-            return f"{n // scale} {unit}"
-    return f"{n} B"
-
-
-def all_correct(df: pd.DataFrame, what: str = "every GPU result") -> Expectation:
-    gpu = df[df["variant"] != "cpu"]
-    bad = gpu[gpu["status"] != "ok"]
-    return Expectation(
-        f"{what} matches the CPU reference",
-        len(gpu) > 0 and bad.empty,
-        f"{len(gpu) - len(bad)}/{len(gpu)} points correct"
-        + (f"; not ok: {', '.join(bad['point_id'].astype(str).head(5))}" if len(bad) else ""),
-    )
-
-
-def peak_of(d: pd.DataFrame) -> float:
-    if "m_peak_gbps" not in d:
-        return math.nan
-    v = pd.to_numeric(d["m_peak_gbps"], errors="coerce").dropna()
-    return float(v.iloc[0]) if len(v) else math.nan
-
-
-def peak_line(ax: Any, d: pd.DataFrame) -> None:
-    peak = peak_of(d)
-    if math.isfinite(peak):
-        ax.axhline(peak, ls="--", color="0.3", lw=1)
-        ax.annotate(f"theoretical DRAM bandwidth {peak:.0f} GB/s", (0.01, peak),
-                    xycoords=("axes fraction", "data"), va="bottom", fontsize=8, color="0.3")
