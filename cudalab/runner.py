@@ -28,7 +28,7 @@ import numpy as np
 from cudalab import devicespec, results
 from cudalab.config import block_hash
 from cudalab.experiments import REGISTRY
-from cudalab.experiments.base import Experiment, Point, Result, RunContext, Skipped
+from cudalab.experiments.base import CompileFailure, Experiment, Point, Result, RunContext, Skipped
 from cudalab.harness import Harness, Settings
 from cudalab.provenance import job_provenance, now_iso, nvidia_driver_version, source_hash
 
@@ -114,6 +114,8 @@ def gpu_error_kind(exc: BaseException) -> str:
         cls = getattr(drv, cls_name, None) if drv is not None else None
         if isinstance(cls, type) and isinstance(exc, cls):
             return kind
+    if isinstance(exc, CompileFailure):
+        return "nvcc failed"
     cupy_mem = sys.modules.get("cupy.cuda.memory")
     if cupy_mem is not None and isinstance(exc, cupy_mem.OutOfMemoryError):
         return "out of GPU memory"

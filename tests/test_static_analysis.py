@@ -98,13 +98,30 @@ def test_grid_covers_every_file_kernel_variant_and_arch():
     files = {p.params["file"] for p in pts}
     assert files == {p.name for p in CUDA_DIR.glob("*.cu")}
     occ_pts = [p for p in pts if p.params["file"] == "occupancy.cu"]
-    # occupancy.cu: 4 kernels x 2 declared variants x 3 archs
-    assert len(occ_pts) == 4 * 2 * 3
-    assert {p.params["flags"] for p in occ_pts} == {"LIVE=64", "LIVE=32"}
-    # the config's variants replace the file's own lines
+    # occupancy.cu: 2 kernels x 2 declared variants x 3 archs, and the two extern __shared__
+    # kernels as the occupancy experiment launches them (Experiment.compile_variants):
+    # vec_mul_smem once, matmul_tiled_dyn once per default tile (5), each x 3 archs
+    assert len(occ_pts) == 2 * 2 * 3 + 1 * 3 + 5 * 3
+    assert {p.params["flags"] for p in occ_pts} == {"LIVE=64", "LIVE=32", ""}
+    smem = [p for p in occ_pts if p.variant == "vec_mul_smem"]
+    assert {p.params["dynamic_smem"] for p in smem} == {32 * 1024}
+    dyn = {(p.params["tile"], p.params["dynamic_smem"]) for p in occ_pts
+           if p.variant == "matmul_tiled_dyn"}
+    assert dyn == {(t, 2 * t * t * 4) for t in (8, 12, 16, 24, 32)}
+    # the config's variants replace the file's own lines (not an experiment's own)
     b2 = _block(files=["occupancy.cu"], archs=["sm_90"], variants={"occupancy.cu": ["LIVE=16"]})
-    assert {p.params["flags"] for p in EXP.points(b2)} == {"LIVE=16"}
-    assert len(EXP.points(_block(**EXP.smoke))) == 8
+    assert {p.params["flags"] for p in EXP.points(b2)} == {"LIVE=16", ""}
+    assert len(EXP.points(_block(**EXP.smoke))) == 2 * 2 + 1 + 5
+
+
+def test_the_run_s_occupancy_block_shapes_the_extern_shared_rows():
+    config = cfg.validate({"experiments": {"occupancy": {"matmul_tiles": [8, 16],
+                                                         "smem_bytes": 8192}}})
+    pts = EXP.points(_block(files=["occupancy.cu"], archs=["sm_90"]), config=config)
+    got = {(p.variant, p.params.get("tile"), p.params.get("dynamic_smem")) for p in pts
+           if p.variant in ("vec_mul_smem", "matmul_tiled_dyn")}
+    assert got == {("vec_mul_smem", None, 8192), ("matmul_tiled_dyn", 8, 512),
+                   ("matmul_tiled_dyn", 16, 2048)}
 
 
 TWO_TILES = [{"rt": 2, "bt": 16, "bk": 8}, {"rt": 4, "bt": 64, "bk": 16}]
@@ -316,9 +333,10 @@ def test_runner_end_to_end_without_a_gpu(tmp_path):
                            "experiments": {"static_analysis": dict(EXP.smoke)}})
     manifest = run_experiment(config, "static_analysis", tmp_path)
     recs = list(results.iter_records(tmp_path / "raw"))
-    assert len(recs) == 8 and all(r["status"] == "ok" for r in recs), \
+    # the 4 kernels of the smoke grid plus the extern __shared__ ones per occupancy tile
+    assert len(recs) == 10 and all(r["status"] == "ok" for r in recs), \
         [(r["point_id"], r.get("reason")) for r in recs if r["status"] != "ok"]
-    assert manifest["counts"]["ok"] == 8
+    assert manifest["counts"]["ok"] == 10
     df = results.build_table(recs)
     assert results.check_table(df) == []
     assert df["m_registers"].notna().all() and (df["p_arch"] == "sm_90").all()
@@ -505,3 +523,18 @@ def test_register_tiled_matmul_is_bounded_to_its_tile():
         assert r["matmul_tiled"]["max_threads"] == 0  # no bound declared
         m = sa.usage_metrics("sm_90", r["matmul_register"])
         assert m["max_block_size"] <= threads and m["occupancy_1024"] == 0.0
+
+
+@needs_nvcc
+def test_declared_dynamic_shared_memory_reaches_the_occupancy():
+    """vec_mul_smem's extern __shared__ buffer: the occupancy experiment declares what its
+    launches ask for; the config's dynamic_smem_bytes still overrides it."""
+    b = _block(files=["occupancy.cu"], archs=["sm_80"])
+    p = next(p for p in EXP.points(b) if p.variant == "vec_mul_smem")
+    m = EXP.measure(_ctx(b), p).metrics
+    assert m["dynamic_smem"] == 32 * 1024
+    # 164 KiB of shared memory per SM on sm_80 holds 5 blocks of 32 KiB (plus reserves)
+    assert m["occupancy_1024"] < 1.0 or m["occupancy_256"] < 1.0
+    b0 = _block(files=["occupancy.cu"], archs=["sm_80"], dynamic_smem_bytes={"vec_mul_smem": 0})
+    m0 = EXP.measure(_ctx(b0), p).metrics
+    assert m0["dynamic_smem"] == 0 and m0["occupancy_256"] >= m["occupancy_256"]

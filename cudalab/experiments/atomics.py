@@ -33,19 +33,18 @@ import pandas as pd
 
 from cudalab.experiments.base import (
     Check,
+    DeviceOutput,
     Expectation,
     Experiment,
     Point,
     Result,
     RunContext,
 )
-from cudalab.harness import Timing
 
 COUNTERS = ["racy_counter", "atomic_counter"]
 SUMS = ["atomic_sum", "reduce_sum"]
 VARIANTS = COUNTERS + SUMS
 U = 2.0**-24
-NAN_BITS = 0x7FC00000
 # variant -> kernel in cuda/atomics.cu
 KERNELS = {"racy_counter": "counter_racy", "atomic_counter": "counter_atomic",
            "atomic_sum": "sum_atomic", "reduce_sum": "sum_reduce"}
@@ -178,15 +177,22 @@ class Atomics(Experiment):
                 cuda.memcpy_dtoh(counter, c_d)
                 return int(counter[0])
 
-            counted = count_once()
+            seen: dict[str, int] = {}
+
+            def check_count(out: np.ndarray) -> Check:
+                seen["counted"] = int(out[0])
+                return counter_check(point.variant, seen["counted"], expected)
+
+            # the verification launch runs on a zeroed counter; the timed launches keep
+            # adding to it (it wraps harmlessly)
+            check, timing = self.verify_then_time(
+                ctx, launch, check_count, output=DeviceOutput(c_d, counter, fill=0),
+                asynchronous=True)
             repeats = [count_once() for _ in range(RACY_REPEATS)] \
                 if point.variant == "racy_counter" else []
-            # Timed launches keep adding to the counter (it wraps harmlessly): the check
-            # above ran on a zeroed counter.
-            timing = ctx.harness.measure(launch, gpu.event_timer())
         finally:
             c_d.free()
-        check = counter_check(point.variant, counted, expected)
+        counted = seen["counted"]
         metrics = {
             "counted": counted, "expected": expected,
             "lost_fraction": (expected - counted) / expected,
@@ -200,19 +206,26 @@ class Atomics(Experiment):
         gpu = ctx.gpu
         cuda = gpu.cuda
         n, b = point.params["n"], point.params["block"]
-        key = ("atomics_sum", n)
-        if key not in ctx.cache:
-            ctx.cache.clear()  # one size in memory: sum points are ordered by size
+        def make():
             x = sum_inputs(ctx.rng, n)
-            ctx.cache[key] = (x, float(np.sum(x, dtype=np.float64)),
-                              float(np.sum(np.abs(x), dtype=np.float64)))
-        x, ref, abs_sum = ctx.cache[key]
+            return (x, float(np.sum(x, dtype=np.float64)),
+                    float(np.sum(np.abs(x), dtype=np.float64)))
+
+        # one size in memory: sum points are ordered by size
+        x, ref, abs_sum = ctx.cache.one_per_slot("atomics_sum", ("atomics_sum", n), make)
         kernel = self.kernel_for(ctx, point)
         func = kernel.function(KERNELS[point.variant])
         func.prepare("PPi")
         per_block = b if point.variant == "atomic_sum" else 2 * b
         grid = ((n + per_block - 1) // per_block, 1)
         out = np.zeros(1, np.float32)
+        tol = sum_tolerance(n, ctx.block["sum_tolerance_factor"])
+
+        def check_sum(o: np.ndarray) -> Check:
+            got = float(o[0])
+            return Check(sum_error(got, ref, abs_sum), tol, "rel_sum_err",
+                         f"sum {got!r} vs float64 {ref!r}; {grid[0]} blocks")
+
         x_d, o_d = cuda.mem_alloc(x.nbytes), cuda.mem_alloc(4)
         try:
             cuda.memcpy_htod(x_d, x)
@@ -220,21 +233,15 @@ class Atomics(Experiment):
             def launch() -> None:
                 func.prepared_call(grid, (b, 1, 1), x_d, o_d, n)
 
-            cuda.memset_d32(o_d, 0, 1)
-            launch()
-            gpu.synchronize()
-            cuda.memcpy_dtoh(out, o_d)
-            # Timed launches keep accumulating into the output; the value does not change
-            # the work (the check above ran on a zeroed output).
-            timing: Timing = ctx.harness.measure(launch, gpu.event_timer())
+            # the verification launch adds into a zeroed output; the timed launches keep
+            # accumulating into it, which does not change the work
+            check, timing = self.verify_then_time(
+                ctx, launch, check_sum, output=DeviceOutput(o_d, out, fill=0),
+                asynchronous=True)
         finally:
             x_d.free()
             o_d.free()
-        got = float(out[0])
-        err = sum_error(got, ref, abs_sum)
-        tol = sum_tolerance(n, ctx.block["sum_tolerance_factor"])
-        check = Check(err, tol, "rel_sum_err",
-                      f"sum {got!r} vs float64 {ref!r}; {grid[0]} blocks")
+        got, err = float(out[0]), check.error
         metrics = {"sum": got, "ref_sum": ref, "rel_err": err, "abs_err": abs(got - ref),
                    "atomics_per_launch": n if point.variant == "atomic_sum" else grid[0]}
         return Result(timing, float(n), 4.0 * n, check, metrics, kernel=kernel)

@@ -58,6 +58,11 @@ class Skipped(Exception):
     the point with status "skipped" and the message as its reason."""
 
 
+class CompileFailure(RuntimeError):
+    """nvcc could not build a kernel (missing, cannot target an architecture, failed): the
+    runner reports the point as 'nvcc failed'."""
+
+
 @dataclass
 class Check:
     """Correctness against the CPU reference."""
@@ -160,13 +165,12 @@ class RunContext:
 @dataclass(frozen=True)
 class CompileVariant:
     """How an experiment compiles and launches one kernel, for static analysis: the -D
-    defines (None: the file's own '// cudalab-variant:' lines), extra parameters that tell
-    the rows apart (a tile), and the dynamic shared memory its launches ask for (nvcc cannot
-    see it: extern __shared__)."""
+    defines it compiles with, extra parameters that tell the rows apart (a tile), and the
+    dynamic shared memory its launches ask for (nvcc cannot see it: extern __shared__)."""
 
     file: str  # in cuda/
     kernel: str
-    defines: dict[str, Any] | None = None
+    defines: dict[str, Any] = field(default_factory=dict)
     params: dict[str, Any] = field(default_factory=dict)
     dynamic_smem: int = 0
 

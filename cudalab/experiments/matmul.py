@@ -26,6 +26,8 @@ import pandas as pd
 
 from cudalab.experiments.base import (
     Check,
+    CompileVariant,
+    DeviceOutput,
     Expectation,
     Experiment,
     Point,
@@ -40,7 +42,6 @@ from cudalab.harness import WallTimer
 TILED = ["tiled", "tiled_padded", "tiled_conflict"]  # one kernel each, the same `tiles`
 GPU_VARIANTS = ["naive", *TILED, "register", "cublas"]
 VARIANTS = ["cpu", *GPU_VARIANTS]
-NAN_BITS = 0x7FC00000  # float32 quiet NaN: poisons outputs before every check
 
 TILES = [8, 16, 32]
 RT = [2, 4, 8]  # register tile edge (RM = RN)
@@ -239,6 +240,16 @@ class Matmul(Experiment):
                     pts.append(Point(self.name, v, dims))
         return pts
 
+    def compile_variants(self, config: dict[str, Any] | None) -> list[CompileVariant]:
+        """matmul_register exists only under its tile's -D defines: one per register tile."""
+        tiles = self.settings_in(config).get("register_tiles") or DEFAULT_REGISTER_TILES
+        out = []
+        for t in tiles:
+            tile = {k: int(t[k]) for k in ("rt", "bt", "bk")}
+            defines = kernel_defines(Point(self.name, "register", tile))
+            out.append(CompileVariant("matmul.cu", "matmul_register", defines, tile))
+        return out
+
     # -- measuring ---------------------------------------------------------------------
     def kernel_for(self, ctx: RunContext, point: Point) -> Any:
         if point.variant == "cublas":
@@ -246,23 +257,20 @@ class Matmul(Experiment):
         return ctx.gpu.compile("matmul.cu", kernel_defines(point))
 
     def _inputs(self, ctx: RunContext, m: int, k: int, n: int):
-        key = ("matmul", m, k, n)
-        if key not in ctx.cache:
-            ctx.cache.clear()  # keep one size in memory: points are ordered by size
+        def make():
             a = uniform_f32(ctx.rng, (m, k))
             b = uniform_f32(ctx.rng, (k, n))
-            ref = a.astype(np.float64) @ b.astype(np.float64)
-            ctx.cache[key] = (a, b, ref)
-        return ctx.cache[key]
+            return a, b, a.astype(np.float64) @ b.astype(np.float64)
+
+        # one size in memory: points are ordered by size
+        return ctx.cache.one_per_slot("matmul_inputs", ("matmul", m, k, n), make)
 
     def _host_out(self, ctx: RunContext, m: int, k: int, n: int) -> np.ndarray:
-        """The host copy of C for the check, one per size like the inputs (made after them,
-        so a new size clears it too): the D2H copy overwrites it whole, so reusing it across
-        variants only saves the page faults of a fresh 64 MiB array (at 4096) per point."""
-        key = ("matmul_out", m, k, n)
-        if key not in ctx.cache:
-            ctx.cache[key] = np.empty((m, n), np.float32)
-        return ctx.cache[key]
+        """The host copy of C for the check, one per size like the inputs: the D2H copy
+        overwrites it whole, so reusing it across variants only saves the page faults of a
+        fresh 64 MiB array (at 4096) per point."""
+        return ctx.cache.one_per_slot("matmul_out", ("matmul_out", m, k, n),
+                                      lambda: np.empty((m, n), np.float32))
 
     def measure(self, ctx: RunContext, point: Point) -> Result:
         p = point.params
@@ -274,8 +282,8 @@ class Matmul(Experiment):
         nbytes = 4.0 * (m * k + k * n + m * n)
         tol = ctx.block["tolerance"]
         if point.variant == "cpu":
-            check = check_product(a @ b, ref, tol)
-            timing = ctx.harness.measure(lambda: a @ b, WallTimer())
+            check, timing = self.verify_then_time(
+                ctx, lambda: a @ b, lambda: check_product(a @ b, ref, tol), timer=WallTimer())
             return Result(timing, flops, nbytes, check)
         return self._measure_gpu(ctx, point, a, b, ref, flops, nbytes, tol)
 
@@ -304,13 +312,11 @@ class Matmul(Experiment):
 
                 timer, sync = gpu.event_timer(), gpu.synchronize
 
-            # correctness on a poisoned output, before any timing
-            cuda.memset_d32(c_d, NAN_BITS, m * n)
-            launch()
-            sync()
-            cuda.memcpy_dtoh(c, c_d)
-            check = check_product(c, ref, tol)
-            timing = ctx.harness.measure(launch, timer)
+            # cuBLAS through CuPy may allocate a workspace: not declared asynchronous
+            check, timing = self.verify_then_time(
+                ctx, launch, lambda out: check_product(out, ref, tol),
+                output=DeviceOutput(c_d, c), timer=timer, sync=sync,
+                asynchronous=point.variant != "cublas")
             sync()
             phases, metrics = {}, {"kernel_s": timing.stats()["median"]}
             if ctx.block["end_to_end"] and point.variant == "tiled":

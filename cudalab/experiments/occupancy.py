@@ -28,6 +28,8 @@ from cudalab import devicespec
 from cudalab import occupancy as occ
 from cudalab.experiments.base import (
     Check,
+    CompileVariant,
+    DeviceOutput,
     Expectation,
     Experiment,
     Point,
@@ -40,7 +42,6 @@ from cudalab.experiments.base import (
 VEC = ["vec_mul", "vec_mul_regs", "vec_mul_smem"]
 VARIANTS = [*VEC, "matmul_tiled_dyn"]
 SOURCE = "occupancy.cu"
-NAN_BITS = 0x7FC00000
 ALL_BLOCKS = list(range(32, 1025, 32))
 LABELS = {
     "vec_mul": "vec_mul (few registers)",
@@ -138,6 +139,17 @@ class Occupancy(Experiment):
                 pts.append(Point(self.name, v, p))
         return pts
 
+    def compile_variants(self, config: dict[str, Any] | None) -> list[CompileVariant]:
+        """The extern __shared__ kernels, with the dynamic shared memory of their launches
+        (compiled without defines, as measure() compiles them)."""
+        blk = self.settings_in(config)
+        out = [CompileVariant(SOURCE, "vec_mul_smem", dynamic_smem=int(blk["smem_bytes"]))]
+        for t in sorted(blk["matmul_tiles"]):
+            pt = Point(self.name, "matmul_tiled_dyn", {"tile": t})
+            out.append(CompileVariant(SOURCE, "matmul_tiled_dyn", params={"tile": t},
+                                      dynamic_smem=_dynamic_smem(pt)))
+        return out
+
     # -- measuring ---------------------------------------------------------------------
     def _defines(self, ctx: RunContext, variant: str) -> dict[str, Any]:
         return {"LIVE": ctx.block["live_values"]} if variant == "vec_mul_regs" else {}
@@ -162,10 +174,8 @@ class Occupancy(Experiment):
     def _driver_function(self, ctx: RunContext, point: Point, func: Any) -> Any:
         """The driver-API CUfunction of the kernel pycuda launches."""
         key = ("occ_fn", point.variant, ctx.block["live_values"])
-        if key not in ctx.cache:
-            ctx.cache[key] = driver_function(ctx.cache["occ_driver"],
-                                             self.kernel_for(ctx, point), point.variant, func)
-        return ctx.cache[key]
+        return ctx.cache.keep(key, lambda: driver_function(
+            ctx.cache["occ_driver"], self.kernel_for(ctx, point), point.variant, func))
 
     def measure(self, ctx: RunContext, point: Point) -> Result:
         p = point.params
@@ -239,14 +249,8 @@ class Occupancy(Experiment):
 
     # vector kernels ------------------------------------------------------------------
     def _vec_inputs(self, ctx: RunContext, n: int):
-        key = ("occ_vec", n)
-        if key not in ctx.cache:
-            for k in [k for k in ctx.cache if isinstance(k, tuple) and k[0] == "occ_vec"]:
-                del ctx.cache[k]
-            a = uniform_f32(ctx.rng, n)
-            b = uniform_f32(ctx.rng, n)
-            ctx.cache[key] = (a, b)
-        return ctx.cache[key]
+        return ctx.cache.one_per_slot(
+            "occ_vec", ("occ_vec", n), lambda: (uniform_f32(ctx.rng, n), uniform_f32(ctx.rng, n)))
 
     def _run_vec(self, ctx: RunContext, point: Point, func: Any, dyn: int):
         gpu = ctx.gpu
@@ -271,13 +275,9 @@ class Occupancy(Experiment):
                 func.prepared_call(grid, (bs, 1, 1), a_d, b_d, c_d, np.int32(n), *extra,
                                    shared_size=dyn)
 
-            cuda.memset_d32(c_d, NAN_BITS, n)
-            launch()
-            gpu.synchronize()
-            cuda.memcpy_dtoh(out, c_d)
-            check = Check(rel_fro_error(out, ref), ctx.block["tolerance"], "rel_fro",
-                          detail="" if np.isfinite(out).all() else "unwritten (NaN) elements")
-            timing = ctx.harness.measure(launch, gpu.event_timer())
+            check, timing = self.verify_then_time(
+                ctx, launch, lambda o: _fro_check(o, ref, ctx.block["tolerance"]),
+                output=DeviceOutput(c_d, out), asynchronous=True)
         finally:
             for d in (a_d, b_d, c_d):
                 d.free()
@@ -290,12 +290,12 @@ class Occupancy(Experiment):
         gpu = ctx.gpu
         cuda = gpu.cuda
         n, t = p["size"], p["tile"]
-        key = ("occ_mm", n)
-        if key not in ctx.cache:
+        def make():
             a = uniform_f32(ctx.rng, (n, n))
             b = uniform_f32(ctx.rng, (n, n))
-            ctx.cache[key] = (a, b, a.astype(np.float64) @ b.astype(np.float64))
-        a, b, ref = ctx.cache[key]
+            return a, b, a.astype(np.float64) @ b.astype(np.float64)
+
+        a, b, ref = ctx.cache.keep(("occ_mm", n), make)
         func.prepare("PPPiii")
         grid = ((n + t - 1) // t, (n + t - 1) // t)
         c = np.empty((n, n), np.float32)
@@ -308,13 +308,9 @@ class Occupancy(Experiment):
                 func.prepared_call(grid, (t, t, 1), a_d, b_d, c_d, np.int32(n), np.int32(n),
                                    np.int32(n), shared_size=dyn)
 
-            cuda.memset_d32(c_d, NAN_BITS, n * n)
-            launch()
-            gpu.synchronize()
-            cuda.memcpy_dtoh(c, c_d)
-            check = Check(rel_fro_error(c, ref), ctx.block["tolerance"], "rel_fro",
-                          detail="" if np.isfinite(c).all() else "unwritten (NaN) elements")
-            timing = ctx.harness.measure(launch, gpu.event_timer())
+            check, timing = self.verify_then_time(
+                ctx, launch, lambda o: _fro_check(o, ref, ctx.block["tolerance"]),
+                output=DeviceOutput(c_d, c), asynchronous=True)
         finally:
             for d in (a_d, b_d, c_d):
                 d.free()
@@ -488,6 +484,11 @@ class Occupancy(Experiment):
 
 
 # -- helpers ------------------------------------------------------------------------------
+def _fro_check(out: np.ndarray, ref: np.ndarray, tolerance: float) -> Check:
+    return Check(rel_fro_error(out, ref), tolerance, "rel_fro",
+                 detail="" if np.isfinite(out).all() else "unwritten (NaN) elements")
+
+
 def _dynamic_smem(point: Point) -> int:
     if point.variant == "vec_mul_smem":
         return int(point.params["smem_bytes"])

@@ -19,6 +19,7 @@ import pandas as pd
 
 from cudalab.experiments.base import (
     Check,
+    DeviceOutput,
     Expectation,
     Experiment,
     Point,
@@ -128,12 +129,12 @@ class Sobel(Experiment):
         return ctx.gpu.compile("sobel.cu")
 
     def _inputs(self, ctx: RunContext, h: int, w: int):
-        key = ("sobel", h, w, ctx.block["threshold"])
-        if key not in ctx.cache:
-            ctx.cache.clear()  # one size in memory: points are ordered by size
+        def make():
             img = make_image(h, w, ctx.rng)
-            ctx.cache[key] = (img, reference(img, ctx.block["threshold"]))
-        return ctx.cache[key]
+            return img, reference(img, ctx.block["threshold"])
+
+        # one size in memory: points are ordered by size
+        return ctx.cache.one_per_slot("sobel", ("sobel", h, w, ctx.block["threshold"]), make)
 
     def measure(self, ctx: RunContext, point: Point) -> Result:
         gpu = ctx.gpu
@@ -162,13 +163,9 @@ class Sobel(Experiment):
             def launch() -> None:
                 func.prepared_call(grid, (bx, by, 1), u_d, e_d, h, w, thr)
 
-            # correctness on a poisoned output, before any timing
-            cuda.memset_d8(e_d, SENTINEL, h * w)
-            launch()
-            gpu.synchronize()
-            cuda.memcpy_dtoh(out, e_d)
-            check = compare(out, ref)
-            timing = ctx.harness.measure(launch, gpu.event_timer())
+            check, timing = self.verify_then_time(
+                ctx, launch, lambda o: compare(o, ref),
+                output=DeviceOutput(e_d, out, fill=SENTINEL), asynchronous=True)
         finally:
             u_d.free()
             e_d.free()

@@ -15,20 +15,19 @@ worth analysing in comment lines of its own, one per variant:
 
 (no such line: the file's defaults); the config's `variants` overrides them per file.
 
-A kernel that exists only under compile-time parameters its experiment passes is analysed
-with exactly those instead (KERNEL_VARIANTS): matmul.cu's matmul_register is compiled once
-per register tile of the run's matmul block (experiments.matmul.register_tiles, the matmul
-defaults where that block is absent or disabled), with the -D defines matmul.py compiles it
-with; its rows carry the tile (rt, bt, bk) next to the flags. Any other kernel the flags
-compile out is recorded as skipped.
+Every experiment is asked how it compiles and launches its kernels
+(Experiment.compile_variants): a kernel it declares is analysed exactly so instead, e.g.
+matmul.cu's matmul_register once per register tile of the run's matmul block (the matmul
+defaults where that block is absent or disabled), its rows carrying the tile (rt, bt, bk)
+next to the flags; occupancy.cu's extern __shared__ kernels with the dynamic shared memory
+their launches ask for. Any other kernel the flags compile out is recorded as skipped.
 
-Dynamic shared memory is a launch parameter nvcc cannot see: give it per kernel in
-`dynamic_smem_bytes`, or the occupancy assumes none.
+Dynamic shared memory is a launch parameter nvcc cannot see: what an experiment declares is
+used, and `dynamic_smem_bytes` overrides it per kernel.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import hashlib
 import re
@@ -36,7 +35,6 @@ import shlex
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -48,6 +46,8 @@ from cudalab import occupancy as occ
 from cudalab.experiments import matmul as mm
 from cudalab.experiments.base import (
     Check,
+    CompileFailure,
+    CompileVariant,
     Expectation,
     Experiment,
     Point,
@@ -145,38 +145,31 @@ class StaticAnalysis(Experiment):
                 msgs.append(f"files: {f!r} is not a file in cuda/ (there: {have})")
         return msgs
 
-    reads_blocks = ("matmul",)  # matmul_register is analysed for matmul's register tiles
+    # the blocks whose compile_variants() shape this grid (matmul's register tiles,
+    # occupancy's tiles and dynamic shared memory): the workflow reruns the job on a change
+    reads_blocks = ("matmul", "occupancy")
 
     def grid(self, config: dict[str, Any]) -> list[Point]:
         return self.points(config["experiments"][self.name], config=config)
 
     def points(self, block: dict[str, Any],
                config: dict[str, Any] | None = None) -> list[Point]:
-        """One point per (file, compile variant, kernel, arch). A kernel of KERNEL_VARIANTS
-        gets the compile variants its experiment uses (from `config`, the whole validated
-        config; without it, that experiment's defaults) instead of the file's."""
+        """One point per (file, compile variant, kernel, arch). A kernel some experiment
+        declares in compile_variants() (from `config`, the whole validated config; without
+        it, the experiments' defaults) is analysed as that experiment compiles and launches
+        it, instead of with the file's variants."""
+        own = declared_variants(config)
         pts = []
         for path in kernel_files(block.get("files", [])):
             src = path.read_text()
             variants = block.get("variants", {}).get(path.name) or file_variants(src)
-            kernels = kernel_names(src)
-            for flags in variants:
-                for kernel in kernels:
-                    if (path.name, kernel) in KERNEL_VARIANTS:
-                        continue
-                    for arch in block["archs"]:
-                        pts.append(Point(self.name, kernel,
-                                         {"file": path.name, "flags": flags, "arch": arch},
-                                         gpu=False))
-            for kernel in kernels:
-                own = KERNEL_VARIANTS.get((path.name, kernel))
-                if own is None:
-                    continue
-                for flags, extra in own(config):
-                    for arch in block["archs"]:
-                        pts.append(Point(self.name, kernel,
-                                         {"file": path.name, "flags": flags, "arch": arch,
-                                          **extra}, gpu=False))
+            for kernel in kernel_names(src):
+                declared = own.get((path.name, kernel))
+                rows = [(flags, {}) for flags in variants] if declared is None else [
+                    (define_flags(cv.defines), _extra_params(cv)) for cv in declared]
+                pts += [Point(self.name, kernel, {"file": path.name, "flags": flags,
+                                                  "arch": arch, **extra}, gpu=False)
+                        for flags, extra in rows for arch in block["archs"]]
         return pts
 
     # -- measuring ---------------------------------------------------------------------
@@ -209,7 +202,9 @@ class StaticAnalysis(Experiment):
             raise Skipped(f"{point.variant} is not compiled with flags {p['flags']!r} for "
                           f"{p['arch']} (inside an #if?); ptxas compiled: "
                           f"{', '.join(report) or 'nothing'}")
-        dyn = int(blk.get("dynamic_smem_bytes", {}).get(point.variant, 0))
+        # the config's dynamic_smem_bytes wins over what the kernel's experiment declares
+        dyn = int(blk.get("dynamic_smem_bytes", {}).get(point.variant,
+                                                         p.get("dynamic_smem", 0)))
         metrics = usage_metrics(p["arch"], usage, dyn)
         launchable = metrics["max_block_size"] > 0
         check = Check(0.0 if launchable else 1.0, 0.0, "launchable",
@@ -352,19 +347,20 @@ class StaticAnalysis(Experiment):
         return out
 
 
-# -- kernels that exist only under their experiment's compile-time parameters ---------------
+# -- kernels as their experiments compile and launch them (Experiment.compile_variants) -----
 TILE_PARAMS = ("rt", "bt", "bk")  # matmul's register tile, as its points name it
 
 
-def matmul_register_tiles(config: dict[str, Any] | None) -> list[dict[str, int]]:
-    """The register tiles the run's matmul experiment compiles matmul_register for: its
-    block's register_tiles, or the matmul schema's defaults where that block is absent or
-    disabled (a disabled block is not checked, so its tiles may not even compile)."""
-    blk = ((config or {}).get("experiments") or {}).get("matmul") or {}
-    tiles = blk.get("register_tiles") if blk.get("enabled", True) else None
-    if not tiles:
-        tiles = mm.Matmul.schema["properties"]["register_tiles"]["default"]
-    return [{k: int(t[k]) for k in TILE_PARAMS} for t in copy.deepcopy(tiles)]
+def declared_variants(config: dict[str, Any] | None) -> dict[tuple[str, str],
+                                                              list[CompileVariant]]:
+    """(file, kernel) -> the compile variants every experiment declares for it."""
+    from cudalab.experiments import REGISTRY  # filled once every module is imported
+
+    out: dict[tuple[str, str], list[CompileVariant]] = {}
+    for exp in REGISTRY.values():
+        for cv in exp.compile_variants(config):
+            out.setdefault((cv.file, cv.kernel), []).append(cv)
+    return out
 
 
 def define_flags(defines: dict[str, Any]) -> str:
@@ -373,19 +369,15 @@ def define_flags(defines: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in sorted(defines.items()))
 
 
+def _extra_params(cv: CompileVariant) -> dict[str, Any]:
+    return cv.params | ({"dynamic_smem": cv.dynamic_smem} if cv.dynamic_smem else {})
+
+
 def matmul_register_variants(config: dict[str, Any] | None) -> list[tuple[str, dict[str, int]]]:
-    """(flags, tile params) of matmul_register, one per register tile: the defines are
-    matmul.kernel_defines' for a register point of that tile."""
-    return [(define_flags(mm.kernel_defines(Point(mm.Matmul.name, "register", tile))), tile)
-            for tile in matmul_register_tiles(config)]
-
-
-# (file, kernel) -> config -> [(flags, extra point params)]: the compile variants a kernel is
-# analysed with instead of its file's (it does not exist under the file's defaults)
-KERNEL_VARIANTS: dict[tuple[str, str],
-                      Callable[[dict[str, Any] | None], list[tuple[str, dict[str, int]]]]] = {
-    ("matmul.cu", "matmul_register"): matmul_register_variants,
-}
+    """(flags, tile params) of matmul_register, one per register tile of the run's matmul
+    block (its defaults where the block is absent or disabled)."""
+    return [(define_flags(cv.defines), cv.params)
+            for cv in mm.Matmul().compile_variants(config) if cv.kernel == "matmul_register"]
 
 
 def _tile_labels(d: pd.DataFrame) -> list[str]:
@@ -398,7 +390,7 @@ def _tile_labels(d: pd.DataFrame) -> list[str]:
 
 
 # -- compiling and parsing ------------------------------------------------------------------
-class CompileError(RuntimeError):
+class CompileError(CompileFailure):
     """nvcc is missing, cannot target an architecture, or failed (the runner reports
     'nvcc failed: ...')."""
 
