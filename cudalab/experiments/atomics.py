@@ -26,20 +26,15 @@ The tree reduction's error is far smaller (log2(block) levels, then n / (2 block
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from cudalab.experiments.base import (
-    Check,
-    DeviceOutput,
-    Expectation,
-    Experiment,
-    Point,
-    Result,
-    RunContext,
-)
+from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result
+
+if TYPE_CHECKING:
+    from cudalab.experiments.base import RunContext
 
 COUNTERS = ["racy_counter", "atomic_counter"]
 SUMS = ["atomic_sum", "reduce_sum"]
@@ -186,7 +181,7 @@ class Atomics(Experiment):
             # the verification launch runs on a zeroed counter; the timed launches keep
             # adding to it (it wraps harmlessly)
             check, timing = self.verify_then_time(
-                ctx, launch, check_count, output=DeviceOutput(c_d, counter, fill=0),
+                ctx, launch, check_count, output=(c_d, counter), fill=0,
                 asynchronous=True)
             repeats = [count_once() for _ in range(RACY_REPEATS)] \
                 if point.variant == "racy_counter" else []
@@ -236,7 +231,7 @@ class Atomics(Experiment):
             # the verification launch adds into a zeroed output; the timed launches keep
             # accumulating into it, which does not change the work
             check, timing = self.verify_then_time(
-                ctx, launch, check_sum, output=DeviceOutput(o_d, out, fill=0),
+                ctx, launch, check_sum, output=(o_d, out), fill=0,
                 asynchronous=True)
         finally:
             x_d.free()

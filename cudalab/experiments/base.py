@@ -175,17 +175,6 @@ class CompileVariant:
     dynamic_smem: int = 0
 
 
-@dataclass
-class DeviceOutput:
-    """A kernel's output: the device buffer and the host array its check reads (the D2H
-    copy overwrites it whole). `fill` poisons it before the verification launch: a 32-bit
-    word (NaN bits for floats, 0 for counters and sums) or, for 1-byte outputs, a byte."""
-
-    device: Any
-    host: np.ndarray
-    fill: int = NAN_BITS
-
-
 class Experiment:
     name: str = ""
     title: str = ""
@@ -252,7 +241,8 @@ class Experiment:
         launch: Callable[[], Any],
         check: Callable[..., Check],
         *,
-        output: DeviceOutput | None = None,
+        output: tuple[Any, np.ndarray] | None = None,
+        fill: int = NAN_BITS,
         timer: Timer | None = None,
         sync: Callable[[], None] | None = None,
         asynchronous: bool = False,
@@ -260,7 +250,9 @@ class Experiment:
     ) -> tuple[Check, Timing]:
         """Correct first, then timed: the one sequence every GPU experiment uses.
 
-        With `output`: poison it, launch once, wait (sync, default the context), copy it
+        With `output` (the device buffer and the host array the D2H copy overwrites whole):
+        poison it with `fill` (a 32-bit word: NaN bits for floats, 0 for counters and sums;
+        a byte for 1-byte outputs), launch once, wait (sync, default the context), copy it
         back, check(host array). Without: check() runs its own verification (a round trip,
         a traced run) and must do so before returning. Then launch() is timed with the
         harness (timer: CUDA events on the default stream unless given). `asynchronous`:
@@ -269,17 +261,17 @@ class Experiment:
         gpu = ctx.gpu
         if output is not None:
             cuda = gpu.cuda
-            if output.host.itemsize == 4:
-                cuda.memset_d32(output.device, output.fill, output.host.size)
-            elif output.host.itemsize == 1:
-                cuda.memset_d8(output.device, output.fill, output.host.size)
+            device, host = output
+            if host.itemsize == 4:
+                cuda.memset_d32(device, fill, host.size)
+            elif host.itemsize == 1:
+                cuda.memset_d8(device, fill, host.size)
             else:
-                raise ValueError(f"cannot poison a {output.host.dtype} output: 1- or 4-byte "
-                                 "elements only")
+                raise ValueError(f"cannot poison a {host.dtype} output: 1- or 4-byte elements")
             launch()
             (sync or gpu.synchronize)()
-            cuda.memcpy_dtoh(output.host, output.device)
-            result = check(output.host)
+            cuda.memcpy_dtoh(host, device)
+            result = check(host)
         else:
             result = check()
         timing = ctx.harness.measure(launch, timer or gpu.event_timer(), batchable=batchable,

@@ -17,20 +17,12 @@ numpy gather / transpose of the same input, after poisoning it with NaN.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from cudalab.experiments.base import (
-    Check,
-    DeviceOutput,
-    Expectation,
-    Experiment,
-    Point,
-    Result,
-    RunContext,
-)
+from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result
 from cudalab.experiments.shared import (
     all_correct,
     buffer_set,
@@ -39,6 +31,9 @@ from cudalab.experiments.shared import (
     peak_of,
     size_label,
 )
+
+if TYPE_CHECKING:
+    from cudalab.experiments.base import RunContext
 
 COPY_VARIANTS = ["copy", "offset", "stride"]
 TRANSPOSE_VARIANTS = ["transpose_naive", "transpose_tiled", "transpose_padded"]
@@ -194,7 +189,7 @@ class Coalescing(Experiment):
                          detail=f"{bad} of {count} elements differ from numpy" if bad else "")
 
         return self.verify_then_time(ctx, launch, check,
-                                     output=DeviceOutput(bufs["out_d"], bufs["out"]),
+                                     output=(bufs["out_d"], bufs["out"]),
                                      asynchronous=True)
 
     def _measure_copy(self, ctx: RunContext, point: Point) -> Result:

@@ -10,13 +10,16 @@ with the limits this device reports: a mismatch is a bug in cudalab.devicespec.
 from __future__ import annotations
 
 import html
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from cudalab import devicespec
 from cudalab import occupancy as occ
-from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, RunContext
+from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result
+
+if TYPE_CHECKING:
+    from cudalab.experiments.base import RunContext
 
 # metric -> (device attribute, unit, what deviceQuery calls it)
 ATTRS: dict[str, tuple[str, str, str]] = {

@@ -19,7 +19,7 @@ import functools
 import hashlib
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -27,17 +27,18 @@ import pandas as pd
 from cudalab.experiments.base import (
     Check,
     CompileVariant,
-    DeviceOutput,
     Expectation,
     Experiment,
     Point,
     Result,
-    RunContext,
     Skipped,
     rel_fro_error,
     uniform_f32,
 )
 from cudalab.harness import WallTimer
+
+if TYPE_CHECKING:
+    from cudalab.experiments.base import RunContext
 
 TILED = ["tiled", "tiled_padded", "tiled_conflict"]  # one kernel each, the same `tiles`
 GPU_VARIANTS = ["naive", *TILED, "register", "cublas"]
@@ -315,7 +316,7 @@ class Matmul(Experiment):
             # cuBLAS through CuPy may allocate a workspace: not declared asynchronous
             check, timing = self.verify_then_time(
                 ctx, launch, lambda out: check_product(out, ref, tol),
-                output=DeviceOutput(c_d, c), timer=timer, sync=sync,
+                output=(c_d, c), timer=timer, sync=sync,
                 asynchronous=point.variant != "cublas")
             sync()
             phases, metrics = {}, {"kernel_s": timing.stats()["median"]}

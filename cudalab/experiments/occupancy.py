@@ -19,7 +19,7 @@ their occupancy (0) and no time.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -29,15 +29,16 @@ from cudalab import occupancy as occ
 from cudalab.experiments.base import (
     Check,
     CompileVariant,
-    DeviceOutput,
     Expectation,
     Experiment,
     Point,
     Result,
-    RunContext,
     rel_fro_error,
     uniform_f32,
 )
+
+if TYPE_CHECKING:
+    from cudalab.experiments.base import RunContext
 
 VEC = ["vec_mul", "vec_mul_regs", "vec_mul_smem"]
 VARIANTS = [*VEC, "matmul_tiled_dyn"]
@@ -277,7 +278,7 @@ class Occupancy(Experiment):
 
             check, timing = self.verify_then_time(
                 ctx, launch, lambda o: _fro_check(o, ref, ctx.block["tolerance"]),
-                output=DeviceOutput(c_d, out), asynchronous=True)
+                output=(c_d, out), asynchronous=True)
         finally:
             for d in (a_d, b_d, c_d):
                 d.free()
@@ -310,7 +311,7 @@ class Occupancy(Experiment):
 
             check, timing = self.verify_then_time(
                 ctx, launch, lambda o: _fro_check(o, ref, ctx.block["tolerance"]),
-                output=DeviceOutput(c_d, c), asynchronous=True)
+                output=(c_d, c), asynchronous=True)
         finally:
             for d in (a_d, b_d, c_d):
                 d.free()

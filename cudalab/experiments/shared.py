@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from cudalab.experiments.base import Expectation, RunContext
+from cudalab.experiments.base import Expectation
+
+if TYPE_CHECKING:
+    from cudalab.experiments.base import RunContext
 
 
 def grid_size(n: int, threads: int) -> int:

@@ -37,7 +37,7 @@ import subprocess
 import tempfile
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -52,10 +52,12 @@ from cudalab.experiments.base import (
     Experiment,
     Point,
     Result,
-    RunContext,
     Skipped,
 )
 from cudalab.gpu import CUDA_DIR, Kernel
+
+if TYPE_CHECKING:
+    from cudalab.experiments.base import RunContext
 
 BASE_OPTIONS = ["-O3", "-lineinfo"]  # what GpuSession.compile passes, before the -D flags
 ARCHS = devicespec.sm_targets()

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -41,10 +41,12 @@ from cudalab.experiments.base import (
     Experiment,
     Point,
     Result,
-    RunContext,
     rel_fro_error,
 )
 from cudalab.experiments.shared import all_correct, buffer_set, grid_size, size_label
+
+if TYPE_CHECKING:
+    from cudalab.experiments.base import RunContext
 
 STREAM_COUNTS = [1, 2, 4, 8, 16, 32]
 OPS = ["H2D", "kernel", "D2H"]

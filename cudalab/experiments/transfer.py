@@ -15,20 +15,16 @@ link is the reference line of the figure.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from cudalab.experiments.base import (
-    Check,
-    Expectation,
-    Experiment,
-    Point,
-    Result,
-    RunContext,
-)
+from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result
 from cudalab.experiments.shared import buffer_set, bytes_label
+
+if TYPE_CHECKING:
+    from cudalab.experiments.base import RunContext
 
 DIRECTIONS = ["h2d", "d2h"]
 MEMORY = ["pageable", "pinned"]

@@ -9,7 +9,7 @@ kernel is memory-bound and its GB/s is compared with the theoretical DRAM bandwi
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -17,12 +17,10 @@ import pandas as pd
 from cudalab.experiments.base import (
     REL_FRO_CHUNK,
     Check,
-    DeviceOutput,
     Expectation,
     Experiment,
     Point,
     Result,
-    RunContext,
     rel_fro_error_blocks,
     uniform_f32,
 )
@@ -34,6 +32,9 @@ from cudalab.experiments.shared import (
     peak_of,
     size_label,
 )
+
+if TYPE_CHECKING:
+    from cudalab.experiments.base import RunContext
 
 THREADS = [32, 64, 128, 256, 512, 1024]
 MAX_N = 1 << 28  # three float32 vectors of 1 GiB each
@@ -109,7 +110,7 @@ class VectorAdd(Experiment):
         # the host copy `c` is overwritten whole by the D2H copy: reused across the points of n
         check, timing = self.verify_then_time(
             ctx, launch, lambda c: check_sum(c, bufs["a"], bufs["b"], ctx.block["tolerance"]),
-            output=DeviceOutput(c_d, bufs["c"]), asynchronous=True)
+            output=(c_d, bufs["c"]), asynchronous=True)
         return Result(timing, float(n), 12.0 * n, check, {"blocks": grid[0]}, kernel=kernel)
 
     def _buffers(self, ctx: RunContext, n: int) -> dict[str, Any]:
