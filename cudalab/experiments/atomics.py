@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result
+from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -70,11 +70,7 @@ class Atomics(Experiment):
         "atomicAdd per block does n / (2 block) atomics. Look for: the reduction much "
         "faster, and closer to the float64 sum."
     )
-    schema = {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {
-            "enabled": {"type": "boolean", "default": True},
+    schema = block_schema({
             "variants": {
                 "type": "array", "items": {"enum": VARIANTS}, "minItems": 1,
                 "uniqueItems": True, "default": VARIANTS,
@@ -103,8 +99,7 @@ class Atomics(Experiment):
                 "2^-24 (3: exceeded by a sequential float32 sum with probability below "
                 "3e-6, see the module docstring)",
             },
-        },
-    }
+        })
     smoke = {"counter_launches": [[64, 256], [1024, 1024]], "sum_sizes": [1000, 1 << 16]}
     figures = {
         "counter": "Count reached by the racy and the atomic counter against the expected "

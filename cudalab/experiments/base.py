@@ -175,6 +175,13 @@ class CompileVariant:
     dynamic_smem: int = 0
 
 
+def block_schema(properties: dict[str, Any]) -> dict[str, Any]:
+    """An experiment block's JSON schema: `enabled` (default true) and these properties, no
+    others (a misspelt key is named, never ignored)."""
+    return {"type": "object", "additionalProperties": False,
+            "properties": {"enabled": {"type": "boolean", "default": True}, **properties}}
+
+
 class Experiment:
     name: str = ""
     title: str = ""

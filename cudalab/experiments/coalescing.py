@@ -22,15 +22,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result
-from cudalab.experiments.shared import (
-    all_correct,
-    buffer_set,
-    grid_size,
-    peak_line,
-    peak_of,
-    size_label,
-)
+from cudalab.experiments import shared
+from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
+from cudalab.experiments.shared import all_correct, peak_line, peak_of, size_label
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -85,11 +79,7 @@ class Coalescing(Experiment):
         "strided), with the padded tile (32 x 33) at least as fast as the unpadded one "
         "(whose column reads hit the same shared-memory bank 32 times)."
     )
-    schema = {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {
-            "enabled": {"type": "boolean", "default": True},
+    schema = block_schema({
             "n": {
                 "type": "integer", "minimum": 1024, "maximum": MAX_N, "default": 1 << 26,
                 "description": "elements (floats) of the copy variants (2^26: 256 MiB per "
@@ -123,8 +113,7 @@ class Coalescing(Experiment):
                 "description": "threads per block of the copy kernels (transpose blocks are "
                 f"{TILE} x {BLOCK_ROWS})",
             },
-        },
-    }
+        })
     # n no power of two: the stride kernel's general modulo path (the default n takes the
     # power-of-two AND path) and a partial last block
     smoke = {"n": 1_000_003, "offsets": [0, 1, 32], "strides": [1, 2, 3, 32],
@@ -179,7 +168,7 @@ class Coalescing(Experiment):
             cuda.memcpy_htod(bufs["in_d"], host)
             return bufs
 
-        return buffer_set(ctx, key, make)
+        return shared.buffer_set(ctx, key, make)
 
     def _run_checked(self, ctx, bufs, count, launch, expected) -> tuple[Check, Any]:
         """Poison the output, launch once, compare bit for bit; then time launch()."""
@@ -200,7 +189,7 @@ class Coalescing(Experiment):
         kernel = self.kernel_for(ctx, point)
         func = kernel.function(KERNEL_NAME[point.variant])
         threads = ctx.block["threads"]
-        grid = (grid_size(n, threads), 1)
+        grid = (shared.grid_size(n, threads), 1)
         a_d, b_d = bufs["out_d"], bufs["in_d"]
         if point.variant == "copy":
             func.prepare("PPI")

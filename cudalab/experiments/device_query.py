@@ -16,7 +16,7 @@ import pandas as pd
 
 from cudalab import devicespec
 from cudalab import occupancy as occ
-from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result
+from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -98,19 +98,14 @@ class DeviceQuery(Experiment):
         "per-compute-capability limits table (the occupancy calculator's input) with this "
         "device."
     )
-    schema = {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {
-            "enabled": {"type": "boolean", "default": True},
+    schema = block_schema({
             "clock_source": {
                 "enum": ["driver", "nvml"], "default": "driver",
                 "description": "where the peak's clocks come from first: the CUDA driver's "
                 "CLOCK_RATE / MEMORY_CLOCK_RATE attributes or NVML's max clocks (each falls "
                 "back to the other)",
             },
-        },
-    }
+        })
     smoke: dict[str, Any] = {}
     figures: dict[str, str] = {}
 

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, uniform_f32
+from cudalab.experiments import base
+from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -59,11 +60,7 @@ class FastMath(Experiment):
         "Outside [-pi, pi] __sinf and __cosf have no such bound: that is why the inputs are "
         "kept there."
     )
-    schema = {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {
-            "enabled": {"type": "boolean", "default": True},
+    schema = block_schema({
             "sizes": {
                 **_pos_int_list,
                 "items": {"type": "integer", "minimum": 1, "maximum": 1 << 28},
@@ -101,8 +98,7 @@ class FastMath(Experiment):
                 "description": "largest max relative error of fast_math and intrinsics that "
                 "passes (2x the bound derived from the Guide's intrinsic bounds: 2.3e-6)",
             },
-        },
-    }
+        })
     smoke = {"sizes": [1000, 65536], "iterations": [1, 7], "check_samples": 4096}
     figures = {
         "time_error": "Kernel time (left) and largest relative error against the float64 "
@@ -283,7 +279,7 @@ class FastMath(Experiment):
 # -- the pieces the tests check ----------------------------------------------------------
 def inputs(rng: np.random.Generator, n: int) -> np.ndarray:
     """n float32 values uniform in [-pi, pi] (strictly inside: the intrinsics' range)."""
-    x = uniform_f32(rng, n, -X_MAX, X_MAX)
+    x = base.uniform_f32(rng, n, -X_MAX, X_MAX)
     return np.clip(x, -np.float32(X_MAX), np.float32(X_MAX))
 
 

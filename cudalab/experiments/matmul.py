@@ -24,17 +24,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from cudalab.experiments.base import (
-    Check,
-    CompileVariant,
-    Expectation,
-    Experiment,
-    Point,
-    Result,
-    Skipped,
-    rel_fro_error,
-    uniform_f32,
-)
+from cudalab.experiments import base
+from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
 from cudalab.harness import WallTimer
 
 if TYPE_CHECKING:
@@ -109,11 +100,7 @@ class Matmul(Experiment):
         "dominating for small matrices: for those, moving data costs more than the "
         "arithmetic."
     )
-    schema = {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {
-            "enabled": {"type": "boolean", "default": True},
+    schema = block_schema({
             "sizes": {
                 "type": "array", "items": _size, "minItems": 1,
                 "default": [[160, 240, 320], 256, 1000, 1024, 2048, 4096],
@@ -165,8 +152,7 @@ class Matmul(Experiment):
                 "type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 1e-4,
                 "description": "largest ||C - C_ref||_F / ||C_ref||_F that passes",
             },
-        },
-    }
+        })
     smoke = {
         "sizes": [[160, 240, 320], 100, 256, [5, 7, 3]],
         "cpu_max_size": 256,
@@ -241,14 +227,14 @@ class Matmul(Experiment):
                     pts.append(Point(self.name, v, dims))
         return pts
 
-    def compile_variants(self, config: dict[str, Any] | None) -> list[CompileVariant]:
+    def compile_variants(self, config: dict[str, Any] | None) -> list[base.CompileVariant]:
         """matmul_register exists only under its tile's -D defines: one per register tile."""
         tiles = self.settings_in(config).get("register_tiles") or DEFAULT_REGISTER_TILES
         out = []
         for t in tiles:
             tile = {k: int(t[k]) for k in ("rt", "bt", "bk")}
             defines = kernel_defines(Point(self.name, "register", tile))
-            out.append(CompileVariant("matmul.cu", "matmul_register", defines, tile))
+            out.append(base.CompileVariant("matmul.cu", "matmul_register", defines, tile))
         return out
 
     # -- measuring ---------------------------------------------------------------------
@@ -259,8 +245,8 @@ class Matmul(Experiment):
 
     def _inputs(self, ctx: RunContext, m: int, k: int, n: int):
         def make():
-            a = uniform_f32(ctx.rng, (m, k))
-            b = uniform_f32(ctx.rng, (k, n))
+            a = base.uniform_f32(ctx.rng, (m, k))
+            b = base.uniform_f32(ctx.rng, (k, n))
             return a, b, a.astype(np.float64) @ b.astype(np.float64)
 
         # one size in memory: points are ordered by size
@@ -486,10 +472,10 @@ class Matmul(Experiment):
 
 
 def check_product(c: np.ndarray, ref: np.ndarray, tolerance: float) -> Check:
-    """The rel_fro check of a product C against the float64 reference (rel_fro_error,
+    """The rel_fro check of a product C against the float64 reference (base.rel_fro_error,
     blockwise: no float64 copy of C); NaN elements are looked for only when the error is
     not finite (a finite error means every element was written)."""
-    err = rel_fro_error(c, ref)
+    err = base.rel_fro_error(c, ref)
     detail = ""
     if not math.isfinite(err) and not np.isfinite(c).all():
         detail = "unwritten (NaN) elements"
@@ -536,7 +522,7 @@ def _import_cupy() -> tuple[Any, Any, Any] | str:
 def _cupy() -> tuple[Any, Any, Any]:
     got = _import_cupy()
     if isinstance(got, str):
-        raise Skipped(got)
+        raise base.Skipped(got)
     return got
 
 

@@ -26,16 +26,8 @@ import pandas as pd
 
 from cudalab import devicespec
 from cudalab import occupancy as occ
-from cudalab.experiments.base import (
-    Check,
-    CompileVariant,
-    Expectation,
-    Experiment,
-    Point,
-    Result,
-    rel_fro_error,
-    uniform_f32,
-)
+from cudalab.experiments import base
+from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -69,11 +61,7 @@ class Occupancy(Experiment):
         "occupancy a memory-bound kernel is at full bandwidth anyway. The project's "
         "calculator must agree with the CUDA driver at every point."
     )
-    schema = {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {
-            "enabled": {"type": "boolean", "default": True},
+    schema = block_schema({
             "variants": {
                 "type": "array", "items": {"enum": VARIANTS}, "minItems": 1,
                 "uniqueItems": True, "default": VARIANTS,
@@ -113,8 +101,7 @@ class Occupancy(Experiment):
                 "type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 1e-4,
                 "description": "largest ||out - ref||_F / ||ref||_F that passes",
             },
-        },
-    }
+        })
     smoke = {"block_sizes": [32, 256, 1024], "n": 100_000, "matmul_size": 200,
              "matmul_tiles": [8, 16]}
     figures = {
@@ -140,14 +127,14 @@ class Occupancy(Experiment):
                 pts.append(Point(self.name, v, p))
         return pts
 
-    def compile_variants(self, config: dict[str, Any] | None) -> list[CompileVariant]:
+    def compile_variants(self, config: dict[str, Any] | None) -> list[base.CompileVariant]:
         """The extern __shared__ kernels, with the dynamic shared memory of their launches
         (compiled without defines, as measure() compiles them)."""
         blk = self.settings_in(config)
-        out = [CompileVariant(SOURCE, "vec_mul_smem", dynamic_smem=int(blk["smem_bytes"]))]
+        out = [base.CompileVariant(SOURCE, "vec_mul_smem", dynamic_smem=int(blk["smem_bytes"]))]
         for t in sorted(blk["matmul_tiles"]):
             pt = Point(self.name, "matmul_tiled_dyn", {"tile": t})
-            out.append(CompileVariant(SOURCE, "matmul_tiled_dyn", params={"tile": t},
+            out.append(base.CompileVariant(SOURCE, "matmul_tiled_dyn", params={"tile": t},
                                       dynamic_smem=_dynamic_smem(pt)))
         return out
 
@@ -250,8 +237,10 @@ class Occupancy(Experiment):
 
     # vector kernels ------------------------------------------------------------------
     def _vec_inputs(self, ctx: RunContext, n: int):
-        return ctx.cache.one_per_slot(
-            "occ_vec", ("occ_vec", n), lambda: (uniform_f32(ctx.rng, n), uniform_f32(ctx.rng, n)))
+        def make():
+            return base.uniform_f32(ctx.rng, n), base.uniform_f32(ctx.rng, n)
+
+        return ctx.cache.one_per_slot("occ_vec", ("occ_vec", n), make)
 
     def _run_vec(self, ctx: RunContext, point: Point, func: Any, dyn: int):
         gpu = ctx.gpu
@@ -292,8 +281,8 @@ class Occupancy(Experiment):
         cuda = gpu.cuda
         n, t = p["size"], p["tile"]
         def make():
-            a = uniform_f32(ctx.rng, (n, n))
-            b = uniform_f32(ctx.rng, (n, n))
+            a = base.uniform_f32(ctx.rng, (n, n))
+            b = base.uniform_f32(ctx.rng, (n, n))
             return a, b, a.astype(np.float64) @ b.astype(np.float64)
 
         a, b, ref = ctx.cache.keep(("occ_mm", n), make)
@@ -486,7 +475,7 @@ class Occupancy(Experiment):
 
 # -- helpers ------------------------------------------------------------------------------
 def _fro_check(out: np.ndarray, ref: np.ndarray, tolerance: float) -> Check:
-    return Check(rel_fro_error(out, ref), tolerance, "rel_fro",
+    return Check(base.rel_fro_error(out, ref), tolerance, "rel_fro",
                  detail="" if np.isfinite(out).all() else "unwritten (NaN) elements")
 
 

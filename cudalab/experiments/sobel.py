@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result
+from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -66,11 +66,7 @@ class Sobel(Experiment):
         "does the tiling's job and the difference may vanish or reverse; block shapes wide "
         "in x (32 x 8) coalesce rows better than narrow ones."
     )
-    schema = {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {
-            "enabled": {"type": "boolean", "default": True},
+    schema = block_schema({
             "sizes": {
                 "type": "array", "items": _size, "minItems": 1,
                 "default": [512, 2048, 8192],
@@ -90,8 +86,7 @@ class Sobel(Experiment):
                 "default": 10000,
                 "description": "edge if gx^2 + gy^2 > threshold (10000: gradient above 100)",
             },
-        },
-    }
+        })
     smoke = {"sizes": [64, [37, 50], 300], "block_shapes": [[16, 16], [32, 8]]}
     figures = {
         "gbps": "Effective bandwidth (image in + edge map out, GB/s) of each kernel and "

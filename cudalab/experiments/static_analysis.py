@@ -43,17 +43,9 @@ import pandas as pd
 
 from cudalab import devicespec
 from cudalab import occupancy as occ
+from cudalab.experiments import base
 from cudalab.experiments import matmul as mm
-from cudalab.experiments.base import (
-    Check,
-    CompileFailure,
-    CompileVariant,
-    Expectation,
-    Experiment,
-    Point,
-    Result,
-    Skipped,
-)
+from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
 from cudalab.gpu import CUDA_DIR, Kernel
 
 if TYPE_CHECKING:
@@ -85,11 +77,7 @@ class StaticAnalysis(Experiment):
         "went to local memory), and how the same source needs a different number of "
         "registers on each architecture. No GPU is needed: this runs in CI."
     )
-    schema = {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {
-            "enabled": {"type": "boolean", "default": True},
+    schema = block_schema({
             "archs": {
                 "type": "array", "items": {"enum": ARCHS}, "minItems": 1, "uniqueItems": True,
                 "default": DEFAULT_ARCHS,
@@ -127,8 +115,7 @@ class StaticAnalysis(Experiment):
                 "type": "integer", "minimum": 5, "maximum": 3600, "default": 300,
                 "description": "longest one nvcc run may take",
             },
-        },
-    }
+        })
     smoke = {"archs": ["sm_90"], "files": ["occupancy.cu"]}
     figures = {
         "occupancy": "Theoretical occupancy against block size of every kernel (and compile "
@@ -201,7 +188,7 @@ class StaticAnalysis(Experiment):
         report = ctx.cache[key]
         usage = find_kernel(report, point.variant)
         if usage is None:
-            raise Skipped(f"{point.variant} is not compiled with flags {p['flags']!r} for "
+            raise base.Skipped(f"{point.variant} is not compiled with flags {p['flags']!r} for "
                           f"{p['arch']} (inside an #if?); ptxas compiled: "
                           f"{', '.join(report) or 'nothing'}")
         # the config's dynamic_smem_bytes wins over what the kernel's experiment declares
@@ -354,11 +341,11 @@ TILE_PARAMS = ("rt", "bt", "bk")  # matmul's register tile, as its points name i
 
 
 def declared_variants(config: dict[str, Any] | None) -> dict[tuple[str, str],
-                                                              list[CompileVariant]]:
+                                                              list[base.CompileVariant]]:
     """(file, kernel) -> the compile variants every experiment declares for it."""
     from cudalab.experiments import REGISTRY  # filled once every module is imported
 
-    out: dict[tuple[str, str], list[CompileVariant]] = {}
+    out: dict[tuple[str, str], list[base.CompileVariant]] = {}
     for exp in REGISTRY.values():
         for cv in exp.compile_variants(config):
             out.setdefault((cv.file, cv.kernel), []).append(cv)
@@ -371,7 +358,7 @@ def define_flags(defines: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in sorted(defines.items()))
 
 
-def _extra_params(cv: CompileVariant) -> dict[str, Any]:
+def _extra_params(cv: base.CompileVariant) -> dict[str, Any]:
     return cv.params | ({"dynamic_smem": cv.dynamic_smem} if cv.dynamic_smem else {})
 
 
@@ -392,7 +379,7 @@ def _tile_labels(d: pd.DataFrame) -> list[str]:
 
 
 # -- compiling and parsing ------------------------------------------------------------------
-class CompileError(CompileFailure):
+class CompileError(base.CompileFailure):
     """nvcc is missing, cannot target an architecture, or failed (the runner reports
     'nvcc failed: ...')."""
 

@@ -34,16 +34,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from cudalab.experiments.base import (
-    NAN_BITS,
-    Check,
-    Expectation,
-    Experiment,
-    Point,
-    Result,
-    rel_fro_error,
-)
-from cudalab.experiments.shared import all_correct, buffer_set, grid_size, size_label
+from cudalab.experiments import base, shared
+from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
+from cudalab.experiments.shared import all_correct, size_label
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -125,11 +118,7 @@ class Streams(Experiment):
         "operation was queued behind the same kind of operation of another stream (one copy "
         "engine per direction), solid bars when it ran."
     )
-    schema = {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {
-            "enabled": {"type": "boolean", "default": True},
+    schema = block_schema({
             "n": {
                 "type": "integer", "minimum": 1024, "maximum": 1 << 28, "default": 1 << 26,
                 "description": "array length in floats (2^26 = 256 MiB each way)",
@@ -169,8 +158,7 @@ class Streams(Experiment):
                 "type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 1e-5,
                 "description": "largest relative L2 error of the checked elements",
             },
-        },
-    }
+        })
     # n not a multiple of the chunk alignment: the last chunk is shorter
     smoke = {"n": (1 << 20) + 3, "iterations": [4], "streams": [1, 2, 4], "timeline_streams": 2}
     figures = {
@@ -245,7 +233,7 @@ class Streams(Experiment):
         p = point.params
         n, it, k = p["n"], p["iterations"], p["nstreams"]
         threads = ctx.block["threads"]
-        bufs = buffer_set(ctx, ("streams", n), lambda: self._buffers(ctx, n))
+        bufs = shared.buffer_set(ctx, ("streams", n), lambda: self._buffers(ctx, n))
         h_out = bufs["h_out"]
         kernel = self.kernel_for(ctx, point)
         func = kernel.function("map_kernel")
@@ -262,7 +250,7 @@ class Streams(Experiment):
             traced.update(self._traced_run(ctx, bufs, plan, enqueue))
             idx, ref = self._reference(ctx, bufs, n, it)
             unwritten = int(np.count_nonzero(~np.isfinite(h_out)))
-            err = math.inf if unwritten else rel_fro_error(h_out[idx], ref)
+            err = math.inf if unwritten else base.rel_fro_error(h_out[idx], ref)
             return Check(err, ctx.block["tolerance"], "rel_l2_sampled",
                          detail=(f"{unwritten} unwritten (NaN) elements" if unwritten else
                                  f"{len(idx)} elements compared with float64"))
@@ -297,7 +285,7 @@ class Streams(Experiment):
         gpu = ctx.gpu
         cuda = gpu.cuda
         bufs["h_out"].fill(np.nan)
-        cuda.memset_d32(bufs["d_out"], NAN_BITS, bufs["h_out"].size)
+        cuda.memset_d32(bufs["d_out"], base.NAN_BITS, bufs["h_out"].size)
         gpu.synchronize()
         marks = [[cuda.Event() for _ in range(4)] for _ in plan]
         start, end = cuda.Event(), cuda.Event()
@@ -486,7 +474,7 @@ def _enqueuer(cuda: Any, func: Any, plan: list[tuple[Any, int, int]], bufs: dict
     def enqueue(marks: list[list[Any]] | None = None) -> None:
         for c, (stream, lo, hi) in enumerate(plan):
             din, dout = base_in + 4 * lo, base_out + 4 * lo
-            grid = (grid_size(hi - lo, threads), 1)
+            grid = (shared.grid_size(hi - lo, threads), 1)
             if marks:
                 marks[c][0].record(stream)
             cuda.memcpy_htod_async(din, h_in[lo:hi], stream)

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result
-from cudalab.experiments.shared import buffer_set, bytes_label
+from cudalab.experiments import shared
+from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
+from cudalab.experiments.shared import bytes_label
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -98,11 +99,7 @@ class Transfer(Experiment):
         "and levelling off from a few MiB on, and pinned memory clearly faster than "
         "pageable for large copies in both directions, getting close to the link's limit."
     )
-    schema = {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {
-            "enabled": {"type": "boolean", "default": True},
+    schema = block_schema({
             "min_bytes": {
                 "type": "integer", "minimum": 1, "maximum": MAX_BYTES, "default": 4096,
                 "description": "smallest copy in bytes",
@@ -125,8 +122,7 @@ class Transfer(Experiment):
                 "description": "host memory kinds: pageable (numpy) and pinned "
                 "(cuda.pagelocked_empty)",
             },
-        },
-    }
+        })
     smoke = {"min_bytes": 4096, "max_bytes": 1 << 22, "step": 4}
     figures = {
         "bandwidth": "Copy bandwidth against copy size (log scale) for each direction, "
@@ -163,7 +159,7 @@ class Transfer(Experiment):
         gpu = ctx.gpu
         cuda = gpu.cuda
         size, direction, kind = point.params["size"], point.params["direction"], point.variant
-        bufs = buffer_set(ctx, ("transfer", size), lambda: self._buffers(ctx, size))
+        bufs = shared.buffer_set(ctx, ("transfer", size), lambda: self._buffers(ctx, size))
         dev = bufs["dev"]
         src, dst = self._host(ctx, bufs, kind)
 

@@ -14,24 +14,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from cudalab.experiments.base import (
-    REL_FRO_CHUNK,
-    Check,
-    Expectation,
-    Experiment,
-    Point,
-    Result,
-    rel_fro_error_blocks,
-    uniform_f32,
-)
-from cudalab.experiments.shared import (
-    all_correct,
-    buffer_set,
-    grid_size,
-    peak_line,
-    peak_of,
-    size_label,
-)
+from cudalab.experiments import base, shared
+from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
+from cudalab.experiments.shared import all_correct, peak_line, peak_of, size_label
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -55,11 +40,7 @@ class VectorAdd(Experiment):
         "of 32 threads lagging behind, because an SM can hold only a limited number of "
         "blocks, so tiny blocks leave it with too few warps to hide memory latency."
     )
-    schema = {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {
-            "enabled": {"type": "boolean", "default": True},
+    schema = block_schema({
             "sizes": {
                 "type": "array", "minItems": 1, "uniqueItems": True,
                 "items": {"type": "integer", "minimum": 1, "maximum": MAX_N},
@@ -76,8 +57,7 @@ class VectorAdd(Experiment):
                 "type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 1e-6,
                 "description": "largest ||c - c_ref||_2 / ||c_ref||_2 against the float64 sum",
             },
-        },
-    }
+        })
     smoke = {"sizes": [1000, 50_000, 1 << 20], "threads": [32, 256, 1024]}
     figures = {
         "bandwidth": "Effective bandwidth (12 bytes per element / kernel time) against threads "
@@ -97,12 +77,12 @@ class VectorAdd(Experiment):
 
     def measure(self, ctx: RunContext, point: Point) -> Result:
         n, t = point.params["n"], point.params["threads"]
-        bufs = buffer_set(ctx, ("vector_add", n), lambda: self._buffers(ctx, n))
+        bufs = shared.buffer_set(ctx, ("vector_add", n), lambda: self._buffers(ctx, n))
         a_d, b_d, c_d = bufs["a_d"], bufs["b_d"], bufs["c_d"]
         kernel = self.kernel_for(ctx, point)
         func = kernel.function("vector_add")
         func.prepare("PPPi")
-        grid = (grid_size(n, t), 1)
+        grid = (shared.grid_size(n, t), 1)
 
         def launch() -> None:
             func.prepared_call(grid, (t, 1, 1), a_d, b_d, c_d, n)
@@ -115,8 +95,8 @@ class VectorAdd(Experiment):
 
     def _buffers(self, ctx: RunContext, n: int) -> dict[str, Any]:
         cuda = ctx.gpu.cuda
-        a = uniform_f32(ctx.rng, n)
-        b = uniform_f32(ctx.rng, n)
+        a = base.uniform_f32(ctx.rng, n)
+        b = base.uniform_f32(ctx.rng, n)
         # the host inputs are kept and the float64 reference a + b is formed block by block
         # in each check (check_sum): no full-size float64 array (512 MiB at 2^26) is made
         bufs: dict[str, Any] = {"a": a, "b": b, "c": np.empty(n, np.float32)}
@@ -216,7 +196,7 @@ def reference(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np
 
 
 def sum_error(c: np.ndarray, a: np.ndarray, b: np.ndarray,
-              chunk: int = REL_FRO_CHUNK) -> float:
+              chunk: int = base.REL_FRO_CHUNK) -> float:
     """rel_fro_error(c, reference(a, b)) without the full-size float64 reference: it is
     formed block by block in a reused buffer (same value up to float64 rounding)."""
     a, b = np.asarray(a).reshape(-1), np.asarray(b).reshape(-1)
@@ -227,7 +207,7 @@ def sum_error(c: np.ndarray, a: np.ndarray, b: np.ndarray,
     def block(i: int, j: int) -> np.ndarray:
         return reference(a[i:j], b[i:j], out=buf[: j - i])
 
-    return rel_fro_error_blocks(c, block, chunk)
+    return base.rel_fro_error_blocks(c, block, chunk)
 
 
 def check_sum(c: np.ndarray, a: np.ndarray, b: np.ndarray, tolerance: float) -> Check:
