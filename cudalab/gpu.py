@@ -40,16 +40,23 @@ def _no_gpu(why: str) -> NoGpuError:
     return err
 
 
-def nvcc_version() -> str:
-    nvcc = shutil.which("nvcc")
-    if not nvcc:
-        return "unavailable"
+def nvcc_banner(path: str | None) -> str | None:
+    """What `<path> --version` prints, or None where it cannot run (no path, no nvcc)."""
+    if not path:
+        return None
     try:
-        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=30)
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout
+
+
+def nvcc_version() -> str:
+    text = nvcc_banner(shutil.which("nvcc"))
+    if text is None:
         return "unavailable"
-    m = re.search(r"release ([\d.]+), V([\d.]+)", out.stdout)
-    return m.group(2) if m else out.stdout.strip().splitlines()[-1]
+    m = re.search(r"release ([\d.]+), V([\d.]+)", text)
+    return m.group(2) if m else text.strip().splitlines()[-1]
 
 
 @dataclass

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from cudalab.experiments import base
 from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
 
 if TYPE_CHECKING:
@@ -45,13 +46,7 @@ KERNELS = {"racy_counter": "counter_racy", "atomic_counter": "counter_atomic",
            "atomic_sum": "sum_atomic", "reduce_sum": "sum_reduce"}
 RACY_REPEATS = 5  # extra runs of the racy counter: its count changes from run to run
 
-_launch = {
-    "type": "array",
-    "items": {"type": "integer", "minimum": 1},
-    "minItems": 2,
-    "maxItems": 2,
-    "description": "[blocks, threads per block]",
-}
+_launch = base.int_tuple_schema(2, 1, description="[blocks, threads per block]")
 
 
 class Atomics(Experiment):
@@ -71,10 +66,7 @@ class Atomics(Experiment):
         "faster, and closer to the float64 sum."
     )
     schema = block_schema({
-            "variants": {
-                "type": "array", "items": {"enum": VARIANTS}, "minItems": 1,
-                "uniqueItems": True, "default": VARIANTS,
-            },
+            "variants": base.choices_schema(VARIANTS),
             "counter_launches": {
                 "type": "array", "items": _launch, "minItems": 1,
                 "default": [[1024, 1024]],

@@ -182,6 +182,31 @@ def block_schema(properties: dict[str, Any]) -> dict[str, Any]:
             "properties": {"enabled": {"type": "boolean", "default": True}, **properties}}
 
 
+def choices_schema(values: list[Any], description: str = "") -> dict[str, Any]:
+    """A non-empty list of distinct values out of `values` (all of them by default)."""
+    out: dict[str, Any] = {"type": "array", "items": {"enum": values}, "minItems": 1,
+                           "uniqueItems": True, "default": values}
+    return out | ({"description": description} if description else {})
+
+
+def int_tuple_schema(length: int, minimum: int, maximum: int | None = None,
+                     description: str = "") -> dict[str, Any]:
+    """JSON schema of `length` integers in [minimum, maximum] ([blocks, threads], [M, K, N])."""
+    item: dict[str, Any] = {"type": "integer", "minimum": minimum}
+    if maximum is not None:
+        item["maximum"] = maximum
+    out: dict[str, Any] = {"type": "array", "items": item, "minItems": length,
+                           "maxItems": length}
+    return out | ({"description": description} if description else {})
+
+
+def size_schema(length: int, minimum: int, maximum: int, description: str) -> dict[str, Any]:
+    """A problem size: one integer n (square) or `length` integers (its dimensions)."""
+    return {"oneOf": [{"type": "integer", "minimum": minimum, "maximum": maximum},
+                      int_tuple_schema(length, minimum, maximum)],
+            "description": description}
+
+
 class Experiment:
     name: str = ""
     title: str = ""

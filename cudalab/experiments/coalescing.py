@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from cudalab.experiments import shared
+from cudalab.experiments import base, shared
 from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
 from cudalab.experiments.shared import all_correct, peak_line, peak_of, size_label
 
@@ -104,10 +104,7 @@ class Coalescing(Experiment):
                 "description": "edges of the square matrices to transpose; include "
                 "non-multiples of 32 (1000, 4100)",
             },
-            "variants": {
-                "type": "array", "items": {"enum": VARIANTS}, "minItems": 1,
-                "uniqueItems": True, "default": VARIANTS,
-            },
+            "variants": base.choices_schema(VARIANTS),
             "threads": {
                 "enum": [64, 128, 256, 512, 1024], "default": 256,
                 "description": "threads per block of the copy kernels (transpose blocks are "

@@ -50,18 +50,8 @@ DEFAULT_REGISTER_TILES = [
     {"rt": 8, "bt": 128, "bk": 8},
 ]
 
-_size = {
-    "oneOf": [
-        {"type": "integer", "minimum": 1, "maximum": 65536},
-        {
-            "type": "array",
-            "items": {"type": "integer", "minimum": 1, "maximum": 65536},
-            "minItems": 3,
-            "maxItems": 3,
-        },
-    ],
-    "description": "a square size n (n x n . n x n) or [M, K, N] for M x K . K x N",
-}
+_size = base.size_schema(3, 1, 65536, "a square size n (n x n . n x n) or [M, K, N] for "
+                         "M x K . K x N")
 
 
 def register_threads(rt: int, bt: int) -> int:
@@ -106,10 +96,7 @@ class Matmul(Experiment):
                 "default": [[160, 240, 320], 256, 1000, 1024, 2048, 4096],
                 "description": "matrix sizes; include one that is no tile multiple (1000)",
             },
-            "variants": {
-                "type": "array", "items": {"enum": VARIANTS}, "minItems": 1,
-                "uniqueItems": True, "default": VARIANTS,
-            },
+            "variants": base.choices_schema(VARIANTS),
             "tiles": {
                 "type": "array", "items": {"enum": TILES}, "minItems": 1,
                 "uniqueItems": True, "default": TILES,

@@ -19,6 +19,7 @@ their occupancy (0) and no time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,7 +27,7 @@ import pandas as pd
 
 from cudalab import devicespec
 from cudalab import occupancy as occ
-from cudalab.experiments import base
+from cudalab.experiments import base, shared
 from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
 
 if TYPE_CHECKING:
@@ -62,11 +63,7 @@ class Occupancy(Experiment):
         "calculator must agree with the CUDA driver at every point."
     )
     schema = block_schema({
-            "variants": {
-                "type": "array", "items": {"enum": VARIANTS}, "minItems": 1,
-                "uniqueItems": True, "default": VARIANTS,
-                "description": "kernels of cuda/occupancy.cu to run",
-            },
+            "variants": base.choices_schema(VARIANTS, "kernels of cuda/occupancy.cu to run"),
             "block_sizes": {
                 "type": "array", "minItems": 1, "uniqueItems": True,
                 "items": {"type": "integer", "minimum": 32, "maximum": 1024, "multipleOf": 32},
@@ -243,43 +240,30 @@ class Occupancy(Experiment):
         return ctx.cache.one_per_slot("occ_vec", ("occ_vec", n), make)
 
     def _run_vec(self, ctx: RunContext, point: Point, func: Any, dyn: int):
-        gpu = ctx.gpu
-        cuda = gpu.cuda
         bs, n = point.params["block_size"], point.params["n"]
         a, b = self._vec_inputs(ctx, n)
         ref = vec_reference(point.variant, a, b, bs)
-        grid = ((n + bs - 1) // bs, 1)
+        grid = (shared.grid_size(n, bs), 1)
         if point.variant == "vec_mul_regs":
             func.prepare("PPPif")
             extra: tuple = (np.float32(0.0),)
         else:
             func.prepare("PPPi")
             extra = ()
-        out = np.empty(n, np.float32)
-        a_d, b_d, c_d = (cuda.mem_alloc(x.nbytes) for x in (a, b, out))
-        try:
-            cuda.memcpy_htod(a_d, a)
-            cuda.memcpy_htod(b_d, b)
 
-            def launch() -> None:
-                func.prepared_call(grid, (bs, 1, 1), a_d, b_d, c_d, np.int32(n), *extra,
-                                   shared_size=dyn)
+        def launcher(a_d: Any, b_d: Any, c_d: Any) -> Callable[[], None]:
+            return lambda: func.prepared_call(grid, (bs, 1, 1), a_d, b_d, c_d, np.int32(n),
+                                              *extra, shared_size=dyn)
 
-            check, timing = self.verify_then_time(
-                ctx, launch, lambda o: _fro_check(o, ref, ctx.block["tolerance"]),
-                output=(c_d, out), asynchronous=True)
-        finally:
-            for d in (a_d, b_d, c_d):
-                d.free()
+        check, timing = self._run_checked(ctx, a, b, np.empty(n, np.float32), ref, launcher)
         nbytes = 12.0 * n  # read a and b, write c
         flops = float(n) if point.variant != "vec_mul_regs" else float("nan")
         return timing, check, flops, nbytes
 
     # matmul -------------------------------------------------------------------------
     def _run_matmul(self, ctx: RunContext, func: Any, p: dict[str, Any], dyn: int):
-        gpu = ctx.gpu
-        cuda = gpu.cuda
         n, t = p["size"], p["tile"]
+
         def make():
             a = base.uniform_f32(ctx.rng, (n, n))
             b = base.uniform_f32(ctx.rng, (n, n))
@@ -287,24 +271,33 @@ class Occupancy(Experiment):
 
         a, b, ref = ctx.cache.keep(("occ_mm", n), make)
         func.prepare("PPPiii")
-        grid = ((n + t - 1) // t, (n + t - 1) // t)
-        c = np.empty((n, n), np.float32)
-        a_d, b_d, c_d = (cuda.mem_alloc(x.nbytes) for x in (a, b, c))
+        grid = (shared.grid_size(n, t), shared.grid_size(n, t))
+        dims = (np.int32(n),) * 3
+
+        def launcher(a_d: Any, b_d: Any, c_d: Any) -> Callable[[], None]:
+            return lambda: func.prepared_call(grid, (t, t, 1), a_d, b_d, c_d, *dims,
+                                              shared_size=dyn)
+
+        check, timing = self._run_checked(ctx, a, b, np.empty((n, n), np.float32), ref,
+                                          launcher)
+        return timing, check, 2.0 * n**3, 12.0 * n * n
+
+    def _run_checked(self, ctx: RunContext, a: np.ndarray, b: np.ndarray, out: np.ndarray,
+                     ref: np.ndarray, launcher: Callable[..., Callable[[], None]]):
+        """Both inputs uploaded, launcher(a_d, b_d, c_d) checked into `out` against `ref`,
+        then timed (plain kernel launches: asynchronous); the device buffers freed."""
+        cuda = ctx.gpu.cuda
+        a_d, b_d, c_d = (cuda.mem_alloc(x.nbytes) for x in (a, b, out))
         try:
             cuda.memcpy_htod(a_d, a)
             cuda.memcpy_htod(b_d, b)
-
-            def launch() -> None:
-                func.prepared_call(grid, (t, t, 1), a_d, b_d, c_d, np.int32(n), np.int32(n),
-                                   np.int32(n), shared_size=dyn)
-
-            check, timing = self.verify_then_time(
-                ctx, launch, lambda o: _fro_check(o, ref, ctx.block["tolerance"]),
-                output=(c_d, c), asynchronous=True)
+            return self.verify_then_time(
+                ctx, launcher(a_d, b_d, c_d),
+                lambda o: _fro_check(o, ref, ctx.block["tolerance"]),
+                output=(c_d, out), asynchronous=True)
         finally:
             for d in (a_d, b_d, c_d):
                 d.free()
-        return timing, check, 2.0 * n**3, 12.0 * n * n
 
     # -- figures -----------------------------------------------------------------------
     def _frame(self, df: pd.DataFrame) -> pd.DataFrame:

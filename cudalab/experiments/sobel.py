@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from cudalab.experiments import base
 from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
 
 if TYPE_CHECKING:
@@ -28,25 +29,9 @@ SENTINEL = 0x7F  # neither 0 nor 255: an unwritten output pixel shows as a diffe
 WX = np.array([[-1, 0, 1], [-2, 0, 2], [-1, 0, 1]], np.int32)
 WY = np.array([[1, 2, 1], [0, 0, 0], [-1, -2, -1]], np.int32)
 
-_size = {
-    "oneOf": [
-        {"type": "integer", "minimum": 3, "maximum": 16384},
-        {
-            "type": "array",
-            "items": {"type": "integer", "minimum": 3, "maximum": 16384},
-            "minItems": 2,
-            "maxItems": 2,
-        },
-    ],
-    "description": "a square image edge n (n x n pixels) or [height, width]",
-}
-_shape = {
-    "type": "array",
-    "items": {"type": "integer", "minimum": 1, "maximum": 1024},
-    "minItems": 2,
-    "maxItems": 2,
-    "description": "[bx, by]: threads along a row x along a column (bx * by <= 1024)",
-}
+_size = base.size_schema(2, 3, 16384, "a square image edge n (n x n pixels) or [height, width]")
+_shape = base.int_tuple_schema(2, 1, 1024, "[bx, by]: threads along a row x along a column "
+                               "(bx * by <= 1024)")
 
 
 class Sobel(Experiment):
@@ -72,10 +57,7 @@ class Sobel(Experiment):
                 "default": [512, 2048, 8192],
                 "description": "image sizes (8192 x 8192 = 64 MiB in, 64 MiB out)",
             },
-            "variants": {
-                "type": "array", "items": {"enum": VARIANTS}, "minItems": 1,
-                "uniqueItems": True, "default": VARIANTS,
-            },
+            "variants": base.choices_schema(VARIANTS),
             "block_shapes": {
                 "type": "array", "items": _shape, "minItems": 1,
                 "default": [[16, 16], [32, 8], [32, 32]],

@@ -46,7 +46,7 @@ from cudalab import occupancy as occ
 from cudalab.experiments import base
 from cudalab.experiments import matmul as mm
 from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
-from cudalab.gpu import CUDA_DIR, Kernel
+from cudalab.gpu import CUDA_DIR, Kernel, nvcc_banner
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -604,13 +604,9 @@ def supported_archs(nvcc: str) -> list[str]:
 
 @lru_cache(maxsize=8)
 def _nvcc_version(nvcc: str) -> str:
-    path = find_nvcc(nvcc)
-    if not path:
+    text = nvcc_banner(find_nvcc(nvcc))
+    if text is None:
         return "nvcc unavailable"
-    try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return "nvcc unavailable"
-    m = re.search(r"release ([\d.]+)", out.stdout)
+    m = re.search(r"release ([\d.]+)", text)
     return f"nvcc {m.group(1)}" if m else "nvcc"
 
