@@ -1,0 +1,60 @@
+"""Code health rules the whole package keeps (issue 14): short functions, one definition of
+shared constants, no Snakemake internals or script wrappers in the workflow."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import cudalab
+from cudalab.experiments import REGISTRY
+
+PACKAGE = Path(cudalab.__file__).resolve().parent
+ROOT = PACKAGE.parent
+MAX_LINES = 80
+
+
+def _functions(path: Path):
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node.name, node.lineno, node.end_lineno - node.lineno + 1
+
+
+def test_no_function_in_the_package_is_longer_than_80_lines():
+    long = [f"{p.relative_to(ROOT)}:{line} {name} ({n} lines)"
+            for p in sorted(PACKAGE.rglob("*.py")) for name, line, n in _functions(p)
+            if n > MAX_LINES]
+    assert not long, "functions longer than 80 lines: " + "; ".join(long)
+
+
+def test_the_length_check_sees_long_functions(tmp_path):
+    src = tmp_path / "long.py"
+    src.write_text("def f():\n" + "    x = 1\n" * 85 + "\n\ndef g():\n    return 1\n")
+    assert [(name, n) for name, _, n in _functions(src)] == [("f", 86), ("g", 2)]
+
+
+def test_shared_constants_are_defined_once():
+    for const in ("NAN_BITS",):
+        where = [p.name for p in PACKAGE.rglob("*.py")
+                 if re.search(rf"^{const}\s*=", p.read_text(), re.M)]
+        assert where == ["base.py"], f"{const} defined in {where}"
+
+
+def test_every_experiment_declares_its_check_or_why_none():
+    """The runner refuses a timed GPU result without a check unless the experiment says why
+    none applies; today every experiment checks every point (none needs a reason)."""
+    assert {n: e.no_check_reason for n, e in REGISTRY.items() if e.no_check_reason} == {}
+
+
+def test_the_workflow_uses_no_snakemake_internals_and_no_script_wrappers():
+    rules = [ROOT / "Snakefile", *sorted((ROOT / "workflow" / "rules").glob("*.smk"))]
+    text = "\n".join(p.read_text() for p in rules)
+    assert "workflow.dag" not in text and "needrun" not in text
+    assert "script:" not in text and "run:" not in text
+    assert text.count("shell:") == 4  # measure, aggregate, figures, report
+    assert text.count('"{CUDALAB} ') == 4 and text.count("> {log} 2>&1") == 4
+    assert text.count("conda:") == 4
+    assert not [p.name for p in (ROOT / "scripts").glob("*.py")
+                if p.name != "bench_stability.py"]
