@@ -439,7 +439,7 @@ def _telemetry_hook(src: TelemetrySource, hook: str) -> None:
             src.unavailable = f"{hook} failed: {type(exc).__name__}: {exc}"
 
 
-def _throttle_check(point: Point, nvml: Any) -> str:
+def _throttle_check(point: Point, nvml: NvmlClockObserver | None) -> str:
     """'ok' if NVML watched this point's samples for throttling, else why not."""
     if not point.gpu:
         return "not applicable (CPU point)"
