@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 from pathlib import Path
 
 import pandas as pd
@@ -85,6 +87,21 @@ def test_atomic_write_leaves_no_partial_file(tmp_path):
         results.write_json_atomic(p, {"x": Boom()})
     assert json.loads(p.read_text()) == {"x": 1}  # old content intact
     assert [f.name for f in p.parent.iterdir()] == ["rec.json"]  # no temp left behind
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_atomic_write_respects_the_umask(tmp_path, umask, mode):
+    """Records are readable by the group/others as far as the umask allows (mkstemp alone
+    would make every record 0600)."""
+    old = os.umask(umask)
+    try:
+        p = tmp_path / "rec.json"
+        results.write_json_atomic(p, {"x": 1})
+        results.write_json_atomic(p, {"x": 2})  # a rewrite keeps the mode
+        assert stat.S_IMODE(p.stat().st_mode) == mode
+        assert results.current_umask() == umask
+    finally:
+        os.umask(old)
 
 
 def test_truncated_or_foreign_records_are_ignored(tmp_path):
