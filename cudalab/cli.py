@@ -19,12 +19,17 @@ from typing import Any
 from cudalab import config as cfg
 
 
-def _config(path: str) -> dict[str, Any]:
+def _config(path: str, show_notes: bool = False) -> dict[str, Any]:
+    """The validated config, or exit 2 with every problem named (never a traceback)."""
+    notes: list[str] = []
     try:
-        return cfg.load(path)
+        config = cfg.load(path, notes=notes)
     except cfg.ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from exc
+        raise SystemExit(2) from None
+    for n in notes if show_notes else []:
+        print(f"note: {n}", file=sys.stderr)
+    return config
 
 
 def plan_lines(config: dict[str, Any]) -> list[str]:
@@ -43,7 +48,9 @@ def plan_lines(config: dict[str, Any]) -> list[str]:
                     f"{total} grid points; aggregate, figures and report run locally")
     lines.insert(1, f"  under Slurm (--profile slurm): at most {len(names)} sbatch job(s), one "
                     f"allocation per experiment ({gpu_jobs} with --gpus=1)")
-    return lines
+    from cudalab.guards import plan_estimate
+
+    return lines + plan_estimate(config)
 
 
 def slurm_submit_line(jobs: list[tuple[str, int]], n_experiments: int) -> str:
@@ -57,13 +64,13 @@ def slurm_submit_line(jobs: list[tuple[str, int]], n_experiments: int) -> str:
 
 
 def cmd_validate(a: argparse.Namespace) -> int:
-    _config(a.config)
+    _config(a.config, show_notes=True)
     print(f"{a.config}: valid")
     return 0
 
 
 def cmd_plan(a: argparse.Namespace) -> int:
-    print("\n".join(plan_lines(_config(a.config))))
+    print("\n".join(plan_lines(_config(a.config, show_notes=True))))
     return 0
 
 

@@ -87,6 +87,9 @@ class VectorAdd(Experiment):
         return [Point(self.name, "gpu", {"n": n, "threads": t})
                 for n in sorted(block["sizes"]) for t in sorted(block["threads"])]
 
+    def gpu_bytes(self, point: Point) -> int:
+        return 3 * 4 * point.params["n"]  # a, b, c in float32
+
     # -- measuring ---------------------------------------------------------------------
     def kernel_for(self, ctx: RunContext, point: Point) -> Any:
         return ctx.gpu.compile("vector_add.cu")
