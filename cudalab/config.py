@@ -271,7 +271,11 @@ def read_mapping(path: str | Path) -> dict[str, Any]:
     try:
         config = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        what = " ".join(filter(None, [getattr(exc, "context", None),
+                                      getattr(exc, "problem", None)])) or str(exc)
+        raise ConfigError(f"{path} is not valid YAML: {where}{what}") from None
     if config is None:
         raise ConfigError(f"{path} is empty; a config needs at least an `experiments:` block "
                           f"(see config.yaml)")

@@ -10,11 +10,15 @@ that trips over a malformed value (already reported by the schema) is skipped.
 from __future__ import annotations
 
 import math
+from collections import Counter
 import os
 import subprocess
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cudalab.experiments.base import Point
 
 # A point may use this share of the GPU's memory: the CUDA context, pycuda's and cuBLAS'
 # workspaces and the L2-flush buffer take the rest.
@@ -68,21 +72,35 @@ def _samples(config: dict[str, Any]) -> list[str]:
     return []
 
 
+def _grids(config: dict[str, Any]) -> dict[str, list[Point]]:
+    """The grid of every enabled experiment whose block can be expanded (one malformed
+    block, already reported by the schema, leaves the others' grids to check)."""
+    from cudalab.experiments import REGISTRY
+
+    grids = {}
+    for name in _blocks(config):
+        try:
+            grids[name] = REGISTRY[name].grid(config)
+        except _MALFORMED:
+            continue
+    return grids
+
+
 def _experiment_rules(config: dict[str, Any], schema_failed: bool) -> list[str]:
     """Each experiment's check_config, then: no two grid points alike (e.g. matmul sizes
     256 and [256, 256, 256])."""
     from cudalab.experiments import REGISTRY
 
     msgs = []
+    grids = _grids(config)
     for name, block in _blocks(config).items():
         try:
             msgs += [f"experiments.{name}.{m}" for m in REGISTRY[name].check_config(block)]
-            ids = [p.point_id for p in REGISTRY[name].grid(config)]
         except _MALFORMED:
-            if schema_failed:
-                continue
-            raise
-        dups = sorted({i for i in ids if ids.count(i) > 1})
+            if not schema_failed:
+                raise
+        counts = Counter(p.point_id for p in grids.get(name, []))
+        dups = sorted(i for i, c in counts.items() if c > 1)
         if dups:
             msgs.append(f"experiments.{name}: the grid has the same point more than once "
                         f"({', '.join(dups[:5])}); list each size/value once")
@@ -125,7 +143,7 @@ def _sizes(config: dict[str, Any], notes: list[str]) -> list[str]:
     """Refuse a grid above max_points, and points that cannot fit the GPU's memory."""
     from cudalab.experiments import REGISTRY
 
-    grids = {n: REGISTRY[n].grid(config) for n in _blocks(config)}
+    grids = _grids(config)
     total = sum(len(g) for g in grids.values())
     limit = config.get("max_points", 5000)
     msgs = []
