@@ -10,9 +10,9 @@ that trips over a malformed value (already reported by the schema) is skipped.
 from __future__ import annotations
 
 import math
-from collections import Counter
 import os
 import subprocess
+from collections import Counter
 from collections.abc import Callable
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
