@@ -10,8 +10,20 @@ from cudalab import config as cudalab_config
 from cudalab.cli import plan_lines, slurm_submit_line
 from cudalab.experiments import REGISTRY
 
+# One meaning for a config: `snakemake --configfile my.yaml` runs my.yaml alone, as
+# `cudalab plan my.yaml` shows it, not my.yaml deep-merged into config.yaml (Snakemake's own
+# behaviour, which would add the default grid to mine). Several --configfile files merge with
+# each other and --config KEY=VALUE goes on top, as in Snakemake. The files are re-read with
+# cudalab's loader, which also refuses duplicate keys.
+_CONFIG_FILES = [str(f) for f in workflow.overwrite_configfiles] or [
+    f for f in workflow.configfiles if Path(f).exists()]
+_notes = []
 try:
-    cudalab_config.validate(config, source="config")
+    _given = cudalab_config.from_files(_CONFIG_FILES, workflow.config_settings.config)
+    config.clear()
+    config.update(_given)
+    cudalab_config.validate(config, source=", ".join(_CONFIG_FILES) or "config",
+                            notes=_notes)
 except cudalab_config.ConfigError as exc:
     raise WorkflowError(str(exc)) from None
 
@@ -35,7 +47,7 @@ def measure_fingerprint(experiment):
 
 
 if workflow.is_main_process:  # not again inside every (Slurm) job
-    for line in plan_lines(config):
+    for line in plan_lines(config) + [f"note: {n}" for n in _notes]:
         print(line, file=sys.stderr)
 
 
