@@ -93,7 +93,13 @@ def cmd_measure(a: argparse.Namespace) -> int:
 def cmd_aggregate(a: argparse.Namespace) -> int:
     from cudalab import results
 
-    df = results.build_table(results.iter_records(Path(a.results) / "raw"))
+    # Only this run's records (this grid, this run's GPUs): robust hook, see select_records.
+    raw = Path(a.results) / "raw"
+    manifests = results.read_manifests(raw, a.manifests and [Path(p) for p in a.manifests])
+    records, left_out = results.select_records(results.iter_records(raw), manifests)
+    print(left_out["line"])
+    results.write_json_atomic(Path(a.out).parent / results.LEFT_OUT_FILE, left_out)
+    df = results.build_table(records)
     problems = results.check_table(df)
     if problems:
         print("error: results table breaks its schema: " + "; ".join(problems), file=sys.stderr)
@@ -141,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("aggregate")
     s.add_argument("--results", default="results")
     s.add_argument("--out", default="results/results.csv")
+    s.add_argument("--manifests", nargs="*", default=None,
+                   help="job manifests of this run (default: every results/raw/*/_manifest.json)")
     s.set_defaults(fn=cmd_aggregate)
     s = sub.add_parser("figures")
     s.add_argument("experiment")

@@ -136,6 +136,76 @@ def iter_records(raw_dir: Path) -> Iterable[dict[str, Any]]:
             yield rec
 
 
+# -- which records are this run's ----------------------------------------------------------
+LEFT_OUT_FILE = "left_out.json"
+
+
+def select_records(records: Iterable[dict[str, Any]], manifests: list[dict[str, Any]]
+                   ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The records of this run: points of the current grid (each experiment's job manifest
+    lists them) and, for GPU points, measured on a GPU of this run (the GPUs of the
+    manifests: a GPU-model sweep has several). Returns (kept, summary of the left-out ones);
+    summary["line"] says it in one line."""
+    grid = {m["experiment"]: set(m.get("points") or ()) for m in manifests}
+    gpus = {(m.get("provenance") or {}).get("gpu_uuid") for m in manifests} - {None, ""}
+    kept: list[dict[str, Any]] = []
+    left: dict[str, dict[str, int]] = {}
+    for rec in records:
+        exp = rec.get("experiment")
+        uuid = (rec.get("provenance") or {}).get("gpu_uuid")
+        if rec.get("point_id") not in grid.get(exp, ()):
+            why = "not_in_grid"
+        elif _is_gpu_record(rec) and uuid not in gpus:
+            why = "other_gpu"
+        else:
+            kept.append(rec)
+            continue
+        left.setdefault(why, {}).setdefault(exp, 0)
+        left[why][exp] += 1
+    return kept, _left_out_summary(len(kept), left, gpus)
+
+
+def _is_gpu_record(rec: dict[str, Any]) -> bool:
+    """A point measured on the GPU (its record names a GPU and was not timed on the host);
+    CPU points of a GPU job carry the job's GPU too, and are kept across GPUs."""
+    timer = (rec.get("timing") or {}).get("timer")
+    return bool((rec.get("provenance") or {}).get("gpu_uuid")) and timer != "perf_counter"
+
+
+def _left_out_summary(kept: int, left: dict[str, dict[str, int]], gpus: set[str]
+                      ) -> dict[str, Any]:
+    n_grid = sum(left.get("not_in_grid", {}).values())
+    n_gpu = sum(left.get("other_gpu", {}).values())
+    line = (f"aggregate: {kept} record(s) of this run's grid and GPU(s) in the table"
+            + (f"; left out {n_grid + n_gpu} older record(s) under results/raw: "
+               f"{n_grid} of points not in this config's grid, {n_gpu} measured on a GPU "
+               f"other than this run's ({', '.join(sorted(gpus)) or 'none'})"
+               if n_grid + n_gpu else ""))
+    return {"kept": kept, "not_in_grid": n_grid, "other_gpu": n_gpu, "by_reason": left,
+            "run_gpus": sorted(gpus), "line": line}
+
+
+def read_manifests(raw_dir: Path, paths: Iterable[Path] | None = None) -> list[dict[str, Any]]:
+    """The job manifests given (the workflow passes the current experiments'), else every
+    results/raw/*/_manifest.json; unreadable ones are skipped."""
+    found = sorted(Path(raw_dir).glob("*/_manifest.json")) if paths is None else list(paths)
+    out = []
+    for p in found:
+        try:
+            out.append(json.loads(Path(p).read_text()))
+        except (OSError, json.JSONDecodeError):
+            continue
+    return out
+
+
+def read_left_out(results_dir: Path) -> dict[str, Any] | None:
+    """The left-out summary aggregate wrote (for the report), None if there is none."""
+    try:
+        return json.loads((Path(results_dir) / LEFT_OUT_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
 # -- the table -----------------------------------------------------------------------------
 def _safe_div(a: Any, b: Any) -> float:
     try:
