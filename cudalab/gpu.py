@@ -28,10 +28,20 @@ class NoGpuError(RuntimeError):
 def _no_gpu(why: str) -> NoGpuError:
     cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
     cvd_txt = "unset" if cvd is None else repr(cvd)
+    looked = (f"no usable CUDA GPU: {why}. Looked for a CUDA device through pycuda "
+              f"(cuInit + cuDeviceGetCount); CUDA_VISIBLE_DEVICES is {cvd_txt}. ")
+    job = os.environ.get("SLURM_JOB_ID")
+    if job:  # inside a Slurm job that asked for a GPU: the allocation is what is wrong
+        node = os.environ.get("SLURMD_NODENAME") or os.environ.get("HOSTNAME") or "?"
+        gres = os.environ.get("SLURM_JOB_GPUS") or os.environ.get("SLURM_GPUS_ON_NODE")
+        return NoGpuError(
+            looked + f"This is Slurm job {job} on node {node} (GPUs Slurm gave it: "
+            f"{gres or 'none'}): the job asked for a GPU but sees none. Check "
+            "slurm.gpu_model (and slurm.partition / constraint) in the config against "
+            "`sinfo -o '%P %N %G'`, or ask the cluster's admins whether the node's GPUs are "
+            "configured (gres.conf). No numbers were recorded.")
     return NoGpuError(
-        f"no usable CUDA GPU: {why}. Looked for a CUDA device through pycuda "
-        f"(cuInit + cuDeviceGetCount); CUDA_VISIBLE_DEVICES is {cvd_txt}. "
-        "GPU variants need a GPU machine (or a Slurm GPU job: snakemake --profile "
+        looked + "GPU variants need a GPU machine (or a Slurm GPU job: snakemake --profile "
         "profiles/slurm); CPU-only variants run anywhere. No numbers were recorded."
     )
 
@@ -181,7 +191,7 @@ def open_session(index: int = 0) -> GpuSession:
         import pycuda.driver as cuda
     except ImportError as exc:
         raise _no_gpu(f"pycuda is not importable ({exc}); install the GPU extra: "
-                      "pip install -e '.[gpu]'") from exc
+                      "pip install -e '.[gpu]' (README: Troubleshooting the pycuda build)") from exc
     try:
         cuda.init()
         count = cuda.Device.count()
