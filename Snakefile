@@ -31,5 +31,7 @@ onerror:
     print(
         "\ncudalab: the run stopped. Points already measured are kept in results/raw/ "
         "and a rerun measures only what is missing. Logs: results/logs/ "
-        "(and .snakemake/slurm_logs/ under Slurm).\n"
+        "(and .snakemake/slurm_logs/ under Slurm). If Snakemake says the directory is "
+        "locked (a killed run leaves its lock), run `snakemake --unlock` once, then the "
+        "same command again.\n"
     )

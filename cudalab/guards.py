@@ -152,9 +152,10 @@ def _sizes(config: dict[str, Any], notes: list[str]) -> list[str]:
         msgs.append(f"experiments: the grid has {total} points ({per}), more than max_points "
                     f"({limit}); make the grid smaller, or raise max_points to run it")
     mem, source = gpu_memory(config)
-    if mem is None:
+    if mem is None and any(p.gpu for g in grids.values() for p in g):
         notes.append("GPU memory not checked: unknown here (set gpu_memory_gb, or run on the "
                      "GPU machine where nvidia-smi reports it)")
+    if mem is None:
         return msgs
     room = GPU_MEMORY_SHARE * mem
     for name, pts in grids.items():

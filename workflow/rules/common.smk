@@ -49,6 +49,17 @@ def measure_fingerprint(experiment):
 if workflow.is_main_process:  # not again inside every (Slurm) job
     for line in plan_lines(config) + [f"note: {n}" for n in _notes]:
         print(line, file=sys.stderr)
+    # A killed run leaves Snakemake's lock behind and the next run stops with LockException.
+    if any(Path(".snakemake", "locks").glob("*.lock")) and "--unlock" not in sys.argv:
+        print("note: .snakemake/locks/ holds a lock: if no other Snakemake is running in this "
+              "directory, a killed run left it: run `snakemake --unlock` once, then the same "
+              "command again", file=sys.stderr)
+    import importlib.util
+
+    if importlib.util.find_spec("pycuda") is None and any(map(needs_gpu, EXPERIMENTS)):
+        print("note: pycuda (the GPU extra) is not installed here: GPU points need it where "
+              "they run (pip install -e '.[gpu]'; under Slurm only the compute nodes); "
+              "README: Troubleshooting the pycuda build", file=sys.stderr)
 
 
 onstart:
