@@ -28,7 +28,7 @@ GPU_MEMORY_SHARE = 0.9
 POINT_OVERHEAD_S = 0.3
 # Exceptions a rule may raise on a value the schema has already rejected.
 _MALFORMED = (TypeError, ValueError, KeyError, IndexError, AttributeError, ZeroDivisionError,
-              OverflowError)
+              OverflowError, OSError)
 
 
 def cross_field_problems(config: dict[str, Any], schema_failed: bool,

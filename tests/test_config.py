@@ -166,4 +166,6 @@ def test_notes_say_what_could_not_be_checked(monkeypatch):
     cfg.validate({"experiments": {"static_analysis": {"nvcc": "no-such-nvcc-here"}}},
                  notes=notes)
     assert any("archs not checked" in n and "no-such-nvcc-here" in n for n in notes)
+    assert not any("GPU memory" in n for n in notes)  # no GPU point: nothing to check
+    cfg.validate({"experiments": {"vector_add": {}}}, notes=notes)
     assert any("GPU memory not checked" in n for n in notes)
