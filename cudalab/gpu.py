@@ -159,6 +159,41 @@ class GpuSession:
 
         return QueuedEventTimer(cuda, hold, flag), ""
 
+    def launch_costs(self, func: Any, grid: tuple[int, ...], block: tuple[int, ...],
+                     args: Sequence[Any], prepared: Callable[[], None], reps: int = 50
+                     ) -> dict[str, float]:
+        """What a launch costs beside the kernel itself, in seconds (the course's lesson
+        "small problems are launch-bound", measured): the host time of one launch from
+        Python through Function.__call__ (argument handling on every call) and through
+        prepared_call (the `prepared` fn), each the mean of `reps` back-to-back calls; and
+        one launch end to end, the median of events around a single launch on an idle
+        stream (what one kernel of a program costs the GPU timeline)."""
+        import time
+
+        import numpy as np
+
+        def host_s(launch: Callable[[], Any]) -> float:
+            self.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                launch()
+            dt = time.perf_counter() - t0
+            self.synchronize()
+            return dt / reps
+
+        call_s = host_s(lambda: func(*args, block=block, grid=grid))
+        prepared_s = host_s(prepared)
+        start, end = self.cuda.Event(), self.cuda.Event()
+        one = []
+        for _ in range(max(5, reps // 5)):
+            start.record()
+            prepared()
+            end.record()
+            end.synchronize()
+            one.append(end.time_since(start) * 1e-3)
+        return {"host_call_s": call_s, "host_prepared_call_s": prepared_s,
+                "one_launch_s": float(np.median(one))}
+
     def l2_flusher(self) -> Callable[[], None]:
         """Writes a buffer twice the L2 size, evicting whatever the last sample left there."""
         nbytes = 2 * max(self.l2_bytes, 1 << 20)
