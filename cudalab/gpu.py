@@ -152,7 +152,9 @@ class GpuSession:
         except Exception as exc:  # noqa: BLE001 - pycuda's own error types
             return None, f"host-mapped flag or hold kernel unavailable: {exc}"
         func.prepare("Pq")
-        cycles = int(HOLD_TIMEOUT_S * self.attr("CLOCK_RATE") * 1e3)  # CLOCK_RATE is in kHz
+        # CLOCK_RATE is the peak SM clock in kHz: at a lower clock the hold lasts longer,
+        # never shorter; 2 GHz where the driver does not say
+        cycles = int(HOLD_TIMEOUT_S * (self.attr("CLOCK_RATE") or 2_000_000) * 1e3)
 
         def hold() -> None:
             func.prepared_call((1, 1), (1, 1, 1), dptr, cycles)
