@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -28,12 +27,10 @@ NCU_CSV = "\n".join([
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_launch",
-                                                  ROOT / "scripts" / "bench_launch.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_launch"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import bench_launch
+
+    return bench_launch
 
 
 def test_ncu_csv_gives_seconds_per_launch_in_any_unit(bench):

@@ -3,7 +3,6 @@ and the hold kernel's timeout on a real device (issue 8)."""
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
 import sys
 from pathlib import Path
@@ -17,16 +16,8 @@ pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("bench_launch",
-                                                  ROOT / "scripts" / "bench_launch.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_launch"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-bench = _bench()
+sys.path.insert(0, str(ROOT / "scripts"))
+import bench_launch as bench  # noqa: E402 - a script, importable by its folder
 
 
 @pytest.fixture(scope="module")
