@@ -240,3 +240,24 @@ def test_harness_settings_travel_with_every_timing():
     override = Settings(warmup=0, min_samples=2, max_samples=2, min_sample_s=0)
     d2 = Harness(s).measure(lambda: None, FakeTimer([1e-3]), settings=override).as_dict()
     assert d2["harness"]["min_samples"] == 2 and d2["harness"]["warmup"] == 0
+
+
+def test_hold_kernel_compiles_and_takes_the_flag_and_timeout(tmp_path):
+    """cuda/hold.cu as GpuSession.compile builds it (real nvcc; no GPU needed): one kernel,
+    extern "C" `hold(volatile int *, long long)`, which prepare("Pq") matches."""
+    import shutil
+    import subprocess
+
+    from cudalab.gpu import CUDA_DIR
+
+    nvcc = shutil.which("nvcc")
+    if not nvcc:
+        pytest.skip("nvcc not on PATH")
+    ptx = tmp_path / "hold.ptx"
+    subprocess.run([nvcc, "-O3", "-arch=sm_90", "--ptx", str(CUDA_DIR / "hold.cu"), "-o",
+                    str(ptx)], check=True, capture_output=True)
+    text = ptx.read_text()
+    assert ".visible .entry hold(" in text
+    assert ".param .u64 hold_param_0" in text and ".param .u64 hold_param_1" in text
+    assert "clock64" in text or "%clock64" in text
+    assert "ld.volatile.global.u32" in text  # the flag is re-read on every spin
