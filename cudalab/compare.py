@@ -227,8 +227,8 @@ def _fmt_row(r: Any) -> list[str]:
 
 def text_table(rows: list[list[str]], head: list[str]) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
-    line = "  ".join("{:<%d}" % w for w in widths)
-    return "\n".join(line.format(*r).rstrip() for r in [head, ["-" * w for w in widths], *rows])
+    lines = [head, ["-" * w for w in widths], *rows]
+    return "\n".join("  ".join(f"{x:<{w}}" for x, w in zip(r, widths)).rstrip() for r in lines)
 
 
 def format_text(cmp: pd.DataFrame, detail_runs: int = 5) -> str:
