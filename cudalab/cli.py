@@ -108,11 +108,16 @@ def cmd_figures(a: argparse.Namespace) -> int:
 
 def cmd_report(a: argparse.Namespace) -> int:
     from cudalab import report, results, telemetry_report
+    from cudalab.compare import CompareError
 
     config = _config(a.config)
     df = results.read_table(Path(a.table))
     tele = telemetry_report.sections(Path(a.results))
-    out = report.render(df, Path(a.figures), config, Path(a.out), tele)
+    try:
+        out = report.render(df, Path(a.figures), config, Path(a.out), tele)
+    except CompareError as exc:  # a report.baselines folder missing, empty or unmatched
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(f"report: {out.resolve()}")
     return 0
 

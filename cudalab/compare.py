@@ -97,19 +97,21 @@ def _from_records(folder: Path, files: list[Path]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=POINT_COLS)
 
 
-def _from_table(folder: Path, csv: Path) -> pd.DataFrame:
-    df = pd.read_csv(csv, low_memory=False)
+def table_points(df: pd.DataFrame, source: str) -> pd.DataFrame:
+    """Points (POINT_COLS) of a results table; the spread comes from its IQR column."""
     missing = [c for c in TABLE_COLS if c not in df.columns]
     if missing:
-        raise CompareError(f"{csv}: results written by an older schema: missing column(s) "
+        raise CompareError(f"{source}: results written by an older schema: missing column(s) "
                            f"{', '.join(missing)}")
-    med = df["time_median_s"].where(df["status"] == "ok")
-    noise = (df["time_iqr_s"] / IQR_TO_SIGMA / med).where(med > 0)
+    med = df["time_median_s"].astype(float).where(df["status"] == "ok")
+    noise = (df["time_iqr_s"].astype(float) / IQR_TO_SIGMA / med).where(med > 0)
     return pd.DataFrame({
-        "experiment": df["experiment"], "point_id": df["point_id"], "variant": df["variant"],
-        "gpu": df["gpu_name"].fillna("").astype(str), "status": df["status"],
-        "median_s": med, "noise": noise, "n_samples": df["n_samples"].fillna(0).astype(int),
-    })[POINT_COLS]
+        "experiment": df["experiment"].astype(str), "point_id": df["point_id"].astype(str),
+        "variant": df["variant"].astype(str),
+        "gpu": df["gpu_name"].astype(object).where(df["gpu_name"].notna(), "").astype(str),
+        "status": df["status"].astype(str), "median_s": med, "noise": noise,
+        "n_samples": df["n_samples"].fillna(0).astype(int),
+    })[POINT_COLS].reset_index(drop=True)
 
 
 def load_points(folder: Path, role: str = "run") -> pd.DataFrame:
@@ -122,7 +124,7 @@ def load_points(folder: Path, role: str = "run") -> pd.DataFrame:
     if files:
         pts = _from_records(folder, files)
     elif csv.is_file():
-        pts = _from_table(folder, csv)
+        pts = table_points(pd.read_csv(csv, low_memory=False), str(csv))
     else:
         raise CompareError(f"{role} folder {folder} holds no results: looked for "
                            f"{raw}/<experiment>/<point>.json and {csv}")
@@ -282,3 +284,103 @@ def run_command(folders: list[str], baseline: str | None, threshold: float,
               f"{slower.iloc[0]['point_id']} ({slower.iloc[0]['ratio']:.3f}x the time)")
         return 1
     return 0
+
+
+# -- the report: baselines beside this run, and the course table ---------------------------------
+def _this_run(df: pd.DataFrame, config: dict[str, Any]) -> list[Run]:
+    return split_by_gpu(table_points(df, "this run's results"), config["run_name"],
+                        Path("results"))
+
+
+def baseline_comparison(df: pd.DataFrame, config: dict[str, Any]) -> pd.DataFrame | None:
+    """This run (its first GPU) against every other GPU of the run (a GPU-model sweep) and
+    every folder in report.baselines; ratio = this run's time / the baseline's."""
+    this = _this_run(df, config)
+    folders = config["report"].get("baselines", [])
+    bases = this[1:] + [r for f in folders for r in load_runs(f, "report.baselines:")]
+    if not bases:
+        return None
+    frames = []
+    for b in bases:
+        c = compare_pair(b, this[0], DEFAULT_THRESHOLD)
+        if c["verdict"].isin(["only baseline", "only this"]).all():
+            raise CompareError(f"report.baselines: {b.label} shares no grid point with this "
+                               f"run ({config['run_name']})")
+        frames.append(c)
+    return pd.concat(frames, ignore_index=True)
+
+
+def verdict_summary(cmp: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per baseline: GPU, matched points, verdict counts and the geometric-mean time ratio."""
+    out = []
+    for label, sub in cmp.groupby("baseline", sort=False):
+        timed = sub["ratio"].dropna()
+        counts = sub["verdict"].value_counts()
+        out.append({"baseline": label, "gpu": sub["baseline_gpu"].iloc[0],
+                    "matched": int(sub["verdict"].isin(["faster", "slower", "same"]).sum()),
+                    **{v: int(counts.get(v, 0)) for v in VERDICTS},
+                    "geomean_ratio": float(np.exp(np.log(timed).mean())) if len(timed) else None})
+    return out
+
+
+def ratio_figure(sub: pd.DataFrame, experiment: str, max_hue: int = 8) -> str:
+    """PNG (data: URI) of the time ratios of one experiment's points by variant, hue = the
+    baseline (pooled into boxes when there are many baselines)."""
+    import base64
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    d = sub.dropna(subset=["ratio"])
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    if d["baseline"].nunique() <= max_hue:
+        sns.stripplot(d, x="variant", y="ratio", hue="baseline", dodge=True, ax=ax, size=4)
+    else:
+        sns.boxplot(d, x="variant", y="ratio", ax=ax, color="#8da0cb")
+    ax.axhline(1.0, color="#333", lw=0.8)
+    ax.set_yscale("log")
+    ax.set(title=f"{experiment}: this run's time / the baseline's (< 1: this run is faster)",
+           xlabel="variant", ylabel="time ratio")
+    ax.tick_params(axis="x", labelrotation=30)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def _section_rows(sub: pd.DataFrame, max_rows: int) -> list[dict[str, Any]]:
+    rows = sub.sort_values(["point_id", "baseline"]).head(max_rows)
+    return [{"point": r.point_id, "baseline": r.baseline,
+             "baseline_time": fmt_seconds(r.baseline_s), "this_time": fmt_seconds(r.this_s),
+             "ratio": f"{r.ratio:.3f}" if pd.notna(r.ratio) else "", "verdict": r.verdict}
+            for r in rows.itertuples()]
+
+
+def report_context(df: pd.DataFrame, config: dict[str, Any]) -> dict[str, Any]:
+    """What the report template's comparison blocks read (reports/templates/compare*.j2):
+    course_rows (the table that opens the report) and comparison (None without baselines:
+    summary, and per experiment rows + figure)."""
+    from cudalab import course
+
+    this = _this_run(df, config)[0] if len(df) else None
+    own = df if this is None or not this.gpu else df[df["gpu_name"].isin([this.gpu]) |
+                                                     df["gpu_name"].isna()]
+    cmp = baseline_comparison(df, config) if len(df) else None  # bad input fails first
+    ctx: dict[str, Any] = {"course_rows": course.course_table(own), "comparison": None}
+    if cmp is None:
+        return ctx
+    max_rows = config["report"]["max_table_rows"]
+    sections = {}
+    for exp, sub in cmp.groupby("experiment"):
+        timed = sub["ratio"].notna().any()
+        sections[exp] = {"rows": _section_rows(sub, max_rows), "n_rows": len(sub),
+                         "figure": ratio_figure(sub, exp) if timed else None}
+    ctx["comparison"] = {"this": this.label, "gpu": this.gpu,
+                         "summary": verdict_summary(cmp), "sections": sections,
+                         "threshold": DEFAULT_THRESHOLD}
+    return ctx
