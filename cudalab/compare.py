@@ -330,6 +330,7 @@ def ratio_figure(sub: pd.DataFrame, experiment: str, max_hue: int = 8) -> str:
     import io
 
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -343,6 +344,9 @@ def ratio_figure(sub: pd.DataFrame, experiment: str, max_hue: int = 8) -> str:
         sns.boxplot(d, x="variant", y="ratio", ax=ax, color="#8da0cb")
     ax.axhline(1.0, color="#333", lw=0.8)
     ax.set_yscale("log")
+    plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(plain)
     ax.set(title=f"{experiment}: this run's time / the baseline's (< 1: this run is faster)",
            xlabel="variant", ylabel="time ratio")
     ax.tick_params(axis="x", labelrotation=30)

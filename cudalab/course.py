@@ -147,6 +147,13 @@ def lesson_check(checks: dict[str, list[Any]], experiment: str, words: str | Non
     return "not checked in this run"
 
 
+def show(v: float | None) -> str:
+    """A number for the table: thousands grouped, else 3 significant digits."""
+    if v is None or not math.isfinite(v):
+        return ""
+    return f"{v:,.0f}".replace(",", "\u2009") if abs(v) >= 1000 else f"{v:.3g}"
+
+
 def _sentence(entry: dict[str, Any], names: dict[str, Any]) -> str:
     try:
         return entry["why"].format_map(names)
@@ -178,6 +185,9 @@ def course_table(df: pd.DataFrame, lessons: list[dict[str, Any]] | None = None,
             "course_note": c.get("note", ""), "this": value,
             "ratio": names.get("ratio"), "k80_calc": k80_value(entry.get("k80"), row),
             "check": lesson_check(checks, m["experiment"], entry.get("check")),
+            "text": {"course": show(c["value"]), "this": show(value),
+                     "ratio": show(names.get("ratio")),
+                     "k80_calc": show(k80_value(entry.get("k80"), row))},
             "why": _sentence(entry, names) if value is not None else
             "not measured in this run (experiment or point not in the grid, or not ok)",
         })
