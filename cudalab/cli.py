@@ -44,7 +44,9 @@ def plan_lines(config: dict[str, Any]) -> list[str]:
                     f"{total} grid points; aggregate, figures and report run locally")
     lines.insert(1, f"  under Slurm (--profile slurm): at most {len(names)} sbatch job(s), one "
                     f"allocation per experiment ({gpu_jobs} with --gpus=1)")
-    return lines
+    from cudalab import sweep  # issue 9: the jobs of a GPU-model sweep, per model
+
+    return lines + sweep.plan_lines(config, names)
 
 
 def slurm_submit_line(jobs: list[tuple[str, int]], n_experiments: int) -> str:

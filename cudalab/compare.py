@@ -149,7 +149,12 @@ def split_by_gpu(pts: pd.DataFrame, label: str, folder: Path) -> list[Run]:
 
 
 def load_runs(folder: Path | str, role: str = "run") -> list[Run]:
+    """The runs of a result folder: one per GPU; a GPU-model sweep's results/ (no raw/ of its
+    own, one run folder per model in gpu/<model>/) gives one per model."""
     folder = Path(folder)
+    models = sorted(p.parent for p in folder.glob("gpu/*/raw"))
+    if models and not (folder / "raw").is_dir():
+        return [r for m in models for r in load_runs(m, role)]
     return split_by_gpu(load_points(folder, role), str(folder), folder)
 
 
@@ -295,8 +300,10 @@ def _this_run(df: pd.DataFrame, config: dict[str, Any]) -> list[Run]:
 def baseline_comparison(df: pd.DataFrame, config: dict[str, Any]) -> pd.DataFrame | None:
     """This run (its first GPU) against every other GPU of the run (a GPU-model sweep) and
     every folder in report.baselines; ratio = this run's time / the baseline's."""
+    from cudalab import sweep
+
     this = _this_run(df, config)
-    folders = config["report"].get("baselines", [])
+    folders = sweep.other_model_folders(config) + config["report"].get("baselines", [])
     bases = this[1:] + [r for f in folders for r in load_runs(f, "report.baselines:")]
     if not bases:
         return None

@@ -205,3 +205,15 @@ def test_older_schema_says_what_is_missing(base, tmp_path, capsys):
         old_csv / "results.csv", index=False)
     err = _error(capsys, base, old_csv)
     assert "older schema: missing column(s) time_iqr_s, gpu_name" in err
+
+
+def test_a_sweep_results_folder_is_one_run_per_model(base, tmp_path):
+    """results/ of a GPU-model sweep: results/gpu/<model>/ are complete run folders."""
+    results = tmp_path / "results"
+    make_run(results / "gpu" / "a100")
+    make_run(results / "gpu" / "h100")
+    edit_record(results / "gpu" / "h100", "matmul", QUIET, scale(0.5))
+    runs = compare.load_runs(results)
+    assert [r.label for r in runs] == [str(results / "gpu" / m) for m in ("a100", "h100")]
+    cmp = compare.compare_runs(runs[0], runs[1:])
+    assert verdict_of(cmp, QUIET) == "faster"

@@ -49,4 +49,11 @@ onstart:
             for j in workflow.dag.needrun_jobs()
             if j.rule.name == "measure"
         )
-        print(slurm_submit_line(_jobs, len(EXPERIMENTS)), file=sys.stderr)
+        # issue 9: a GPU-model sweep's jobs (sweep.smk), named experiment@model
+        _jobs += sorted(
+            (f"{j.wildcards.experiment}@{j.wildcards.gpu_model}", 1)
+            for j in workflow.dag.needrun_jobs()
+            if j.rule.name == "measure_gpu_model"
+        )
+        print(slurm_submit_line(_jobs, len(EXPERIMENTS) * max(1, len(GPU_MODELS))),
+              file=sys.stderr)
