@@ -51,7 +51,7 @@ onstart:
         )
         # issue 9: a GPU-model sweep's jobs (sweep.smk), named experiment@model
         _jobs += sorted(
-            (f"{j.wildcards.experiment}@{j.wildcards.gpu_model}", 1)
+            (f"{j.wildcards.experiment}@{j.wildcards.gpu_model}", f"{j.wildcards.gpu_model}:1")
             for j in workflow.dag.needrun_jobs()
             if j.rule.name == "measure_gpu_model"
         )
