@@ -129,7 +129,7 @@ def cmd_compare(a: argparse.Namespace) -> int:
 
     try:
         return compare.run_command(a.runs, a.baseline, a.threshold, a.csv, a.fail_on_slower,
-                                   a.detail_runs)
+                                   a.detail_runs, a.course)
     except compare.CompareError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -151,6 +151,9 @@ def _add_compare(sub: Any) -> None:
     s.add_argument("--detail-runs", type=int, default=5,
                    help="print every point up to this many compared runs; beyond it only "
                    "points that are not 'same' (default 5)")
+    s.add_argument("--course", action="store_true",
+                   help="print the course's published numbers beside every RUN (a Markdown "
+                   "table, one row per lesson) instead of the point-by-point comparison")
     s.set_defaults(fn=cmd_compare)
 
 

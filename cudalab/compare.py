@@ -263,9 +263,24 @@ def format_text(cmp: pd.DataFrame, detail_runs: int = 5) -> str:
 
 
 # -- the command ---------------------------------------------------------------------------------
+def print_course(folders: list[str]) -> int:
+    """`cudalab compare --course`: the course's numbers beside every folder (Markdown)."""
+    from cudalab import course
+
+    tables = {}
+    for f in folders:
+        load_points(Path(f), "run")  # the same checks: exists, holds results, schema
+        tables[Path(f).name or str(f)] = course.run_table(Path(f))
+    print(course.headline_markdown(tables))
+    return 0
+
+
 def run_command(folders: list[str], baseline: str | None, threshold: float,
-                csv: str | None, fail_on_slower: bool, detail_runs: int = 5) -> int:
+                csv: str | None, fail_on_slower: bool, detail_runs: int = 5,
+                course: bool = False) -> int:
     """`cudalab compare`: 0 done, 1 a point is slower and --fail-on-slower, 2 bad input."""
+    if course:
+        return print_course(([baseline] if baseline else []) + folders)
     if not 0 <= threshold < 10:
         raise CompareError(f"--threshold {threshold}: allowed values are 0 <= t < 10 "
                            "(a relative difference, 0.05 = 5 %)")

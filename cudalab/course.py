@@ -192,3 +192,38 @@ def course_table(df: pd.DataFrame, lessons: list[dict[str, Any]] | None = None,
             "not measured in this run (experiment or point not in the grid, or not ok)",
         })
     return rows
+
+
+def run_table(folder: Path) -> pd.DataFrame:
+    """A result folder's table: its results.csv, else built from its raw records."""
+    from cudalab import results
+
+    csv = Path(folder) / "results.csv"
+    if csv.is_file():
+        return results.read_table(csv)
+    return results.build_table(results.iter_records(Path(folder) / "raw"))
+
+
+def headline_markdown(tables: dict[str, pd.DataFrame]) -> str:
+    """The course beside several runs (label -> results table), one Markdown row per lesson:
+    the course's number, then each run's (ratio to the course in brackets)."""
+    lessons = load()
+    cols = {label: course_table(df, lessons) for label, df in tables.items()}
+    head = ["lesson", "course", *[f"{label} ({_gpu(df)})" for label, df in tables.items()]]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for i, entry in enumerate(lessons):
+        c = entry["course"]
+        k80 = next(iter(cols.values()))[i]["text"]["k80_calc"] if cols else ""
+        cells = [entry["lesson"], f"{show(c['value'])} {c['unit']} ({c['gpu']}"
+                 + (f"; cudalab's calculator: {k80})" if k80 else ")")]
+        for rows in cols.values():
+            r = rows[i]
+            cells.append(f"{r['text']['this']} {r['unit']} (×{r['text']['ratio']})"
+                         if r["this"] is not None else "—")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _gpu(df: pd.DataFrame) -> str:
+    gpus = df["gpu_name"].dropna() if "gpu_name" in df else []
+    return str(gpus.iloc[0]) if len(gpus) else "no GPU"

@@ -217,3 +217,16 @@ def test_a_sweep_results_folder_is_one_run_per_model(base, tmp_path):
     assert [r.label for r in runs] == [str(results / "gpu" / m) for m in ("a100", "h100")]
     cmp = compare.compare_runs(runs[0], runs[1:])
     assert verdict_of(cmp, QUIET) == "faster"
+
+
+def test_course_beside_several_runs(base, tmp_path, capsys):
+    assert cli.main(["compare", "--course", str(REFERENCE), str(base)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == (f"| lesson | course | {REFERENCE.name} (NVIDIA H100 80GB HBM3) | "
+                      f"{base.name} (NVIDIA H100 80GB HBM3) |")
+    sms = next(line for line in out if line.startswith("| vectorAdd"))
+    # base holds no device_query: its cell is empty, the reference's is 132 SMs
+    assert sms.endswith("| 132 SMs (×10.2) | — |"), sms
+    occ = next(line for line in out if line.startswith("| occupancy: 32-thread blocks |"))
+    assert "25 % occupancy (Tesla K80; cudalab's calculator: 25)" in occ
+    assert "Traceback" not in _error(capsys, "--course", tmp_path / "missing")
