@@ -115,3 +115,19 @@ def test_a_sweep_run_compares_its_gpus(h100, tmp_path):
     assert s["geomean_ratio"] == pytest.approx(2.0)
     sms = ctx["course_rows"][0]
     assert sms["this"] == 132  # the course table is of the first GPU
+
+
+def test_workflow_checks_baselines_at_start_up(tmp_path):
+    """snakemake stops before any job with the folder named (a dry run is enough)."""
+    import subprocess
+
+    conf = tmp_path / "config.yaml"
+    conf.write_text(yaml.safe_dump({"report": {"baselines": ["old/results"]},
+                                    "experiments": {"matmul": {"variants": ["cpu"]}}}))
+    proc = subprocess.run(["snakemake", "-s", str(ROOT / "Snakefile"), "--directory",
+                           str(tmp_path), "--configfile", str(conf), "-n"],
+                          capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "report.baselines: folder old/results does not exist" in out, out
+    assert "Traceback" not in out

@@ -38,6 +38,16 @@ if workflow.is_main_process:  # not again inside every (Slurm) job
     for line in plan_lines(config):
         print(line, file=sys.stderr)
 
+# issue 9: report.baselines must be readable result folders, checked before any job runs
+if workflow.is_main_process:
+    from cudalab import compare as cudalab_compare
+
+    for _baseline in config["report"]["baselines"]:
+        try:
+            cudalab_compare.load_points(Path(_baseline), "report.baselines:")
+        except cudalab_compare.CompareError as exc:
+            raise WorkflowError(str(exc)) from None
+
 
 onstart:
     # The executor is known only now (after parsing): under Slurm, say how many sbatch
