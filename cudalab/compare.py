@@ -225,11 +225,11 @@ def fmt_seconds(s: float) -> str:
     return f"{s / 1e-9:.3g} ns"
 
 
-def _fmt_row(r: Any) -> list[str]:
+def _fmt_row(r: Any, with_run: bool) -> list[str]:
     ratio = f"{r.ratio:.3f}" if pd.notna(r.ratio) else ""
     noise = f"{100 * r.noise:.1f}%" if pd.notna(r.noise) else ""
-    return [r.point_id, r.run, fmt_seconds(r.baseline_s), fmt_seconds(r.this_s), ratio, noise,
-            r.verdict]
+    return [r.point_id, *([r.run] if with_run else []), fmt_seconds(r.baseline_s),
+            fmt_seconds(r.this_s), ratio, noise, r.verdict]
 
 
 def text_table(rows: list[list[str]], head: list[str]) -> str:
@@ -241,10 +241,13 @@ def text_table(rows: list[list[str]], head: list[str]) -> str:
 def format_text(cmp: pd.DataFrame, detail_runs: int = 5) -> str:
     """A table per experiment (every point when few runs are compared, else only the points
     that are not "same"), then the verdict counts per run."""
-    few = cmp["run"].nunique() <= detail_runs
-    head = ["point", "run", "baseline", "this", "ratio", "noise", "verdict"]
+    n_runs = cmp["run"].nunique()
+    few = n_runs <= detail_runs
+    head = ["point", *(["run"] if n_runs > 1 else []), "baseline", "this", "ratio", "noise",
+            "verdict"]
     out = [f"baseline: {cmp['baseline'].iloc[0]}"
            + (f" ({cmp['baseline_gpu'].iloc[0]})" if cmp["baseline_gpu"].iloc[0] else ""),
+           *([f"this: {cmp['run'].iloc[0]} ({cmp['gpu'].iloc[0]})"] if n_runs == 1 else []),
            "ratio = this time / baseline time (> 1: slower); noise = combined spread of the "
            "samples"]
     for exp, sub in cmp.groupby("experiment", sort=True):
@@ -252,7 +255,7 @@ def format_text(cmp: pd.DataFrame, detail_runs: int = 5) -> str:
         out.append(f"\n== {exp}: {len(sub)} comparison(s)"
                    + ("" if few else f", {len(shown)} not 'same' shown") + " ==")
         if len(shown):
-            out.append(text_table([_fmt_row(r) for r in shown.itertuples()], head))
+            out.append(text_table([_fmt_row(r, n_runs > 1) for r in shown.itertuples()], head))
     s = summary(cmp)
     out.append("\n== verdicts per run ==")
     rows = [[r["run"], r["gpu"], *[str(r[v]) for v in VERDICTS],
