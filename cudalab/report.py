@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from cudalab import results
+from cudalab import results, timing_report
 from cudalab.compare import report_context as compare_context
 from cudalab.experiments import REGISTRY
 
@@ -127,6 +127,8 @@ def build_context(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any],
         "n_points": len(df),
         "provenance": provenance,
         "telemetry": telemetry or [],
+        # issue 8: convergence and launch overhead (cudalab/timing_report.py)
+        "timing": timing_report.context(df, config["measurement"]["target_cv"]),
         "config_json": json.dumps(config, indent=1, sort_keys=True),
     }
 

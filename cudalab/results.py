@@ -36,14 +36,21 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "reason": ("string", "why a point is not ok (error message, tolerance exceeded)"),
     "n_samples": ("Int64", "timed samples kept"),
     "batch": ("Int64", "launches per sample (samples are per launch)"),
-    "timer": ("string", "cuda_event (device time) or perf_counter (host time)"),
+    "timer": ("string", "timing method: cuda_event_queued (device time, launches queued "
+              "ahead: no host launch cost), cuda_event (device time, launches issued one by "
+              "one) or perf_counter (host time)"),
     "stop_reason": ("string", "converged | budget | max_samples"),
     "time_median_s": ("float64", "median time of one launch / operation, seconds"),
     "time_iqr_s": ("float64", "interquartile range of the samples, seconds"),
     "time_cv": ("float64", "coefficient of variation of the samples (std / mean)"),
     "time_min_s": ("float64", "fastest sample, seconds"),
     "time_mean_s": ("float64", "mean sample, seconds"),
-    "n_throttled": ("Int64", "samples taken while the GPU was throttled (clock or reason)"),
+    "n_throttled": ("Int64", "samples taken while the GPU was throttled (clock or reason): "
+                    "kept in the record, left out of the statistics"),
+    "timing_note": ("string", "why the timing needs care: too few clean (unthrottled) "
+                    "samples, or a fallback from the queued method (empty: none)"),
+    "harness": ("string", "the harness settings that produced the time (JSON: warm-up, "
+                "min/max samples, target CV, budget, min sample time, cold L2, method)"),
     "flops": ("float64", "floating-point operations of one launch (declared by the experiment)"),
     "bytes": ("float64", "bytes one launch must move through device memory (declared)"),
     "gflops": ("float64", "flops / time_median_s / 1e9"),
@@ -159,6 +166,8 @@ def record_to_row(rec: dict[str, Any]) -> dict[str, Any]:
         "time_min_s": t.get("min", math.nan) if ok else math.nan,
         "time_mean_s": t.get("mean", math.nan) if ok else math.nan,
         "n_throttled": t.get("n_throttled"),
+        "timing_note": t.get("timing_note", ""),
+        "harness": json.dumps(t["harness"], sort_keys=True) if t.get("harness") else None,
         "flops": work.get("flops", math.nan),
         "bytes": work.get("bytes", math.nan),
         "gflops": _safe_div(work.get("flops"), med) / 1e9,
