@@ -12,6 +12,7 @@ configfile: "config.yaml"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/measure.smk"
+include: "workflow/rules/sweep.smk"  # issue 9: GPU-model sweep (slurm.gpu_models)
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/report.smk"

@@ -61,6 +61,16 @@ if workflow.is_main_process:  # not again inside every (Slurm) job
               "they run (pip install -e '.[gpu]'; under Slurm only the compute nodes); "
               "README: Troubleshooting the pycuda build", file=sys.stderr)
 
+# issue 9: report.baselines must be readable result folders, checked before any job runs
+if workflow.is_main_process:
+    from cudalab import compare as cudalab_compare
+
+    for _baseline in config["report"]["baselines"]:
+        try:
+            cudalab_compare.load_points(Path(_baseline), "report.baselines:")
+        except cudalab_compare.CompareError as exc:
+            raise WorkflowError(str(exc)) from None
+
 
 onstart:
     # The executor is known only now (after parsing): under Slurm, say how many sbatch
@@ -72,4 +82,11 @@ onstart:
             for j in workflow.dag.needrun_jobs()
             if j.rule.name == "measure"
         )
-        print(slurm_submit_line(_jobs, len(EXPERIMENTS)), file=sys.stderr)
+        # issue 9: a GPU-model sweep's jobs (sweep.smk), named experiment@model
+        _jobs += sorted(
+            (f"{j.wildcards.experiment}@{j.wildcards.gpu_model}", f"{j.wildcards.gpu_model}:1")
+            for j in workflow.dag.needrun_jobs()
+            if j.rule.name == "measure_gpu_model"
+        )
+        print(slurm_submit_line(_jobs, len(EXPERIMENTS) * max(1, len(GPU_MODELS))),
+              file=sys.stderr)
