@@ -262,11 +262,8 @@ def _open_gpu(job: Job) -> None:
     try:
         job.gpu = gpumod.open_session(job.config["gpu_index"])
     except gpumod.NoGpuError as exc:
-        slurm = job.env.get("slurm_job_id")
-        if slurm:
-            raise gpumod.NoGpuError(
-                f"{exc} This Slurm job ({slurm} on node {job.env.get('slurm_node') or '?'}) "
-                "asked for a GPU and found none.") from exc
+        if job.env.get("slurm_job_id"):
+            raise  # a Slurm job that asked for a GPU: its message names job, node and GPUs
         cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
         job.no_gpu = (f"not measured: no GPU here ({exc.why or exc}; CUDA_VISIBLE_DEVICES="
                       f"{'unset' if cvd is None else repr(cvd)})")

@@ -14,7 +14,7 @@ rule html_report:
         telemetry=directory(f"{RESULTS}/figures/_telemetry"),
     params:
         figures=f"{RESULTS}/figures",
-        results=RESULTS,
+        results=MEASURED,  # sweep.smk: its telemetry/ is this run's
     log:
         f"{RESULTS}/logs/report.log",
     conda:
