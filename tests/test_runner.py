@@ -87,6 +87,27 @@ def test_the_stop_rule_never_stops_before_min_samples():
         assert t.stop_reason == "converged"
 
 
+def test_a_spent_budget_still_waits_for_min_samples():
+    """Noisy samples never converge and the budget (0 s) is spent at once: the job still
+    takes min_samples before it stops."""
+    for min_samples in (12, 40):
+        s = Settings(warmup=0, min_samples=min_samples, max_samples=500, target_cv=1e-9,
+                     budget_s=0.0, min_sample_s=0)
+        t = Harness(s).measure(lambda: None, _NoisyTimer())
+        assert t.n >= min_samples and t.stop_reason == "budget", (min_samples, t.n)
+
+
+class _NoisyTimer:
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.k = 0
+
+    def time(self, fn, reps):
+        self.k += 1
+        return (1e-3 if self.k % 2 else 3e-3) * reps
+
+
 class _ConstantTimer:
     name = "fake"
 
