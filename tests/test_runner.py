@@ -8,6 +8,7 @@ import json
 import sys
 import types
 
+import numpy as np
 import pytest
 
 from cudalab import config as cfg
@@ -179,3 +180,27 @@ def test_a_declared_reason_lets_an_unchecked_gpu_result_pass():
     assert runner.judge(Result(_timing()), gpu_point=False) == ("ok", "")
     bad = Result(_timing(), check=Check(2.0, 1.0, "abs"))
     assert runner.judge(bad, gpu_point=True)[0] == "wrong"
+
+
+# -- the job cache ---------------------------------------------------------------------------
+class _Alloc:
+    def __init__(self) -> None:
+        self.freed = 0
+
+    def free(self) -> None:
+        self.freed += 1
+
+
+def test_the_job_cache_keeps_one_value_per_slot_and_leaves_other_slots_alone():
+    from cudalab.experiments.base import JobCache
+
+    cache = JobCache()
+    kept = cache.keep("driver", lambda: object())
+    assert cache.keep("driver", lambda: 1 / 0) is kept  # made once
+    first = cache.one_per_slot("inputs", ("n", 1), lambda: {"dev": _Alloc()})
+    out = cache.one_per_slot("out", ("out", 1), lambda: (_Alloc(), np.zeros(2)))
+    assert cache.one_per_slot("inputs", ("n", 1), lambda: 1 / 0) is first
+    second = cache.one_per_slot("inputs", ("n", 2), lambda: {"dev": _Alloc()})
+    assert first["dev"].freed == 1 and second["dev"].freed == 0  # the old size is freed
+    assert ("n", 1) not in cache and cache["driver"] is kept and cache[("out", 1)] is out
+    assert out[0].freed == 0  # another slot: untouched
