@@ -111,7 +111,8 @@ def cmd_report(a: argparse.Namespace) -> int:
     config = _config(a.config)
     df = results.read_table(Path(a.table))
     tele = telemetry_report.sections(Path(a.results))
-    out = report.render(df, Path(a.figures), config, Path(a.out), tele)
+    out = report.render(df, Path(a.figures), config, Path(a.out), tele,
+                        results_dir=Path(a.results))
     print(f"report: {out.resolve()}")
     return 0
 

@@ -12,5 +12,6 @@ with tee_to(snakemake.log[0]):  # noqa: F821
     df = results.read_table(Path(snakemake.input.table))  # noqa: F821
     tele = telemetry_report.sections(Path(snakemake.params.results))  # noqa: F821
     out = report.render(df, Path(snakemake.params.figures), snakemake.config,  # noqa: F821
-                        Path(snakemake.output[0]), tele)  # noqa: F821
+                        Path(snakemake.output[0]), tele,  # noqa: F821
+                        results_dir=Path(snakemake.params.results))  # noqa: F821 (report: raw links)
     print(f"report: {out.resolve()}", file=sys.stderr)

@@ -130,6 +130,10 @@ class Experiment:
     # Other experiments' blocks this one's grid reads (static_analysis: matmul's register
     # tiles): grid() gets the whole config, and the workflow reruns the job when they change.
     reads_blocks: tuple[str, ...] = ()
+    # Report hooks (owned by the report): "Try this" as (config change, what to expect and
+    # why) pairs and questions for the reader, shown at the end of the section.
+    try_this: list[tuple[str, str]] = []
+    questions: list[str] = []
 
     def check_config(self, block: dict[str, Any]) -> list[str]:
         """Cross-field rules the schema cannot express; messages start with the key."""
@@ -158,6 +162,10 @@ class Experiment:
         raise NotImplementedError
 
     def expectations(self, df: pd.DataFrame) -> list[Expectation]:
+        return []
+
+    def tables(self, df: pd.DataFrame) -> list[dict[str, str]]:
+        """Small extra tables for the report section: [{"title": ..., "html": ...}]."""
         return []
 
     # shared helpers -------------------------------------------------------------------
