@@ -205,7 +205,7 @@ def test_synthetic_frame_is_a_valid_table():
 
 def test_expectations_pass_on_plausible_synthetic_data():
     ex = EXP.expectations(synthetic_frame())
-    assert len(ex) == 2
+    assert len(ex) == 3  # exact, shared vs global, constant vs global
     assert all(e.passed for e in ex), [(e.claim, e.evidence) for e in ex]
     assert "27/27" in ex[0].evidence
     assert "shared is 1.09x the speed of global at 8192x8192" in ex[1].evidence
@@ -224,7 +224,8 @@ def test_expectations_fail_when_the_data_says_so():
 def test_expectations_without_shared_say_less():
     df = synthetic_frame()
     ex = EXP.expectations(df[df["variant"] != "shared"])
-    assert len(ex) == 1
+    assert len(ex) == 2 and "constant" in ex[1].claim
+    assert len(EXP.expectations(df[df["variant"] == "global"])) == 1
 
 
 def test_plot_draws_one_panel_per_size_with_units():

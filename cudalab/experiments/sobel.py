@@ -238,7 +238,20 @@ class Sobel(Experiment):
                 f"shared is {r:.2f}x the speed of global at {big['size'].iloc[0]} "
                 f"(best: shared {_best_shape(big, 'shared')}, "
                 f"global {_best_shape(big, 'global')})"))
+        if {"global", "constant"} <= set(best.index):
+            r = best["global"] / best["constant"]
+            out.append(Expectation(
+                "weights in constant memory cost nothing: the constant-memory kernel runs at "
+                f"least {CONSTANT_SPEED:g}x the speed of the global one (every thread of a "
+                "warp reads the same weight, served by one broadcast), best block shape "
+                "each, largest image", bool(r >= CONSTANT_SPEED),
+                f"constant is {r:.2f}x the speed of global at {big['size'].iloc[0]} "
+                f"(best: constant {_best_shape(big, 'constant')}, "
+                f"global {_best_shape(big, 'global')})"))
         return out
+
+
+CONSTANT_SPEED = 0.95  # constant-memory weights vs computed weights, 5 % noise allowed
 
 
 def _best_shape(d: pd.DataFrame, variant: str) -> str:
