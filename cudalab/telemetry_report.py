@@ -19,7 +19,6 @@ import pandas as pd
 from cudalab.telemetry import parse_nvidia_smi_csv, throttling_samples
 
 
-
 def load_jobs(results_dir: Path) -> list[dict[str, Any]]:
     jobs = []
     for m in sorted(Path(results_dir).glob("raw/*/_manifest.json")):

@@ -437,7 +437,8 @@ class Matmul(Experiment):
                 sh = small["m_copy_share"].median()
                 out.append(Expectation(
                     "copies (H2D + D2H) are more than 50% of the end-to-end time of the "
-                    "smallest product", bool(sh > 0.5), f"H2D + D2H = {100 * sh:.0f}% at {small['size'].iloc[0]}"))
+                    "smallest product", bool(sh > 0.5),
+                    f"H2D + D2H = {100 * sh:.0f}% at {small['size'].iloc[0]}"))
         return out
 
     @staticmethod
@@ -479,7 +480,8 @@ class Matmul(Experiment):
 
     @staticmethod
     def _cublas_expectation(big: pd.DataFrame, at: str, df: pd.DataFrame) -> list[Expectation]:
-        claim = "cuBLAS SGEMM is the ceiling: no kernel here is faster at the largest size (ratio <= 1)"
+        claim = ("cuBLAS SGEMM is the ceiling: no kernel here is faster at the largest size "
+                 "(ratio <= 1)")
         cub = big[big["variant"] == "cublas"]
         if cub.empty:
             rows = df[df["variant"] == "cublas"]

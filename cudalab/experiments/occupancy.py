@@ -462,7 +462,8 @@ class Occupancy(Experiment):
             best = vec["gbps"].max()
             r = low["gbps"].median() / best
             out.append(Expectation(
-                "below 25 % occupancy a memory-bound kernel loses bandwidth",
+                "below 25 % occupancy a memory-bound kernel loses at least 10 % of its "
+                "best bandwidth (median of those points)",
                 bool(r < 0.9),
                 f"median {low['gbps'].median():.0f} GB/s at < 25 % occupancy "
                 f"({len(low)} points) vs best {best:.0f} GB/s ({100 * r:.0f} %)"))
