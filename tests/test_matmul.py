@@ -443,7 +443,11 @@ def test_gflops_figure_has_a_panel_per_lesson_and_percentages_of_cublas(tmp_path
     matplotlib.use("Agg")
     fig = EXP.plot("gflops", _table(synthetic_records()))
     axes = fig.get_axes()
-    assert [a.get_title() for a in axes] == [t for t, _ in mm.PANELS]
+    assert [a.get_title() for a in axes] == [t for t, _ in mm.PANELS] + [
+        "the course's product 160x240.240x320"]
+    # square sizes on a numeric log2 axis (1000 is labelled here: no 1024 beside it)
+    assert axes[0].get_xscale() == "log"
+    assert [t.get_text() for t in axes[0].get_xticklabels()] == ["256", "1000", "4096"]
     legend = [t.get_text() for t in axes[2].get_legend().get_texts()]
     assert "register 8x8 (128x128x8): 50% at 4096" in legend
     assert "cuBLAS SGEMM (ceiling)" in legend
