@@ -12,6 +12,8 @@ SLACK_PX = 1.0
 def _tick_labels(ax: Any) -> list[Any]:
     out = []
     for axis, lim in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+        if not axis.get_visible():  # a twin's shared axis is not drawn
+            continue
         lo, hi = min(lim), max(lim)
         span = (hi - lo) * 1e-9
         for tick in axis.get_major_ticks() + axis.get_minor_ticks():
@@ -31,7 +33,8 @@ def texts(fig: Any) -> list[Any]:
     for ax in fig.axes:
         if not ax.get_visible() or not ax.axison and not ax.texts:
             continue
-        found += [ax.title, ax._left_title, ax._right_title, ax.xaxis.label, ax.yaxis.label]
+        found += [ax.title, ax._left_title, ax._right_title]
+        found += [a.label for a in (ax.xaxis, ax.yaxis) if a.get_visible()]
         found += _tick_labels(ax) + list(ax.texts)
         leg = ax.get_legend()
         if leg is not None and leg.get_visible():

@@ -298,7 +298,7 @@ def test_smoke_grid_through_the_runner_on_a_fake_gpu(tmp_path, monkeypatch):
     row = df[(df["p_height"] == 37) & (df["p_width"] == 50)].iloc[0]
     assert row["bytes"] == 2 * 37 * 50
     assert EXP.plot("gbps", df) is not None
-    assert len(EXP.expectations(df)) == 2
+    assert len(EXP.expectations(df)) == 3  # exact, shared vs global, constant vs global
 
 
 def test_constant_weights_must_reach_the_device(tmp_path, monkeypatch):

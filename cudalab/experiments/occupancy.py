@@ -344,7 +344,7 @@ class Occupancy(Experiment):
             kernels = [v for v in VARIANTS if v in set(d["variant"])]
             ncol = 2 if len(kernels) > 1 else 1
             nrow = -(-len(kernels) // ncol)
-            fig, axes = plt.subplots(nrow, ncol, figsize=(6.5 * ncol, 4.2 * nrow), squeeze=False)
+            fig, axes = plt.subplots(nrow, ncol, figsize=(5.5 * ncol, 4.2 * nrow), squeeze=False)
             pal = sns.color_palette("deep")
             for ax, v in zip(axes.flat, kernels):
                 k = d[d["variant"] == v]

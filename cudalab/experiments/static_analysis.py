@@ -131,7 +131,8 @@ class StaticAnalysis(Experiment):
     figures = {
         "occupancy": "Theoretical occupancy against block size of every kernel (and compile "
         "variant) for the newest analysed architecture, from ptxas' registers and shared "
-        "memory (plus dynamic_smem_bytes).",
+        "memory (plus dynamic_smem_bytes); each cell gives the occupancy in %, shown every 64 "
+        "threads per block (and at 32): results.csv has every multiple of 32.",
         "registers": "Registers per thread of every kernel on every target architecture "
         "(spilling kernels marked).",
     }
@@ -265,16 +266,20 @@ class StaticAnalysis(Experiment):
                           if r["m_smem_static"] + r["m_dynamic_smem"] else "") + ")")
                 grid[lab] = [100 * o.occupancy for o in curve]
             heat = pd.DataFrame(grid, index=BLOCK_SIZES).T
-            fig, ax = plt.subplots(figsize=(13, 1.6 + 0.34 * len(heat)))
+            # every 64 threads (and 32): a number fits in each cell at the report's width
+            heat = heat[[b for b in BLOCK_SIZES if b == 32 or b % 64 == 0]]
+            annot = heat.map(lambda v: "" if v == 0 else f"{v:.0f}")
+            fig, ax = plt.subplots(figsize=(11, 1.8 + 0.3 * len(heat)))
             sns.heatmap(heat, vmin=0, vmax=100, cmap="viridis", ax=ax, linewidths=0.3,
+                        annot=annot, fmt="", annot_kws={"fontsize": 6.5},
                         cbar_kws={"label": "theoretical occupancy (%)"})
-            ax.set_xticks([i + 0.5 for i in range(len(BLOCK_SIZES))], BLOCK_SIZES,
+            ax.set_xticks([i + 0.5 for i in range(heat.shape[1])], list(heat.columns),
                           rotation=90, fontsize=8)
             ax.set(xlabel="threads per block", ylabel="",
-                   title=f"Theoretical occupancy from ptxas resource usage, {arch} "
-                         f"(cc {devicespec.spec(arch).cc}); black = cannot launch "
+                   title=f"Theoretical occupancy (%) from ptxas resource usage, {arch} "
+                         f"(cc {devicespec.spec(arch).cc})\nblack = cannot launch "
                          "(registers, shared memory or __launch_bounds__)")
-            ax.tick_params(axis="y", labelsize=8)
+            ax.tick_params(axis="y", labelsize=7.5)
             # blocks that cannot launch at all: black
             for i, row in enumerate(heat.to_numpy()):
                 for j, v in enumerate(row):
@@ -291,13 +296,13 @@ class StaticAnalysis(Experiment):
             pivot, spill = pivot[cols], spill.reindex(columns=cols)
             annot = pivot.map(lambda v: "" if pd.isna(v) else f"{int(v)}")
             annot = annot.where(~(spill.fillna(0) > 0), annot + "*")
-            fig, ax = plt.subplots(figsize=(4.5 + 1.0 * len(cols), 1.4 + 0.32 * len(pivot)))
+            fig, ax = plt.subplots(figsize=(4.5 + 1.0 * len(cols), 1.4 + 0.32 * len(pivot)),
+                                   layout="constrained")  # fits the colour bar's label too
             sns.heatmap(pivot, annot=annot, fmt="", cmap="rocket_r", ax=ax,
                         cbar_kws={"label": "registers per thread"}, linewidths=0.5)
             ax.set(xlabel="target architecture", ylabel="",
                    title="Registers per thread (ptxas)\n* = spills to local memory")
             ax.tick_params(axis="x", rotation=0)
-            fig.tight_layout()
             return fig
         raise KeyError(name)
 

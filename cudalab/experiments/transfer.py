@@ -238,15 +238,15 @@ class Transfer(Experiment):
         link, theo = _link_of(d)
         palette = dict(zip(MEMORY, sns.color_palette("deep", len(MEMORY))))
         ticks = sorted(d["size"].unique())
-        if len(ticks) > 12:
-            ticks = ticks[:: math.ceil(len(ticks) / 12)]
+        if len(ticks) > 7:  # labels of 7 sizes fit a panel's width unrotated
+            ticks = ticks[:: math.ceil(len(ticks) / 7)]
         for ax, direction in zip(axes[0], dirs):
             sub = d[d["direction"] == direction]
             sns.lineplot(data=sub, x="size", y="gbps", hue="memory", palette=palette,
                          hue_order=[m for m in MEMORY if m in set(sub["memory"])],
                          marker="o", ax=ax)
             ax.set_xscale("log", base=2)
-            ax.set_xticks(ticks, [bytes_label(t) for t in ticks], rotation=30, ha="right")
+            ax.set_xticks(ticks, [bytes_label(t) for t in ticks])
             if math.isfinite(theo):
                 ax.axhline(theo, ls="--", color="0.3", lw=1,
                            label=f"PCIe theoretical ({theo:.0f} GB/s)")
