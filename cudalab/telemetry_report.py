@@ -18,6 +18,10 @@ import pandas as pd
 
 from cudalab.telemetry import parse_nvidia_smi_csv, throttling_samples
 
+# A job shorter than this many samples (device_query) gets no figure of its own: its
+# axes would be empty; the run's summary figure still shows it.
+MIN_FIGURE_SAMPLES = 3
+
 
 def load_jobs(results_dir: Path) -> list[dict[str, Any]]:
     jobs = []
@@ -192,13 +196,15 @@ def sections(results_dir: Path) -> list[dict[str, Any]]:
         smi = tdir / "nvidia_smi.csv"
         if smi.exists():
             df = load_samples(smi, m)
-            fig = plot_job(smi, m, df)
+            fig = plot_job(smi, m, df) if len(df) >= MIN_FIGURE_SAMPLES else None
             if fig is not None:
                 png = save(fig, tdir / "telemetry")[0]
                 entry["src"] = data_uri(png)
                 entry["caption"] = caption_text(m, summarize_job(df, m))
             elif not entry["status"]:
-                entry["status"] = "nvidia-smi wrote no usable samples for this job."
+                entry["status"] = (f"only {len(df)} nvidia-smi samples: too few for a figure"
+                                   if len(df) else
+                                   "nvidia-smi wrote no usable samples for this job.")
         elif (m.get("telemetry") or {}).get("nvidia_smi") == "ok":
             entry["status"] = (entry["status"] + " " if entry["status"] else "") + \
                 f"nvidia-smi samples missing ({smi} not found)."
@@ -236,7 +242,9 @@ def plot_run(df: pd.DataFrame, jobs: list[dict[str, Any]]):
               if c and c in df and df[c].notna().any()]
     fig, axes = plt.subplots(len(panels), 1, figsize=(9, 1.6 * len(panels) + 1.6),
                              sharex=True, squeeze=False)
-    colors = sns.color_palette("tab20", len(jobs))
+    jobs = sorted(jobs, key=lambda m: m["t_start"])  # legend in the order they ran
+    pal = sns.color_palette("tab20", 20)
+    colors = [pal[i % 20] for i in list(range(0, 20, 2)) + list(range(1, 20, 2))]
     for ax, (col, lab) in zip(axes[:, 0], panels):
         for m, c in zip(jobs, colors):
             ax.axvspan(m["t_start"] - t0, m["t_end"] - t0, color=c, alpha=0.35, lw=0,
@@ -255,7 +263,7 @@ def plot_run(df: pd.DataFrame, jobs: list[dict[str, Any]]):
     fig.suptitle("GPU telemetry of the whole run (nvidia-smi samples; dashed: max SM clock; "
                  "red triangles: throttled)", fontsize=10)
     rows = -(-len(jobs) // min(6, len(jobs)))
-    fig.tight_layout(rect=(0, 0.05 + 0.045 * rows, 1, 1))
+    fig.tight_layout(rect=(0, 0.02 + 0.05 * rows, 1, 1))
     return fig
 
 
@@ -269,7 +277,8 @@ def run_caption(df: pd.DataFrame, jobs: list[dict[str, Any]]) -> str:
         parts.append(f"SM clock {fmt.integer(clock.min())}–{fmt.integer(clock.max())} MHz "
                      f"(median {fmt.integer(clock.median())})")
     if power:
-        parts.append(f"power {fmt.integer(round(df[power].min()))}–"
+        parts.append(f"{'instant ' if power.endswith('instant') else ''}power "
+                     f"{fmt.integer(round(df[power].min()))}–"
                      f"{fmt.integer(round(df[power].max()))} W")
     if "temperature.gpu" in df and df["temperature.gpu"].notna().any():
         parts.append(f"GPU {fmt.integer(df['temperature.gpu'].min())}–"
