@@ -13,7 +13,6 @@ bx, by (block shape: bx threads along a row, by along a column).
 from __future__ import annotations
 
 import math
-
 from typing import Any
 
 import numpy as np
