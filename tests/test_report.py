@@ -42,7 +42,7 @@ def test_report_has_summary_device_sections_and_checks(rendered):
     for needle in ["h100-recorded", "NVIDIA H100 80GB HBM3", "Device and run",
                    "Matrix multiplication", "Expected effects", "Provenance",
                    "every GPU result matches the float64 CPU reference",
-                   "shared-memory tiling beats the naive kernel", "15 ok"]:
+                   "shared-memory tiling (best tile) is at least 1.2x faster", "15 ok"]:
         assert needle in html, needle
 
 
@@ -121,3 +121,44 @@ def test_report_loads_in_headless_chromium_without_errors(rendered, tmp_path):
     assert len(images) == 2
     for img in images:
         assert img["ok"] and img["w"] > 100 and img["h"] > 100, img
+
+
+# -- teaching: "Try this" and questions -------------------------------------------------------
+def _apply_change(config: dict, change: str) -> dict:
+    """'a.b.c: <yaml>' applied to a copy of config; keys that are not top-level config keys
+    are under experiments."""
+    import copy
+
+    import yaml
+
+    m = re.match(r"^([\w.]+): (.+)$", change)
+    assert m, f"not a config change: {change!r}"
+    keys, value = m.group(1).split("."), yaml.safe_load(m.group(2))
+    out = copy.deepcopy(config)
+    node = out if keys[0] in cfg.full_schema()["properties"] else out["experiments"]
+    for k in keys[:-1]:
+        node = node.setdefault(k, {})
+    node[keys[-1]] = value
+    return out
+
+
+def test_every_experiment_has_try_this_and_questions_that_are_valid_configs():
+    import yaml
+
+    from cudalab.experiments import REGISTRY
+
+    base = yaml.safe_load((ROOT / "config.yaml").read_text())
+    for name, exp in REGISTRY.items():
+        assert 2 <= len(exp.try_this) <= 3, name
+        assert 2 <= len(exp.questions) <= 3, name
+        for change, expect in exp.try_this:
+            assert len(expect) > 40, (name, change)  # what to expect, and why
+            cfg.validate(_apply_change(base, change))  # raises ConfigError if not valid
+        assert all(q.endswith("?") or q.endswith(".") for q in exp.questions), name
+
+
+def test_try_this_and_questions_are_rendered(rendered):
+    path, _ = rendered
+    page = path.read_text()
+    assert "<h3>Try this</h3>" in page and "<h3>Questions</h3>" in page
+    assert "<code>matmul.tiles: [8]</code>" in page

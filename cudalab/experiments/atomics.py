@@ -123,6 +123,24 @@ class Atomics(Experiment):
         "Dashed line: the tolerance.",
     }
 
+    # -- teaching (report) ----------------------------------------------------------------
+    try_this = [
+        ("atomics.counter_launches: [[1, 32], [1, 1024], [1024, 1024]]", "one warp: the "
+         "racy count is 1 (32 threads read 0 together); one block: a few; many blocks: "
+         "still a handful, never the expected count"),
+        ("atomics.sum_block: 1024", "bigger blocks in the reduction: fewer atomics (one per "
+         "block), a deeper tree; the time changes little, the error stays small"),
+        ("atomics.sum_sizes: [1000]", "a tiny sum: both kernels take microseconds and the "
+         "reduction's advantage disappears in the launch cost"),
+    ]
+    questions = [
+        "Why does the racy counter end at a handful rather than at, say, half the "
+        "expected count?",
+        "Why is a float sum by atomicAdd both slow and less accurate than the tree "
+        "reduction?",
+        "Would the racy count be the same on every run? Look at the run-by-run table.",
+    ]
+
     def check_config(self, block: dict[str, Any]) -> list[str]:
         msgs = []
         for i, (g, b) in enumerate(block["counter_launches"]):

@@ -143,6 +143,23 @@ class Coalescing(Experiment):
         "and tile padded against bank conflicts.",
     }
 
+    # -- teaching (report) ----------------------------------------------------------------
+    try_this = [
+        ("measurement.cold_l2: true", "little changes at 2^26 floats (256 MiB per array "
+         "does not fit L2), which shows these numbers are DRAM traffic"),
+        ("coalescing.strides: [1, 2, 4, 8, 16, 32, 64]", "beyond 32 floats every element "
+         "already costs a whole 32-byte sector: the curve flattens at its worst"),
+        ("coalescing.transpose_sizes: [1024, 1025]", "an edge no tile divides: the bounds "
+         "checks cost little, but the padded and unpadded tiles still differ"),
+    ]
+    questions = [
+        "A warp reads 32 consecutive floats: how many 32-byte sectors is that, and how many "
+        "at stride 2 and stride 32?",
+        "Why does an offset of 1 cost so little on this GPU?",
+        "In the naive transpose, is it the reads or the writes that are not coalesced, and "
+        "how does the shared tile fix that?",
+    ]
+
     def check_config(self, block: dict[str, Any]) -> list[str]:
         if "offset" in block["variants"]:
             bad = [o for o in block["offsets"] if o >= block["n"]]

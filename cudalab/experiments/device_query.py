@@ -111,6 +111,24 @@ class DeviceQuery(Experiment):
     smoke: dict[str, Any] = {}
     figures: dict[str, str] = {}
 
+    # -- teaching (report) ----------------------------------------------------------------
+    try_this = [
+        ("device_query.clock_source: nvml", "the peaks are computed from NVML's maximum "
+         "clocks instead of the driver's attributes; on most GPUs the numbers agree, "
+         "where they differ the 'Clocks read from' line says which one the other "
+         "experiments were compared with"),
+        ("gpu_index: 1", "on a machine with two GPUs the whole run moves to the second "
+         "one: if it is another model, SMs, bus width and clocks change, and with them both "
+         "peaks and every % of peak in this report"),
+    ]
+    questions = [
+        "Derive the DRAM peak from the memory clock and bus width above: why the factor 2?",
+        "FP32 peak = 2 x cores x clock: where does the 2 come from, and which kernel here "
+        "could ever reach it?",
+        "How many warps can one SM hold at once, and how does that bound the occupancy "
+        "experiment's curves?",
+    ]
+
     def points(self, block: dict[str, Any]) -> list[Point]:
         return [Point(self.name, "device", {"clock_source": block["clock_source"]})]
 

@@ -116,6 +116,22 @@ class FastMath(Experiment):
         "at the largest size. Dashed lines: the tolerances.",
     }
 
+    # -- teaching (report) ----------------------------------------------------------------
+    try_this = [
+        ("fast_math.iterations: [1]", "one sin/exp per element: the kernel is memory-bound "
+         "and fast math gains almost nothing"),
+        ("fast_math.variants: [precise, intrinsics]", "only the hand-written __sinf / "
+         "__expf build beside the precise one: it lands close to -use_fast_math, which "
+         "swaps the same intrinsics in for you; compare their times and errors"),
+    ]
+    questions = [
+        "Why does -use_fast_math speed up this kernel only when the iteration count is "
+        "large?",
+        "__sinf is accurate for small arguments: what happens to its error for |x| of "
+        "thousands?",
+        "Name a computation where 4e-7 relative error is fine, and one where it is not.",
+    ]
+
     def check_config(self, block: dict[str, Any]) -> list[str]:
         if block["tolerance_fast"] < block["tolerance_precise"]:
             return [f"tolerance_fast: {block['tolerance_fast']} is below tolerance_precise "

@@ -192,6 +192,25 @@ class Matmul(Experiment):
     }
 
     # -- config ------------------------------------------------------------------------
+    # -- teaching (report) ----------------------------------------------------------------
+    try_this = [
+        ("measurement.cold_l2: true", "the naive kernel loses most: its re-reads of A and "
+         "B were served by the 50 MiB L2; the tiled kernels, which reuse data in shared "
+         "memory, lose less, so the tiling gain grows"),
+        ("matmul.tiles: [8]", "only TILE 8: 8x less reuse per load than TILE 32 and only 64 "
+         "threads per block; tiled falls towards naive and the tiling check may fail"),
+        ("matmul.sizes: [[160, 240, 320], [1600, 2400, 3200]]", "the course's shape ten "
+         "times larger in each dimension: the copies' share of the end-to-end time drops "
+         "because the arithmetic grows as n^3 and the data as n^2"),
+    ]
+    questions = [
+        "How many global-memory loads does the naive kernel make per output element, and "
+        "how many does a TILE x TILE tiled kernel make?",
+        "Why does padding the shared tile by one float remove the bank conflict?",
+        "Why is cuBLAS slower than the course's kernels at 256 x 256 but far faster than "
+        "the best of them at 4096?",
+    ]
+
     def check_config(self, block: dict[str, Any]) -> list[str]:
         msgs = []
         for i, size in enumerate(block.get("sizes", [])):

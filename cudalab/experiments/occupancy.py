@@ -123,6 +123,24 @@ class Occupancy(Experiment):
     }
 
     # -- grid --------------------------------------------------------------------------
+    # -- teaching (report) ----------------------------------------------------------------
+    try_this = [
+        ("occupancy.live_values: 32", "vec_mul_regs uses fewer registers, its occupancy "
+         "curve rises and blocks of 800+ threads can launch again"),
+        ("occupancy.smem_bytes: 49152", "more dynamic shared memory per block: fewer blocks "
+         "fit an SM and vec_mul_smem's occupancy falls at every block size"),
+        ("occupancy.matmul_tiles: [8, 16, 32]", "the calculator's best tile must be among "
+         "the measured ones; compare its pick with the fastest measured tile"),
+    ]
+    questions = [
+        "Which resource limits vec_mul_regs at 256 threads per block (registers, shared "
+        "memory, warps or blocks)? Compute it by hand from the registers per thread.",
+        "Occupancy went up but the kernel did not get faster: when is more occupancy "
+        "useless?",
+        "Why do the occupancy curves zig-zag with the block size instead of changing "
+        "smoothly?",
+    ]
+
     def points(self, block: dict[str, Any]) -> list[Point]:
         pts = []
         for v in block["variants"]:

@@ -105,6 +105,25 @@ class Sobel(Experiment):
         "reach a quarter of it; elsewhere the panel says it is off the scale.",
     }
 
+    # -- teaching (report) ----------------------------------------------------------------
+    try_this = [
+        ("measurement.cold_l2: true", "the 2048 x 2048 image (4 MiB in) no longer starts "
+         "in L2: global and constant lose most, and the shared tile's single load of each "
+         "pixel matters more"),
+        ("sobel.block_shapes: [[64, 4], [8, 32]]", "64 x 4 reads whole rows (coalesced) "
+         "but has a larger halo share; 8 x 32 reads short row pieces: slower"),
+        ("sobel.threshold: 0", "every pixel with any gradient is an edge: the edge map "
+         "changes, the time does not (no branch divergence to speak of)"),
+    ]
+    questions = [
+        "How many times is each input pixel read by the global-memory kernel, and how many "
+        "times from DRAM if the caches work perfectly?",
+        "Why can the shared-memory kernel be slower than the global one on a GPU with a "
+        "large L1 cache?",
+        "Why does constant memory suit the Sobel weights (hint: which threads read which "
+        "address at the same time)?",
+    ]
+
     def check_config(self, block: dict[str, Any]) -> list[str]:
         msgs = []
         for i, (bx, by) in enumerate(block["block_shapes"]):

@@ -138,6 +138,22 @@ class StaticAnalysis(Experiment):
     }
 
     # -- grid --------------------------------------------------------------------------
+    # -- teaching (report) ----------------------------------------------------------------
+    try_this = [
+        ("static_analysis.archs: [sm_70, sm_90]", "an older target: register counts "
+         "change, and so does the occupancy the same kernel reaches"),
+        ("matmul.register_tiles: [{rt: 2, bt: 32, bk: 32}]", "matmul_register is analysed "
+         "once per register tile of the matmul block: with only the 2 x 2 tile, the 8 x 8 "
+         "rows (128 registers, 25 % occupancy) leave both figures"),
+    ]
+    questions = [
+        "Why is the register count of the same kernel different for sm_75 and sm_90?",
+        "What does a register spill cost at run time, and where does the spilled value "
+        "live?",
+        "__launch_bounds__(256) lets matmul_register use more registers: what does it "
+        "forbid in return?",
+    ]
+
     def check_config(self, block: dict[str, Any]) -> list[str]:
         msgs = []
         for f in block.get("files", []):

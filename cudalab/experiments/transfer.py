@@ -137,6 +137,22 @@ class Transfer(Experiment):
         "pageable and pinned host memory; dashed: the PCIe link's theoretical bandwidth.",
     }
 
+    # -- teaching (report) ----------------------------------------------------------------
+    try_this = [
+        ("transfer.step: 2", "twice as many sizes: see where the curves bend, from "
+         "latency-bound (time flat) to bandwidth-bound (GB/s flat)"),
+        ("transfer.memory: [pageable]", "only pageable copies: the driver stages each copy "
+         "through its own pinned buffer, so the CPU's memcpy speed and not the PCIe link "
+         "sets the rate"),
+    ]
+    questions = [
+        "Why is a pageable copy slower than a pinned one, although the same bytes cross "
+        "the same link?",
+        "A 4 KiB copy moves at well under 1 GB/s: what dominates its time?",
+        "The link's theoretical rate is per direction: what would you expect from H2D and "
+        "D2H at the same time?",
+    ]
+
     def check_config(self, block: dict[str, Any]) -> list[str]:
         if block["min_bytes"] > block["max_bytes"]:
             return [f"min_bytes: {block['min_bytes']} is larger than max_bytes "

@@ -83,6 +83,26 @@ class VectorAdd(Experiment):
     }
 
     # -- grid --------------------------------------------------------------------------
+    # -- teaching (report) ----------------------------------------------------------------
+    try_this = [
+        ("measurement.cold_l2: true", "the 1 M and 16 M-element vectors (4-64 MiB per "
+         "array, partly inside the 50 MiB L2) lose GB/s: without the flush their inputs "
+         "stay in L2 between samples, so the warm numbers exceed what DRAM can give"),
+        ("vector_add.sizes: [1000, 10000]", "microsecond kernels: the time stops falling "
+         "with n because the launch itself (a few µs) dominates; GB/s is tiny"),
+        ("vector_add.threads: [32, 64, 1024]", "32-thread blocks fill at most half of an "
+         "SM's warp slots (an SM holds at most 32 blocks on this GPU), 64-thread blocks can "
+         "fill them all: expect 64 close to 1024 and 32 far below"),
+    ]
+    questions = [
+        "Why does vector_add count 12 bytes per element, and why is it bandwidth-bound "
+        "rather than compute-bound?",
+        "With n = 50 000 and 256 threads per block, how many blocks are launched, and how "
+        "many threads of the last block do nothing?",
+        "Why can 32-thread blocks not reach the bandwidth of 256-thread blocks even though "
+        "the work is the same?",
+    ]
+
     def points(self, block: dict[str, Any]) -> list[Point]:
         return [Point(self.name, "gpu", {"n": n, "threads": t})
                 for n in sorted(block["sizes"]) for t in sorted(block["threads"])]
