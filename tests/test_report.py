@@ -162,3 +162,85 @@ def test_try_this_and_questions_are_rendered(rendered):
     page = path.read_text()
     assert "<h3>Try this</h3>" in page and "<h3>Questions</h3>" in page
     assert "<code>matmul.tiles: [8]</code>" in page
+
+
+# -- print and projector: the committed reference report in a real Chromium ------------------
+REFERENCE_HTML = ROOT / "reports" / "reference" / "NVIDIA-H100-80GB-HBM3" / "report.html"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+MM = 96 / 25.4  # CSS px per millimetre
+# paper -> (PDF page width in pt, printable width in CSS px with the stylesheet's 12 mm margins)
+PAPERS = {"A4": (595.92, round((210 - 24) * MM)), "Letter": (612.0, round((215.9 - 24) * MM))}
+# The page-count bound: the print stylesheet starts each section on a new page; a section
+# may take at most 3 pages (figures, the results table, the teaching block).
+PAGES_PER_SECTION = 3
+
+FITS_JS = """(width) => {
+  const bad = [];
+  const out = (e) => e.getBoundingClientRect().right > width + 1;
+  for (const t of document.querySelectorAll('table')) {
+    if (t.getClientRects().length === 0) continue;
+    if (out(t) || t.scrollWidth > t.clientWidth + 1)
+      bad.push('table in #' + t.closest('section').id + ' is ' + t.scrollWidth + ' px wide');
+  }
+  for (const t of document.querySelectorAll('table.data')) {
+    const box = t.parentElement;  // the on-screen scroll box must not clip in print
+    if (box.scrollHeight > box.clientHeight + 1 || t.getClientRects().length === 0)
+      bad.push('results table in #' + t.closest('section').id + ' is clipped or hidden');
+  }
+  for (const i of document.images)
+    if (i.getClientRects().length && out(i)) bad.push('image ' + i.alt + ' overflows');
+  return {scrollWidth: document.documentElement.scrollWidth, bad: bad,
+          sections: document.querySelectorAll('section').length,
+          nav: getComputedStyle(document.querySelector('nav')).display};
+}"""
+
+
+def _pdf_pages(data: bytes) -> tuple[int, set[float]]:
+    """Pages and page widths (pt) of a Chromium (Skia) PDF: one /Type /Page object each."""
+    pages = re.findall(rb"/Type\s*/Page\b", data)
+    widths = {float(w) for w in re.findall(rb"/MediaBox\s*\[\s*0\s+0\s+([\d.]+)", data)}
+    return len(pages), widths
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("paper", list(PAPERS))
+def test_reference_report_prints_without_clipping(paper, tmp_path):
+    exe, sync_playwright = _browser()
+    page_pt, width = PAPERS[paper]
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": width, "height": 1000})
+        page.goto(REFERENCE_HTML.as_uri(), wait_until="load")
+        page.emulate_media(media="print")
+        fit = page.evaluate(FITS_JS, width)
+        pdf = page.pdf(format=paper, print_background=True)
+        browser.close()
+    assert fit["nav"] == "none"  # no navigation on paper
+    assert fit["bad"] == [] and fit["scrollWidth"] <= width, fit
+    n_pages, widths = _pdf_pages(pdf)
+    assert {round(w, 1) for w in widths} == {round(page_pt, 1)}, widths
+    assert fit["sections"] <= n_pages <= PAGES_PER_SECTION * fit["sections"], n_pages
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("which", ["reference", "rendered"])
+def test_report_has_no_horizontal_overflow_at_400_px(which, rendered):
+    exe, sync_playwright = _browser()
+    path = REFERENCE_HTML if which == "reference" else rendered[0]
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 400, "height": 800})
+        page.goto(path.as_uri(), wait_until="load")
+        width = page.evaluate("document.documentElement.scrollWidth")
+        browser.close()
+    assert width <= 400
+
+
+def test_reference_report_rows_link_to_raw_records_beside_it():
+    page = REFERENCE_HTML.read_text()
+    links = re.findall(r'<a href="(raw/[^"]+\.json)">', page)
+    assert len(links) >= 400  # every point of the run but device_query's key/value list
+    for href in links:
+        assert (REFERENCE_HTML.parent / href).is_file(), href
+    assert "spread (IQR · CV)" in page

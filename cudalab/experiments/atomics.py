@@ -302,7 +302,7 @@ class Atomics(Experiment):
                 return None
             s["time_ms"] = s["time_median_s"] * 1e3
             s = s.sort_values("p_n")
-            fig, (ax_t, ax_e) = plt.subplots(1, 2, figsize=(12, 4.8))
+            fig, (ax_t, ax_e) = plt.subplots(1, 2, figsize=(11, 4.8))
             sns.lineplot(data=s, x="p_n", y="time_ms", hue="variant", hue_order=SUMS,
                          marker="o", ax=ax_t)
             ax_t.set(xscale="log", yscale="log", xlabel="n (float32 values, log scale)",

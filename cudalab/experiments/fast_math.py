@@ -233,7 +233,7 @@ class FastMath(Experiment):
                      iterations=d["p_iterations"].astype(int).astype(str))
         order = [str(i) for i in sorted(d["p_iterations"].astype(int).unique())]
         hue_order = [v for v in VARIANTS if v in set(d["variant"])]
-        fig, (ax_t, ax_e) = plt.subplots(1, 2, figsize=(12, 4.8))
+        fig, (ax_t, ax_e) = plt.subplots(1, 2, figsize=(11, 4.8))
         sns.barplot(data=d, x="iterations", y="time_ms", hue="variant", order=order,
                     hue_order=hue_order, ax=ax_t)
         ax_t.set_yscale("log")

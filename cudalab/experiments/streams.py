@@ -419,7 +419,7 @@ class Streams(Experiment):
         if len(k_tl):
             panels.append(("streams", f"{int(k_tl.iloc[0])} streams"))
         colors = dict(zip(OPS, ("C0", "C1", "C2")))
-        fig, axes = plt.subplots(len(its), len(panels), figsize=(6 * len(panels),
+        fig, axes = plt.subplots(len(its), len(panels), figsize=(5.5 * len(panels),
                                  1.2 + 2.4 * len(its)), squeeze=False, sharex="row")
         for r, it in enumerate(its):
             for c, (variant, label) in enumerate(panels):

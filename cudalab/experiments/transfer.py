@@ -249,7 +249,7 @@ class Transfer(Experiment):
         if d.empty:
             return None
         dirs = [x for x in DIRECTIONS if x in set(d["direction"])]
-        fig, axes = plt.subplots(1, len(dirs), figsize=(6 * len(dirs), 4.8), sharey=True,
+        fig, axes = plt.subplots(1, len(dirs), figsize=(5.5 * len(dirs), 4.8), sharey=True,
                                  squeeze=False)
         link, theo = _link_of(d)
         palette = dict(zip(MEMORY, sns.color_palette("deep", len(MEMORY))))
