@@ -130,8 +130,9 @@ def nbytes(v: Any) -> str:
     if x is None:
         return str(v)
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(x) >= scale:
-            return f"{sig(x / scale)} {unit}"
+        if abs(x) >= scale:  # whole units stay whole: 50 MiB, not 50.0 MiB
+            v = x / scale
+            return f"{int(v) if v.is_integer() else sig(v)} {unit}"
     return f"{integer(x)} B"
 
 

@@ -244,3 +244,18 @@ def test_reference_report_rows_link_to_raw_records_beside_it():
     for href in links:
         assert (REFERENCE_HTML.parent / href).is_file(), href
     assert "spread (IQR · CV)" in page
+
+
+def test_a_failed_check_is_flagged_as_contradicting_the_caption(tmp_path):
+    """The H100 does not show the course's 'shared tiles win' for sobel: the section says
+    so under its caption; matmul, which shows every effect, has no such flag."""
+    df = results.read_table(REFERENCE_HTML.parent / "results.csv")
+    df = df[df["experiment"].isin(["sobel", "matmul"])]
+    config = cfg.validate({"experiments": {"sobel": {}, "matmul": {}}})
+    ctx = report.build_context(df, tmp_path, config)
+    by = {s["name"]: s for s in ctx["sections"]}
+    assert [e.claim[:40] for e in by["sobel"]["contradictions"]] == [
+        "(course expectation) the shared-memory t"]
+    assert by["matmul"]["contradictions"] == []
+    page = report.render(df, tmp_path, config, tmp_path / "r.html").read_text()
+    assert page.count("This run contradicts the caption") == 1

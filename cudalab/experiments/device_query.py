@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from cudalab import devicespec
+from cudalab import devicespec, fmt
 from cudalab import occupancy as occ
 from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, RunContext
 
@@ -195,7 +195,9 @@ class DeviceQuery(Experiment):
         if rows.empty:
             return ""
         r = rows.iloc[-1]
-        items = [("Device", r.get("gpu_name"), ""), (DERIVED["cc"][1], r.get("m_cc"), "")]
+        cc = r.get("m_cc")  # "9.0" is a version, not the number 9
+        cc = f"{float(cc):.1f}" if isinstance(cc, (int, float)) else cc
+        items = [("Device", r.get("gpu_name"), "text"), (DERIVED["cc"][1], cc, "text")]
         for k, (_, unit, label) in ATTRS.items():
             items.append((label, r.get(f"m_{k}"), unit))
         for k, (unit, label) in DERIVED.items():
@@ -207,7 +209,7 @@ class DeviceQuery(Experiment):
                 continue
             body.append(f"<tr><th>{html.escape(label)}</th>"
                         f"<td>{html.escape(_fmt(v, unit))}</td></tr>")
-        return ('<table class="data device-query"><tbody>' + "".join(body)
+        return ('<table class="kv device-query"><tbody>' + "".join(body)
                 + "</tbody></table>")
 
     def expectations(self, df: pd.DataFrame) -> list[Expectation]:
@@ -269,18 +271,17 @@ def _nvml_facts(gpu: Any) -> dict[str, Any]:
 
 
 def _fmt(v: Any, unit: str = "") -> str:
+    """A device fact with its unit, formatted by cudalab.fmt (one place for numbers)."""
     if v is None or (isinstance(v, float) and pd.isna(v)):
         return "?"
+    if unit == "text":
+        return str(v)
     if unit == "bool":
         return "yes" if str(v) in ("1", "1.0", "True", "true") else "no"
     if unit == "B":
-        b = float(v)
-        for u, s in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-            if b >= s:
-                return f"{b / s:.4g} {u} ({int(b)} B)"
-        return f"{int(b)} B"
-    if isinstance(v, float):
-        txt = f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}"
-    else:
-        txt = str(v)
-    return f"{txt} {unit}".strip()
+        return f"{fmt.nbytes(v)} ({fmt.integer(v)} B)" if float(v) >= 1024 else f"{int(v)} B"
+    if unit == "GB/s":
+        return fmt.bandwidth(v)
+    if unit == "GFLOP/s":
+        return fmt.flop_rate(v)
+    return f"{fmt.number(v)} {unit}".strip()
