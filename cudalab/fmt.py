@@ -8,7 +8,9 @@ significant digits and never in scientific notation where a unit can absorb the 
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -46,89 +48,73 @@ def sig(x: float, digits: int = 3) -> str:
     return f"{x:.{max(decimals, 0)}f}"
 
 
-def integer(v: Any) -> str:
+def _numeric(f: Callable[..., str]) -> Callable[..., str]:
+    """Formatter of a number: '' for no value, text that is no number as it is, else f of
+    the float."""
+
+    @functools.wraps(f)
+    def wrapper(v: Any, *args: Any, **kw: Any) -> str:
+        if missing(v):
+            return EMPTY
+        if isinstance(v, bool):
+            return str(v).lower()
+        x = _num(v)
+        return str(v) if x is None else f(x, *args, **kw)
+
+    return wrapper
+
+
+@_numeric
+def integer(x: float) -> str:
     """1048576 -> '1,048,576' (floats that hold an integer too)."""
-    if missing(v):
-        return EMPTY
-    x = _num(v)
-    if x is None or not float(x).is_integer():
-        return str(v)
-    return f"{int(x):,}"
+    return f"{int(x):,}" if x.is_integer() else sig(x)
 
 
-def param(v: Any) -> str:
+@_numeric
+def param(x: float) -> str:
     """A configured parameter, exact: 1000 stays 1000, 0.5 stays 0.5, text stays text."""
-    if missing(v):
-        return EMPTY
-    if isinstance(v, bool):
-        return str(v).lower()
-    x = _num(v)
-    if x is None:
-        return str(v)
-    if float(x).is_integer():
-        return str(int(x))
-    return repr(float(x))
+    return str(int(x)) if x.is_integer() else repr(x)
 
 
-def seconds(v: Any) -> str:
+@_numeric
+def seconds(x: float) -> str:
     """A duration in the unit that puts it in [1, 1000): '9.02 µs', '16.8 ms', '1.25 s'."""
-    if missing(v):
-        return EMPTY
-    x = _num(v)
-    if x is None:
-        return str(v)
     if x == 0:
         return "0 s"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
-        if abs(x) >= scale or unit == "ns":
-            return f"{sig(x / scale, 3)} {unit}"
-    raise AssertionError("unreachable")
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if abs(x) >= scale:
+            return f"{sig(x / scale)} {unit}"
+    return f"{sig(x / 1e-9)} ns"
 
 
-def bandwidth(gbps: Any) -> str:
+@_numeric
+def bandwidth(x: float) -> str:
     """GB/s (decimal): '2,595 GB/s', '54.8 GB/s', '0.442 GB/s'."""
-    if missing(gbps):
-        return EMPTY
-    x = _num(gbps)
-    return str(gbps) if x is None else f"{sig(x)} GB/s"
+    return f"{sig(x)} GB/s"
 
 
-def flop_rate(gflops: Any) -> str:
+@_numeric
+def flop_rate(x: float) -> str:
     """GFLOP/s below 1000, TFLOP/s from there: '121 GFLOP/s', '49.0 TFLOP/s'."""
-    if missing(gflops):
-        return EMPTY
-    x = _num(gflops)
-    if x is None:
-        return str(gflops)
     return f"{sig(x / 1e3)} TFLOP/s" if abs(x) >= 1e3 else f"{sig(x)} GFLOP/s"
 
 
-def percent(v: Any, fraction: bool = False) -> str:
+@_numeric
+def percent(x: float, fraction: bool = False) -> str:
     """'77 %' (or from a fraction with fraction=True); small values keep 2 digits."""
-    if missing(v):
-        return EMPTY
-    x = _num(v)
-    if x is None:
-        return str(v)
     x = 100 * x if fraction else x
     return f"{sig(x, 2) if abs(x) < 10 else f'{x:.0f}'} %"
 
 
-def ratio(v: Any) -> str:
+@_numeric
+def ratio(x: float) -> str:
     """A speed-up: '1.69×', '444×'."""
-    if missing(v):
-        return EMPTY
-    x = _num(v)
-    return str(v) if x is None else f"{sig(x)}×"
+    return f"{sig(x)}×"
 
 
-def nbytes(v: Any) -> str:
-    """Binary units: '50 MiB', '4 KiB', '80 GiB'."""
-    if missing(v):
-        return EMPTY
-    x = _num(v)
-    if x is None:
-        return str(v)
+@_numeric
+def nbytes(x: float) -> str:
+    """Binary units: '50 MiB', '31.2 MiB', '4 KiB', '100 B'."""
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(x) >= scale:  # whole units stay whole: 50 MiB, not 50.0 MiB
             v = x / scale
@@ -136,26 +122,17 @@ def nbytes(v: Any) -> str:
     return f"{integer(x)} B"
 
 
-def error(v: Any) -> str:
+@_numeric
+def error(x: float) -> str:
     """A relative error: two significant digits, scientific below 1e-3 ('6.3e-06')."""
-    if missing(v):
-        return EMPTY
-    x = _num(v)
-    if x is None:
-        return str(v)
     return "0" if x == 0 else (f"{x:.1e}" if abs(x) < 1e-3 else sig(x, 2))
 
 
 def number(v: Any) -> str:
     """Anything else: integers exact, floats with 3 significant digits, text as is."""
-    if missing(v):
-        return EMPTY
     if isinstance(v, bool):
         return "yes" if v else "no"
-    x = _num(v)
-    if x is None:
-        return str(v)
-    return integer(x) if float(x).is_integer() else sig(x)
+    return integer(v)
 
 
 # Column name -> formatter, for the results table. Metric columns (m_*) are matched by

@@ -485,28 +485,36 @@ class Occupancy(Experiment):
                 bool(r < 0.9),
                 f"median {low['gbps'].median():.0f} GB/s at < 25 % occupancy "
                 f"({len(low)} points) vs best {best:.0f} GB/s ({100 * r:.0f} %)"))
-        mm = d[d["variant"] == "matmul_tiled_dyn"].dropna(subset=["time_median_s"])
-        if not mm.empty and "m_best_tile" in mm:
-            best_t = int(pd.to_numeric(mm["m_best_tile"]).iloc[0])
-            fastest = mm.loc[mm["time_median_s"].idxmin()]
-            at_best = mm[mm["p_tile"] == best_t]
-            if at_best.empty:
-                out.append(Expectation(
-                    "the calculator's best square tile is within 25 % of the fastest tile",
-                    None, f"calculator's best tile T={best_t} was not measured "
-                    f"(add it to matmul_tiles)"))
-            else:
-                r = float(at_best["time_median_s"].iloc[0] / fastest["time_median_s"])
-                out.append(Expectation(
-                    "the calculator's best square tile (largest tile at the best occupancy) "
-                    "is within 25 % of the fastest measured tile",
-                    bool(r <= 1.25),
-                    f"T={best_t}: {1e3 * at_best['time_median_s'].iloc[0]:.3g} ms; fastest "
-                    f"T={int(fastest['p_tile'])}: {1e3 * fastest['time_median_s']:.3g} ms"))
+        out += _tile_expectation(d)
         return out
 
 
 # -- helpers ------------------------------------------------------------------------------
+def _tile_expectation(d: pd.DataFrame) -> list[Expectation]:
+    """The calculator's best square tile against the fastest measured one."""
+    out: list[Expectation] = []
+    mm = d[d["variant"] == "matmul_tiled_dyn"].dropna(subset=["time_median_s"])
+    if not mm.empty and "m_best_tile" in mm:
+        best_t = int(pd.to_numeric(mm["m_best_tile"]).iloc[0])
+        fastest = mm.loc[mm["time_median_s"].idxmin()]
+        at_best = mm[mm["p_tile"] == best_t]
+        if at_best.empty:
+            out.append(Expectation(
+                "the calculator's best square tile is within 25 % of the fastest tile",
+                None, f"calculator's best tile T={best_t} was not measured "
+                f"(add it to matmul_tiles)"))
+        else:
+            r = float(at_best["time_median_s"].iloc[0] / fastest["time_median_s"])
+            out.append(Expectation(
+                "the calculator's best square tile (largest tile at the best occupancy) "
+                "is within 25 % of the fastest measured tile",
+                bool(r <= 1.25),
+                f"T={best_t}: {1e3 * at_best['time_median_s'].iloc[0]:.3g} ms; fastest "
+                f"T={int(fastest['p_tile'])}: {1e3 * fastest['time_median_s']:.3g} ms"))
+    return out
+
+
+
 def _dynamic_smem(point: Point) -> int:
     if point.variant == "vec_mul_smem":
         return int(point.params["smem_bytes"])
