@@ -13,7 +13,8 @@ from typing import Any
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from cudalab import fmt, results
+from cudalab import fmt, results, timing_report
+from cudalab.compare import report_context as compare_context
 from cudalab.experiments import REGISTRY
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,7 +82,7 @@ def table_html(df: pd.DataFrame, cols: list[str], max_rows: int, raw_href: str =
     more = (f'<p class="note">{len(df) - max_rows} more rows in results.csv</p>'
             if len(df) > max_rows else "")
     rows = "".join(body)
-    return (f'<table class="data"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody>'
+    return (f'<table class="data results"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody>'
             f"</table>{more}")
 
 
@@ -191,8 +192,8 @@ def build_context(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any],
         "provenance": provenance_summary(df[prov_cols]),
         "telemetry": telemetry or [],
         "telemetry_summary": telemetry_summary or {},
-        # HTML blocks other modules add to the top section (course table, baselines)
-        "top_extras": [],
+        # issue 8: convergence and launch overhead (cudalab/timing_report.py)
+        "timing": timing_report.context(df, config["measurement"]["target_cv"]),
         "config_json": json.dumps(config, indent=1, sort_keys=True),
     }
 
@@ -204,15 +205,16 @@ def render(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any], out: Pat
     to the report) and the run's telemetry summary figure is drawn from it."""
     env = Environment(loader=FileSystemLoader(TEMPLATES),
                       autoescape=select_autoescape(["html", "j2"]))
-    env.filters["fmt"] = _fmt
+    env.filters["fmt"] = fmt.number
     raw_href, summary = "raw", None
     if results_dir is not None:
         from cudalab import telemetry_report
 
         raw_href = Path(os.path.relpath(Path(results_dir) / "raw", out.parent)).as_posix()
         summary = telemetry_report.run_summary(Path(results_dir))
-    page = env.get_template("report.html.j2").render(
-        **build_context(df, figures_dir, config, telemetry, raw_href, summary))
+    ctx = build_context(df, figures_dir, config, telemetry, raw_href, summary)
+    ctx.update(compare_context(df, config))  # issue 9: course table + baselines (compare.py)
+    page = env.get_template("report.html.j2").render(**ctx)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
     tmp.write_text(page)

@@ -183,7 +183,7 @@ FITS_JS = """(width) => {
     if (out(t) || t.scrollWidth > t.clientWidth + 1)
       bad.push('table in #' + t.closest('section').id + ' is ' + t.scrollWidth + ' px wide');
   }
-  for (const t of document.querySelectorAll('table.data')) {
+  for (const t of document.querySelectorAll('table.results')) {
     const box = t.parentElement;  // the on-screen scroll box must not clip in print
     if (box.scrollHeight > box.clientHeight + 1 || t.getClientRects().length === 0)
       bad.push('results table in #' + t.closest('section').id + ' is clipped or hidden');
