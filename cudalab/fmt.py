@@ -135,6 +135,15 @@ def number(v: Any) -> str:
     return integer(v)
 
 
+def short(v: Any) -> str:
+    """Like number(), without trailing zeros: 4.2 (not 4.20), 50 (not 50.0); for small
+    tables whose column headers carry the unit."""
+    out = number(v)
+    if "." in out and "e" not in out:
+        out = out.rstrip("0").rstrip(".")
+    return out
+
+
 # Column name -> formatter, for the results table. Metric columns (m_*) are matched by
 # their suffix: *_s are durations, *_gbps bandwidths, *_gflops FLOP rates, *_bytes sizes.
 COLUMN_FORMATS = {

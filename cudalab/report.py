@@ -205,7 +205,7 @@ def render(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any], out: Pat
     to the report) and the run's telemetry summary figure is drawn from it."""
     env = Environment(loader=FileSystemLoader(TEMPLATES),
                       autoescape=select_autoescape(["html", "j2"]))
-    env.filters["fmt"] = fmt.number
+    env.filters["fmt"] = fmt.short
     raw_href, summary = "raw", None
     if results_dir is not None:
         from cudalab import telemetry_report

@@ -67,3 +67,8 @@ def test_cells_by_column():
     assert fmt.cell("m_copy_share", 0.81) == "81 %"
     assert fmt.cell("n_samples", 2048.0) == "2,048"
     assert fmt.header("p_tile") == "tile" and fmt.header("m_counted") == "counted"
+
+
+def test_short_drops_trailing_zeros():
+    assert fmt.short(4.2) == "4.2" and fmt.short(50.0) == "50" and fmt.short(2.04) == "2.04"
+    assert fmt.short(1234.5) == "1,234" and fmt.short(None) == ""

@@ -140,8 +140,9 @@ class StaticAnalysis(Experiment):
     # -- grid --------------------------------------------------------------------------
     # -- teaching (report) ----------------------------------------------------------------
     try_this = [
-        ("static_analysis.archs: [sm_70, sm_90]", "an older target: register counts "
-         "change, and so does the occupancy the same kernel reaches"),
+        ("static_analysis.archs: [sm_75, sm_90]", "two targets five years apart: the "
+         "registers figure gets two columns, and most kernels use a different register "
+         "count in each (so a different occupancy)"),
         ("matmul.register_tiles: [{rt: 2, bt: 32, bk: 32}]", "matmul_register is analysed "
          "once per register tile of the matmul block: with only the 2 x 2 tile, the 8 x 8 "
          "rows (128 registers, 25 % occupancy) leave both figures"),
