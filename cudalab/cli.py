@@ -6,6 +6,8 @@
   cudalab aggregate                         raw records -> results/results.csv
   cudalab figures EXPERIMENT                results.csv -> results/figures/EXPERIMENT/*.png|svg
   cudalab report                            -> results/report.html
+  cudalab doctor [--config ..]              can this node / Slurm job run the grid? (a table)
+  cudalab site [config.yaml]                sinfo -> partitions, GPU models, a slurm: block
 """
 
 from __future__ import annotations
@@ -63,7 +65,10 @@ def cmd_validate(a: argparse.Namespace) -> int:
 
 
 def cmd_plan(a: argparse.Namespace) -> int:
-    print("\n".join(plan_lines(_config(a.config))))
+    from cudalab import site
+
+    config = _config(a.config)
+    print("\n".join(plan_lines(config) + site.plan_lines(config)))  # site: does it fit sinfo?
     return 0
 
 
@@ -147,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--results", default="results")
     s.add_argument("--out", default="results/report.html")
     s.set_defaults(fn=cmd_report)
+    from cudalab import doctor, site  # their subcommands live with their code
+
+    doctor.add_parser(sub)
+    site.add_parser(sub)
     a = p.parse_args(argv)
     return a.fn(a)
 
