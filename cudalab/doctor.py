@@ -351,7 +351,7 @@ def cmd_doctor(a: argparse.Namespace) -> int:
     from cudalab.site import needs_gpu
 
     config = cfg.validate({"experiments": {"matmul": {}}})  # no config: a GPU experiment
-    if Path(a.config).is_file():
+    if a.config and Path(a.config).is_file():
         try:
             config = cfg.load(a.config)
         except cfg.ConfigError as exc:
@@ -359,8 +359,10 @@ def cmd_doctor(a: argparse.Namespace) -> int:
             return 2
     modules = a.modules if a.modules is not None else config["slurm"]["modules"]
     need_gpu = needs_gpu(config) if a.need_gpu is None else a.need_gpu == "yes"
-    need_nvcc = need_gpu or "static_analysis" in cfg.enabled_experiments(config)
-    checks = run_checks(modules, need_gpu, need_nvcc, config["gpu_index"])
+    need_nvcc = (need_gpu or "static_analysis" in cfg.enabled_experiments(config)
+                 if a.need_nvcc is None else a.need_nvcc == "yes")
+    gpu_index = config["gpu_index"] if a.gpu_index is None else a.gpu_index
+    checks = run_checks(modules, need_gpu, need_nvcc, gpu_index)
     print("\n".join(text_lines(checks)))
     print(verdict(checks, need_gpu))
     write(checks, need_gpu, a.json, a.md)
@@ -370,15 +372,15 @@ def cmd_doctor(a: argparse.Namespace) -> int:
 def add_parser(sub: Any) -> None:
     s = sub.add_parser("doctor", help="check this node (or Slurm job) before a run")
     s.add_argument("--config", default="config.yaml",
-                   help="its slurm.modules, gpu_index and experiments (default config.yaml)")
+                   help="its slurm.modules, gpu_index and experiments (default config.yaml; "
+                   "'' = none: a GPU experiment)")
     s.add_argument("--modules", nargs="*", help="modules to check (default: slurm.modules)")
     s.add_argument("--need-gpu", choices=["yes", "no"],
                    help="whether a missing GPU is a failure (default: from the config)")
+    s.add_argument("--need-nvcc", choices=["yes", "no"],
+                   help="whether a missing nvcc is a failure (default: from the config)")
+    s.add_argument("--gpu-index", type=int, help="the GPU to try (default: gpu_index)")
     s.add_argument("--json", help="also write the table as JSON here")
     s.add_argument("--md", help="also write the table as markdown here")
     s.set_defaults(fn=cmd_doctor)
 
-
-def shell_args(modules: list[str]) -> str:
-    """The --modules part of the doctor rule's command line, quoted."""
-    return " ".join(shlex.quote(m) for m in modules)

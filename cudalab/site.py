@@ -92,7 +92,8 @@ def read_sinfo(timeout_s: float = 20) -> list[Node]:
     except subprocess.TimeoutExpired as exc:
         raise SiteError(f"sinfo did not answer in {timeout_s:.0f} s") from exc
     if out.returncode != 0:
-        raise SiteError(f"sinfo failed: {out.stderr.strip() or out.returncode}")
+        last = (out.stderr.strip().splitlines() or [f"exit code {out.returncode}"])[-1]
+        raise SiteError(f"sinfo failed ({last})")
     nodes = parse_sinfo(out.stdout)
     if not nodes:
         raise SiteError("sinfo lists no nodes")
@@ -229,15 +230,17 @@ def needs_gpu(config: dict[str, Any]) -> bool:
     return any(p.gpu for e in enabled_experiments(config) for p in REGISTRY[e].grid(config))
 
 
-def plan_lines(config: dict[str, Any], nodes: list[Node] | None = None) -> list[str]:
-    """One line saying whether the jobs' request fits (nothing where sinfo is absent)."""
+def plan_lines(config: dict[str, Any], nodes: list[Node] | None = None,
+               quiet: bool = False) -> list[str]:
+    """Whether the jobs' request fits a node (nothing where sinfo is absent, or fails and
+    quiet is set)."""
     if nodes is None:
         if shutil.which("sinfo") is None:
             return []
         try:
             nodes = read_sinfo(timeout_s=10)
         except SiteError as exc:
-            return [f"  Slurm request not checked: {exc}"]
+            return [] if quiet else [f"  Slurm request not checked: {exc}"]
     problems = fit_problems(config["slurm"], nodes, needs_gpu(config))
     if not problems:
         part = config["slurm"]["partition"] or default_partition(nodes)

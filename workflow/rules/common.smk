@@ -50,3 +50,4 @@ onstart:
             if j.rule.name == "measure"
         )
         print(slurm_submit_line(_jobs, len(EXPERIMENTS)), file=sys.stderr)
+        start_pending_watch()  # reports jobs PENDING for good (doctor.smk)
