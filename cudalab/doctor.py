@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import re
-import shlex
 import shutil
 import socket
 import subprocess
