@@ -1,22 +1,21 @@
 """cudalab site / doctor / pending without a cluster: recorded `sinfo` outputs, real Lmod,
-the doctor on this (GPU-less) machine. The real-Slurm side is in tests/slurm/test_site.py."""
+the doctor on this (GPU-less) machine. The real-Slurm side is in tests/slurm/test_slurm_site.py."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from lmod_modules import LMOD_INIT, write_module
 
 from cudalab import doctor, pending, site
 
 ROOT = Path(__file__).resolve().parent.parent
 SINFO = ROOT / "tests" / "data" / "sinfo"
-LMOD_INIT = Path("/usr/share/lmod/lmod/init/bash")
 
 
 def nodes(name: str) -> list[site.Node]:
@@ -185,21 +184,6 @@ def test_doctor_cli_without_gpu(tmp_path):
                         timeout=300)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "cudalab doctor: ok: this config needs no GPU" in ok.stdout
-
-
-def write_module(root: Path, name: str) -> Path:
-    """A modulefile of our own (Lua, for Lmod) that puts a marked nvcc first on PATH."""
-    bindir = root / f"marked-{name.replace('/', '-')}" / "bin"
-    bindir.mkdir(parents=True)
-    real = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
-    nvcc = bindir / "nvcc"
-    nvcc.write_text(f'#!/bin/sh\n# cudalab test: marked nvcc of module {name}\n'
-                    f'exec {real} "$@"\n')
-    nvcc.chmod(0o755)
-    mf = root / "modulefiles" / f"{name}.lua"
-    mf.parent.mkdir(parents=True, exist_ok=True)
-    mf.write_text(f'prepend_path("PATH", "{bindir}")\nsetenv("CUDALAB_TEST_MODULE", "{name}")\n')
-    return nvcc
 
 
 @pytest.mark.skipif(not LMOD_INIT.is_file(), reason="Lmod not installed (apt-get install lmod)")

@@ -79,8 +79,10 @@ def scontrol_job(job_id: str) -> str:
                           text=True, timeout=30).stdout
 
 
-def submitted(log: str) -> list[tuple[str, str]]:
-    return SUBMITTED.findall(log)
+def submitted(log: str, rule: str = "measure") -> list[tuple[str, str]]:
+    """(job id, Slurm log) of the rule's sbatch jobs (rule='' : every job; the doctor rule
+    runs first under Slurm, tests/slurm/test_site.py)."""
+    return [j for j in SUBMITTED.findall(log) if f"rule_{rule}" in j[1]]
 
 
 def read_results(workdir: Path) -> pd.DataFrame:
@@ -158,10 +160,15 @@ def runs(slurm_cluster, tmp_path_factory) -> dict[str, Run]:
         ("cpu", ["cpu"], {}, []),
         # up to results.csv only: the figures and report are the cpu run's business
         ("gpu", ["cpu"], {}, ["results/results.csv", "--set-resources", "measure:gpu=1"]),
+        # doctor off: this run tests the measure job's own failure (the doctor's: test_site)
         ("fail", ["cpu", "naive"], {"gpu_index": 64}, []),
     ]:
         workdir = tmp_path_factory.mktemp(f"run-{name}")
         config = write_config(workdir, variants, **extra)
+        if name == "fail":
+            cfg = yaml.safe_load(config.read_text())
+            cfg["slurm"]["doctor"] = False
+            config.write_text(yaml.safe_dump(cfg))
         specs[name] = (snakemake_cmd(workdir, config, *cli), workdir)
     return run_all(specs)
 
