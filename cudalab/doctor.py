@@ -328,7 +328,8 @@ def markdown(checks: list[Check], title: str) -> str:
     def cell(s: str) -> str:
         return s.replace("|", "\\|")
 
-    rows = [f"| {c.status} | {cell(c.name)} | {cell(c.value)} | {cell(c.fix)} |" for c in checks]
+    rows = [f"| {c.status} | {cell(c.name)} | {cell(c.value)} | "
+            f"{cell(c.fix) if c.status in (FAIL, WARN) else ''} |" for c in checks]
     return "\n".join([f"{title}\n", "| status | check | value | what to do |",
                       "| --- | --- | --- | --- |", *rows, ""])
 
