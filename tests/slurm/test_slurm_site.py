@@ -61,10 +61,13 @@ def site_runs(slurm_cluster, tmp_path_factory) -> dict[str, Run]:
     for name, slurm, limit_s in [
         ("modules", {"modules": ["cuda/99.9"]}, 150),
         ("badmod", {"modules": ["cuda/0.0-missing"]}, 150),
+        ("nogpu", {}, 150),  # a GPU grid (naive) where no GPU can run it (no pycuda/GPU)
         ("pending", {"cpus_per_task": 64}, 45),  # stopped by SIGINT after 45 s
     ]:
         workdir = tmp_path_factory.mktemp(f"site-{name}")
-        cmd = snakemake_cmd(workdir, site_config(workdir, **slurm), limit_s=limit_s)
+        variants = ("cpu", "naive") if name == "nogpu" else ("cpu",)
+        config = site_config(workdir, variants, **slurm)
+        cmd = snakemake_cmd(workdir, config, limit_s=limit_s)
         specs[name] = (with_lmod(cmd, mods / "modulefiles"), workdir)
     os.environ["CUDALAB_PENDING_POLL_S"] = "2"  # inherited by the snakemake processes
     try:
@@ -91,6 +94,26 @@ def test_modules_loaded_in_the_jobs(site_runs):
     assert not (out.workdir / "results" / "doctor" / "ok").exists(), "temp flag removed"
     assert (out.workdir / "results" / "report.html").is_file()
     assert int(doctor_jobs[0][0]) < int(measure_jobs[0][0]), "the doctor ran first"
+    # run again: nothing to do (the doctor's flag is temp() and ancient(): no rerun)
+    cmd = with_lmod(snakemake_cmd(out.workdir, out.workdir / "config.yaml"),
+                    out.nvcc.parents[2] / "modulefiles")
+    again = subprocess.run(cmd, cwd=out.workdir, capture_output=True, text=True, timeout=200)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "Nothing to be done" in again.stdout + again.stderr, again.stdout + again.stderr
+    assert not submitted(again.stdout + again.stderr, ""), "nothing submitted"
+
+
+@pytest.mark.slurm
+def test_doctor_stops_a_gpu_grid_without_gpu(site_runs):
+    """This machine has fake GPU device files and no CUDA: the GPU grid must not start."""
+    out = site_runs["nogpu"]
+    assert out.returncode != 0, out.log
+    assert len(submitted(out.log, "doctor")) == 1 and submitted(out.log, "measure") == []
+    table = (out.workdir / "results" / "doctor" / "doctor.md").read_text()
+    assert table.startswith("cudalab doctor: FAILED"), table
+    assert "| FAIL | pycuda |" in table or "| FAIL | GPU(s) |" in table, table
+    assert "gres gres:gpu:fake:1" in table, f"the doctor asked for a measure job's GPU\n{table}"
+    assert "no measure job was submitted" in out.log, out.log
 
 
 @pytest.mark.slurm

@@ -1,9 +1,9 @@
-# Under Slurm: `cudalab doctor` runs first, as one job with the measure jobs' request and
-# modules, and every measure job waits for it: when a GPU experiment could not run (no GPU,
+# `cudalab doctor` runs first, as one job with the measure jobs' request and modules, and
+# every measure job waits for it. Under Slurm, when a GPU experiment could not run (no GPU,
 # no pycuda, a module that does not load, nvcc missing) the run stops with the doctor's
-# table and no measure job is submitted. `slurm: {doctor: false}` turns it off; locally
-# run `cudalab doctor` by hand. Also: the sinfo fit check at start-up and the watcher that
-# reports Slurm jobs PENDING for a reason that will not clear.
+# table and no measure job is submitted; locally it only writes its table (a run without a
+# GPU goes on). `slurm: {doctor: false}` turns it off. Also here: the sinfo fit check at
+# start-up and the watcher that reports Slurm jobs PENDING for a reason that will not clear.
 import os
 import time as _time
 
@@ -18,14 +18,10 @@ _STARTED = _time.time()
 _WATCH = []
 
 
-def on_slurm():
-    plugin = workflow.executor_plugin  # known when the DAG is built, not at parse time
-    return plugin is not None and plugin.name.startswith("slurm")  # slurm, slurm-jobstep
-
-
 def doctor_first(wildcards):
-    """The measure rule's input: the doctor's flag, under Slurm and when switched on."""
-    return ancient(DOCTOR_OK) if _SLURM["doctor"] and on_slurm() else []
+    """The measure rule's input: the doctor's flag. The same locally and under Slurm (and in
+    dry runs), so switching executors never changes a measure job's inputs (a rerun)."""
+    return ancient(DOCTOR_OK) if _SLURM["doctor"] else []
 
 
 def start_pending_watch():
@@ -81,4 +77,4 @@ rule doctor:
         "PYTHONPATH={params.root:q}${{PYTHONPATH:+:$PYTHONPATH}} {params.python:q} -m cudalab.cli "
         "doctor --config '' --modules {params.modules} --need-gpu {params.need_gpu} "
         "--need-nvcc {params.need_nvcc} --gpu-index {params.gpu_index} "
-        "--md {params.table:q} --json {params.table_json:q} > {log:q} 2>&1 && touch {output:q}"
+        "--gate slurm --md {params.table:q} --json {params.table_json:q} > {log:q} 2>&1 && touch {output:q}"
