@@ -169,7 +169,6 @@ def probe(gpu_index: int = 0, kernel_only: bool = False) -> dict[str, Any]:
         r["gpus"] = [cuda.Device(i).name() for i in range(cuda.Device.count())]
         if gpu_index >= len(r["gpus"]):
             raise RuntimeError(f"gpu_index {gpu_index} but {len(r['gpus'])} GPU(s) visible")
-        r["stage"] = "kernel"
         ctx = cuda.Device(gpu_index).retain_primary_context()
         ctx.push()
         try:
