@@ -160,6 +160,11 @@ def fit_problems(slurm: dict[str, Any], nodes: list[Node], needs_gpu: bool) -> l
                                 and n.mem_mb >= slurm.get("mem_mb", 0) for n in cands):
         problems.append(f"slurm.cpus_per_task and slurm.mem_mb: no single node of {what} has "
                         "both")
+    feature = slurm.get("constraint") or ""
+    if re.fullmatch(r"[\w.-]+", feature) and not any(feature in n.features for n in cands):
+        have = sorted({f for n in cands for f in n.features})
+        problems.append(f"slurm.constraint: no node of {what} has feature {feature!r}; "
+                        f"features there: {', '.join(have) or 'none'}")
     limits = [n.time_limit_min for n in cands]
     runtime = slurm.get("runtime_min")
     if runtime and None not in limits and runtime > max(limits):

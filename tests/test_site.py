@@ -79,6 +79,7 @@ def test_fits_one_node():
     (dict(partition="gpu", mem_mb=600000), True, ["mem_mb: 600000", "has 500000 MB"]),
     (dict(partition="debug", runtime_min=60), True, ["runtime_min: 60", "at most 30 minutes"]),
     (dict(partition="gpu-h100", gpu_model="h100", runtime_min=721), True, ["at most 720"]),
+    (dict(partition="gpu", constraint="h100"), True, ["feature 'h100'", "a100, ib"]),
 ])
 def test_fit_problems_say_what_does_not_fit(request_, needs_gpu, expect):
     problems = site.fit_problems(slurm(**request_), nodes("cluster.txt"), needs_gpu)
