@@ -13,6 +13,7 @@ configfile: "config.yaml"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/doctor.smk"
 include: "workflow/rules/measure.smk"
+include: "workflow/rules/sweep.smk"  # issue 9: GPU-model sweep (slurm.gpu_models)
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/report.smk"
@@ -33,5 +34,7 @@ onerror:
     print(
         "\ncudalab: the run stopped. Points already measured are kept in results/raw/ "
         "and a rerun measures only what is missing. Logs: results/logs/ "
-        "(and .snakemake/slurm_logs/ under Slurm).\n"
+        "(and .snakemake/slurm_logs/ under Slurm). If Snakemake says the directory is "
+        "locked (a killed run leaves its lock), run `snakemake --unlock` once, then the "
+        "same command again.\n"
     )

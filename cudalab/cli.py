@@ -6,6 +6,7 @@
   cudalab aggregate                         raw records -> results/results.csv
   cudalab figures EXPERIMENT                results.csv -> results/figures/EXPERIMENT/*.png|svg
   cudalab report                            -> results/report.html
+  cudalab compare RUN... [--baseline DIR]    point-by-point verdicts against a baseline
   cudalab doctor [--config ..]              can this node / Slurm job run the grid? (a table)
   cudalab site [config.yaml]                sinfo -> partitions, GPU models, a slurm: block
 """
@@ -21,12 +22,17 @@ from typing import Any
 from cudalab import config as cfg
 
 
-def _config(path: str) -> dict[str, Any]:
+def _config(path: str, show_notes: bool = False) -> dict[str, Any]:
+    """The validated config, or exit 2 with every problem named (never a traceback)."""
+    notes: list[str] = []
     try:
-        return cfg.load(path)
+        config = cfg.load(path, notes=notes)
     except cfg.ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from exc
+        raise SystemExit(2) from None
+    for n in notes if show_notes else []:
+        print(f"note: {n}", file=sys.stderr)
+    return config
 
 
 def plan_lines(config: dict[str, Any]) -> list[str]:
@@ -45,7 +51,10 @@ def plan_lines(config: dict[str, Any]) -> list[str]:
                     f"{total} grid points; aggregate, figures and report run locally")
     lines.insert(1, f"  under Slurm (--profile slurm): at most {len(names)} sbatch job(s), one "
                     f"allocation per experiment ({gpu_jobs} with --gpus=1)")
-    return lines
+    from cudalab import sweep  # issue 9: the jobs of a GPU-model sweep, per model
+    from cudalab.guards import plan_estimate
+
+    return lines + sweep.plan_lines(config, names) + plan_estimate(config)
 
 
 def slurm_submit_line(jobs: list[tuple[str, int]], n_experiments: int) -> str:
@@ -59,7 +68,7 @@ def slurm_submit_line(jobs: list[tuple[str, int]], n_experiments: int) -> str:
 
 
 def cmd_validate(a: argparse.Namespace) -> int:
-    _config(a.config)
+    _config(a.config, show_notes=True)
     print(f"{a.config}: valid")
     return 0
 
@@ -67,7 +76,7 @@ def cmd_validate(a: argparse.Namespace) -> int:
 def cmd_plan(a: argparse.Namespace) -> int:
     from cudalab import site
 
-    config = _config(a.config)
+    config = _config(a.config, show_notes=True)
     print("\n".join(plan_lines(config) + site.plan_lines(config)))  # site: does it fit sinfo?
     return 0
 
@@ -91,7 +100,13 @@ def cmd_measure(a: argparse.Namespace) -> int:
 def cmd_aggregate(a: argparse.Namespace) -> int:
     from cudalab import results
 
-    df = results.build_table(results.iter_records(Path(a.results) / "raw"))
+    # Only this run's records (this grid, this run's GPUs): robust hook, see select_records.
+    raw = Path(a.results) / "raw"
+    manifests = results.read_manifests(raw, a.manifests and [Path(p) for p in a.manifests])
+    records, left_out = results.select_records(results.iter_records(raw), manifests)
+    print(left_out["line"])
+    results.write_json_atomic(Path(a.out).parent / results.LEFT_OUT_FILE, left_out)
+    df = results.build_table(records)
     problems = results.check_table(df)
     if problems:
         print("error: results table breaks its schema: " + "; ".join(problems), file=sys.stderr)
@@ -112,13 +127,51 @@ def cmd_figures(a: argparse.Namespace) -> int:
 
 def cmd_report(a: argparse.Namespace) -> int:
     from cudalab import report, results, telemetry_report
+    from cudalab.compare import CompareError
 
     config = _config(a.config)
     df = results.read_table(Path(a.table))
     tele = telemetry_report.sections(Path(a.results))
-    out = report.render(df, Path(a.figures), config, Path(a.out), tele)
+    try:
+        out = report.render(df, Path(a.figures), config, Path(a.out), tele)
+    except CompareError as exc:  # a report.baselines folder missing, empty or unmatched
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(f"report: {out.resolve()}")
     return 0
+
+
+def cmd_compare(a: argparse.Namespace) -> int:
+    from cudalab import compare
+
+    try:
+        return compare.run_command(a.runs, a.baseline, a.threshold, a.csv, a.fail_on_slower,
+                                   a.detail_runs, a.course)
+    except compare.CompareError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _add_compare(sub: Any) -> None:
+    s = sub.add_parser("compare", help="compare result folders point by point",
+                       description="Compare result folders (a run's results/ or "
+                       "reports/reference/<gpu>/) point by point; the first (or --baseline) "
+                       "is the baseline. A point is slower/faster when its time ratio is "
+                       "beyond both the threshold and the samples' combined noise.")
+    s.add_argument("runs", nargs="+", metavar="RUN")
+    s.add_argument("--baseline", help="baseline folder (default: the first RUN)")
+    s.add_argument("--threshold", type=float, default=0.05,
+                   help="minimum relative difference that counts (default 0.05 = 5%%)")
+    s.add_argument("--csv", help="write every comparison row to this CSV file")
+    s.add_argument("--fail-on-slower", action="store_true",
+                   help="exit 1 when any matched point is slower beyond the threshold")
+    s.add_argument("--detail-runs", type=int, default=5,
+                   help="print every point up to this many compared runs; beyond it only "
+                   "points that are not 'same' (default 5)")
+    s.add_argument("--course", action="store_true",
+                   help="print the course's published numbers beside every RUN (a Markdown "
+                   "table, one row per lesson) instead of the point-by-point comparison")
+    s.set_defaults(fn=cmd_compare)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("aggregate")
     s.add_argument("--results", default="results")
     s.add_argument("--out", default="results/results.csv")
+    s.add_argument("--manifests", nargs="*", default=None,
+                   help="job manifests of this run (default: every results/raw/*/_manifest.json)")
     s.set_defaults(fn=cmd_aggregate)
     s = sub.add_parser("figures")
     s.add_argument("experiment")
@@ -152,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--results", default="results")
     s.add_argument("--out", default="results/report.html")
     s.set_defaults(fn=cmd_report)
+    _add_compare(sub)
     from cudalab import doctor, site  # their subcommands live with their code
 
     doctor.add_parser(sub)

@@ -11,12 +11,13 @@ import copy
 import difflib
 import hashlib
 import json
-from collections.abc import Iterator
+import math
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
-from jsonschema import Draft202012Validator, validators
+from jsonschema import Draft202012Validator, ValidationError, validators
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_PATH = ROOT / "workflow" / "schemas" / "config.schema.yaml"
@@ -26,8 +27,27 @@ class ConfigError(ValueError):
     """A config that must not start a run. The message names every bad key path."""
 
 
+# -- types: an integer is a Python int (not 3.0, not True); a number is finite -------------
+def _is_integer(_checker, v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(_checker, v: Any) -> bool:
+    # NaN and infinity are no timing target, tolerance or size: reject them everywhere.
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _strict_enum(validator, enums, instance, schema):
+    """enum without JSON's 16.0 == 16 == True: a float tile width or a bool would otherwise
+    pass and crash (or mean something else) at run time."""
+    key = json.dumps(instance, sort_keys=True, default=str)
+    if not any(key == json.dumps(e, sort_keys=True) for e in enums):
+        yield ValidationError(f"{instance!r} is not one of {enums!r}")
+
+
 def _with_defaults(cls):
-    """A validator class that also fills in `default` values (jsonschema FAQ recipe)."""
+    """A validator class that also fills in `default` values (jsonschema FAQ recipe), with
+    strict integer/number types and a type-strict enum."""
     validate_props = cls.VALIDATORS["properties"]
 
     def set_defaults(validator, properties, instance, schema):
@@ -37,7 +57,9 @@ def _with_defaults(cls):
                     instance[key] = copy.deepcopy(sub["default"])
         yield from validate_props(validator, properties, instance, schema)
 
-    return validators.extend(cls, {"properties": set_defaults})
+    checker = cls.TYPE_CHECKER.redefine("integer", _is_integer).redefine("number", _is_number)
+    return validators.extend(cls, {"properties": set_defaults, "enum": _strict_enum},
+                             type_checker=checker)
 
 
 _DefaultingValidator = _with_defaults(Draft202012Validator)
@@ -48,15 +70,30 @@ def full_schema() -> dict[str, Any]:
 
     schema = yaml.safe_load(SCHEMA_PATH.read_text())
     exp = schema["properties"]["experiments"]
-    exp["properties"] = {name: e.schema for name, e in REGISTRY.items()}
+    exp["properties"] = {name: _grid_axes_unique(e.schema) for name, e in REGISTRY.items()}
     return schema
 
 
+def _grid_axes_unique(block_schema: dict[str, Any]) -> dict[str, Any]:
+    """Every list-valued key of an experiment block is a grid axis: a value listed twice
+    would be counted twice by the plan and measured once, so each must be unique."""
+    block_schema = copy.deepcopy(block_schema)
+    for sub in block_schema.get("properties", {}).values():
+        if sub.get("type") == "array":
+            sub["uniqueItems"] = True
+    return block_schema
+
+
 def _path(err) -> str:
-    parts = []
-    for p in err.absolute_path:
-        parts.append(f"[{p}]" if isinstance(p, int) else (("." if parts else "") + str(p)))
-    return "".join(parts) or "(top level)"
+    return key_path(err.absolute_path)
+
+
+def key_path(parts: Iterable[Any]) -> str:
+    """experiments.matmul.sizes[1] from ("experiments", "matmul", "sizes", 1)."""
+    out: list[str] = []
+    for p in parts:
+        out.append(f"[{p}]" if isinstance(p, int) else (("." if out else "") + str(p)))
+    return "".join(out) or "(top level)"
 
 
 def _describe(err) -> str:
@@ -64,29 +101,56 @@ def _describe(err) -> str:
     where = _path(err)
     s = err.schema
     v = err.validator
+    inst = err.instance
+    if isinstance(inst, float) and not math.isfinite(inst):
+        return f"{where}: {inst} is not allowed; NaN and infinity are never valid here"
     if v == "additionalProperties":
         allowed = sorted(s.get("properties", {}))
-        extra = sorted(set(err.instance) - set(allowed))
+        extra = sorted(set(inst) - set(allowed), key=str)
         hints = []
         for k in extra:
             close = difflib.get_close_matches(str(k), allowed, n=1)
             hints.append(f"'{k}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
         return f"{where}: unknown key {', '.join(hints)}; allowed keys: {', '.join(allowed)}"
     if v == "enum":
-        return f"{where}: {err.instance!r} is not allowed; allowed values: {s['enum']}"
+        return f"{where}: {inst!r} is not allowed; allowed values: {s['enum']}"
     if v in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
-        rng = _range(s)
-        return f"{where}: {err.instance!r} is out of range; allowed: {rng}"
+        return f"{where}: {inst!r} is out of range; allowed: {_range(s)}"
     if v == "type":
-        return f"{where}: {err.instance!r} has the wrong type; expected {s['type']}"
+        return f"{where}: {inst!r} has the wrong type; expected {_type_words(s['type'])}"
     if v in ("minItems", "maxItems"):
         lo, hi = s.get("minItems", 0), s.get("maxItems")
         want = f"exactly {lo}" if lo == hi else f"at least {lo}" + (f", at most {hi}" if hi else "")
-        return f"{where}: {err.instance!r} has {len(err.instance)} items; needs {want}"
+        return f"{where}: {inst!r} has {len(inst)} items; needs {want}"
+    if v == "uniqueItems":
+        return (f"{where}: {_repeated(inst)} listed more than once; each value of a grid "
+                f"axis may appear only once")
+    if v == "pattern":
+        allowed = s.get("x-allowed") or f"text matching {s['pattern']}"
+        return f"{where}: {inst!r} is not allowed; allowed: {allowed}"
     if v == "required":
-        return f"{where}: {err.message}"
+        missing = [k for k in s["required"] if isinstance(inst, dict) and k not in inst]
+        return (f"{where}: missing key {', '.join(repr(k) for k in missing)}"
+                + (f" ({s['x-required']})" if "x-required" in s else ""))
     desc = s.get("description")
     return f"{where}: {err.message}" + (f" ({desc})" if desc else "")
+
+
+def _type_words(t: str | list[str]) -> str:
+    words = {"integer": "an integer (whole number, written without a decimal point)",
+             "number": "a finite number", "array": "a list", "object": "a mapping (key: value)",
+             "string": "a string", "boolean": "true or false"}
+    return " or ".join(words.get(x, x) for x in ([t] if isinstance(t, str) else t))
+
+
+def _repeated(items: list[Any]) -> str:
+    seen: list[Any] = []
+    dups: list[Any] = []
+    for x in items:
+        if x in seen and x not in dups:
+            dups.append(x)
+        seen.append(x)
+    return ", ".join(repr(d) for d in dups) + (" is" if len(dups) == 1 else " are")
 
 
 def _range(s: dict) -> str:
@@ -102,25 +166,49 @@ def _range(s: dict) -> str:
     return " and ".join(parts) or "see schema"
 
 
-def validate(config: dict[str, Any], source: str = "config") -> dict[str, Any]:
-    """Validate and fill defaults in place; raise ConfigError naming every problem."""
-    from cudalab.experiments import REGISTRY
+def validate(config: dict[str, Any], source: str = "config",
+             notes: list[str] | None = None) -> dict[str, Any]:
+    """Validate and fill defaults in place; raise ConfigError naming every problem.
 
-    validator = _DefaultingValidator(full_schema())
-    errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
-    # Unwrap anyOf/oneOf so the user sees the leaf error, not "is not valid under any".
-    leaves = []
-    for e in errors:
-        leaves.extend(_leaves(e))
-    msgs = list(dict.fromkeys(_describe(e) for e in leaves))
-    if not msgs:
-        # Cross-field rules that a schema cannot express (e.g. tile*tile <= 1024 threads).
-        for name, block in config.get("experiments", {}).items():
-            if block.get("enabled", True):
-                msgs += [f"experiments.{name}.{m}" for m in REGISTRY[name].check_config(block)]
+    One pass: the schema's problems and the cross-field rules (min_samples <= max_samples,
+    each experiment's check_config, the installed nvcc, the size guards) are all reported
+    together. `notes` (if given) collects what could not be checked here."""
+    msgs = schema_problems(config)
+    from cudalab import guards
+
+    msgs += guards.cross_field_problems(config, schema_failed=bool(msgs), notes=notes)
+    msgs = list(dict.fromkeys(msgs))
     if msgs:
         raise ConfigError(f"{source} is invalid:\n  - " + "\n  - ".join(msgs))
     return config
+
+
+def schema_problems(config: dict[str, Any]) -> list[str]:
+    """The schema's messages (defaults are filled in on the way)."""
+    validator = _DefaultingValidator(full_schema())
+    errors = sorted(validator.iter_errors(config), key=lambda e: [str(p) for p in
+                                                                   e.absolute_path])
+    msgs = []
+    for e in errors:
+        msgs += [_describe_any_of(e) if _all_types_wrong(e) else _describe(leaf)
+                 for leaf in ([e] if _all_types_wrong(e) else _leaves(e))]
+    return list(dict.fromkeys(msgs))
+
+
+def _all_types_wrong(err) -> bool:
+    """An anyOf/oneOf where the value fits none of the branches' types (64.0 for a size
+    that is an integer or a list of three)."""
+    return bool(err.context) and all(
+        e.validator == "type" and not e.relative_path for e in err.context)
+
+
+def _describe_any_of(err) -> str:
+    types = list(dict.fromkeys(t for e in err.context for t in (
+        [e.schema["type"]] if isinstance(e.schema["type"], str) else e.schema["type"])))
+    inst = err.instance
+    if isinstance(inst, float) and not math.isfinite(inst):
+        return f"{_path(err)}: {inst} is not allowed; NaN and infinity are never valid here"
+    return f"{_path(err)}: {inst!r} has the wrong type; expected {_type_words(types)}"
 
 
 def _leaves(err) -> Iterator:
@@ -139,15 +227,79 @@ def _leaves(err) -> Iterator:
             yield from _leaves(sub)
 
 
-def load(path: str | Path) -> dict[str, Any]:
+# -- reading a config file ----------------------------------------------------------------
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (PyYAML lets the last one
+    win in silence: `min_samples: 5` then `min_samples: 50` would run with 50)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *anchor` may repeat keys on purpose
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                first = seen.get(key)
+            except TypeError:
+                continue  # unhashable: SafeLoader's own error says so
+            if first is not None:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first given on line {first + 1}, "
+                    f"again on line {key_node.start_mark.line + 1}); give each key once",
+                    key_node.start_mark)
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
+
+
+def read_mapping(path: str | Path) -> dict[str, Any]:
+    """Read a YAML config file into a dict; every way it can be unreadable is a ConfigError
+    (missing, a directory, not UTF-8, not YAML, duplicate keys, empty, not a mapping)."""
     path = Path(path)
     try:
-        config = yaml.safe_load(path.read_text()) or {}
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path} is a directory; give the path of a YAML config file") from None
+    except PermissionError:
+        raise ConfigError(f"{path}: permission denied (cannot read it)") from None
+    except UnicodeDecodeError as exc:
+        line = exc.object[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}: line {line} is not UTF-8 text (byte "
+                          f"0x{exc.object[exc.start]:02x} at offset {exc.start}); save the "
+                          f"file as UTF-8") from None
+    try:
+        config = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        what = " ".join(filter(None, [getattr(exc, "context", None),
+                                      getattr(exc, "problem", None)])) or str(exc)
+        raise ConfigError(f"{path} is not valid YAML: {where}{what}") from None
+    if config is None:
+        raise ConfigError(f"{path} is empty; a config needs at least an `experiments:` block "
+                          f"(see config.yaml)")
     if not isinstance(config, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of keys to values")
-    return validate(config, source=str(path))
+    return config
+
+
+def load(path: str | Path, notes: list[str] | None = None) -> dict[str, Any]:
+    return validate(read_mapping(path), source=str(path), notes=notes)
+
+
+def from_files(paths: Iterable[str | Path], overrides: dict[str, Any] | None = None
+               ) -> dict[str, Any]:
+    """The config that `snakemake --configfile a.yaml [b.yaml] [--config k=v]` means: the
+    given files merged with each other (as Snakemake does) and the overrides on top, but NOT
+    merged into the workflow's config.yaml, so it equals `cudalab plan a.yaml`."""
+    from snakemake.utils import update_config
+
+    merged: dict[str, Any] = {}
+    for p in paths:
+        update_config(merged, read_mapping(p))
+    update_config(merged, copy.deepcopy(dict(overrides or {})))
+    return merged
 
 
 def enabled_experiments(config: dict[str, Any]) -> list[str]:

@@ -1,5 +1,6 @@
 """The CUDA side of a job: find the device, hold its primary context, compile kernels,
-time with CUDA events. pycuda is imported lazily so CPU-only machines never need it.
+time with CUDA events (plain, or with the launches queued behind a held stream). pycuda is
+imported lazily so CPU-only machines never need it.
 
 The primary context (not pycuda.autoinit's own) is used so CuPy / cuBLAS can share it.
 """
@@ -18,7 +19,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from cudalab.harness import QUEUED_MAX_BATCH, HoldTimeout
+
 CUDA_DIR = Path(__file__).resolve().parent.parent / "cuda"
+# How long the hold kernel waits for the host before it lets the queued launches run: far
+# above the host time of a queued batch (256 launches of ~5-12 us), far below a hang.
+HOLD_TIMEOUT_S = 0.5
 
 
 class NoGpuError(RuntimeError):
@@ -28,10 +34,20 @@ class NoGpuError(RuntimeError):
 def _no_gpu(why: str) -> NoGpuError:
     cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
     cvd_txt = "unset" if cvd is None else repr(cvd)
+    looked = (f"no usable CUDA GPU: {why}. Looked for a CUDA device through pycuda "
+              f"(cuInit + cuDeviceGetCount); CUDA_VISIBLE_DEVICES is {cvd_txt}. ")
+    job = os.environ.get("SLURM_JOB_ID")
+    if job:  # inside a Slurm job that asked for a GPU: the allocation is what is wrong
+        node = os.environ.get("SLURMD_NODENAME") or os.environ.get("HOSTNAME") or "?"
+        gres = os.environ.get("SLURM_JOB_GPUS") or os.environ.get("SLURM_GPUS_ON_NODE")
+        return NoGpuError(
+            looked + f"This is Slurm job {job} on node {node} (GPUs Slurm gave it: "
+            f"{gres or 'none'}): the job asked for a GPU but sees none. Check "
+            "slurm.gpu_model (and slurm.partition / constraint) in the config against "
+            "`sinfo -o '%P %N %G'`, or ask the cluster's admins whether the node's GPUs are "
+            "configured (gres.conf). No numbers were recorded.")
     return NoGpuError(
-        f"no usable CUDA GPU: {why}. Looked for a CUDA device through pycuda "
-        f"(cuInit + cuDeviceGetCount); CUDA_VISIBLE_DEVICES is {cvd_txt}. "
-        "GPU variants need a GPU machine (or a Slurm GPU job: snakemake --profile "
+        looked + "GPU variants need a GPU machine (or a Slurm GPU job: snakemake --profile "
         "profiles/slurm); CPU-only variants run anywhere. No numbers were recorded."
     )
 
@@ -68,6 +84,7 @@ class GpuSession:
     device: Any
     context: Any
     _kernels: dict[tuple, Kernel] = field(default_factory=dict)
+    _queued: tuple[Any, str] | None = None
 
     # -- device facts -------------------------------------------------------------------
     @cached_property
@@ -119,7 +136,75 @@ class GpuSession:
 
     # -- timing -------------------------------------------------------------------------
     def event_timer(self, stream: Any = None) -> EventTimer:
-        return EventTimer(self.cuda, stream)
+        # queued timing holds the default stream, the one asynchronous fns enqueue on
+        return EventTimer(self.cuda, stream, self.queued_timer if stream is None else None)
+
+    def queued_timer(self) -> tuple[QueuedEventTimer | None, str]:
+        """The job's queued-launch timer, or None and why it cannot be had here."""
+        if self._queued is None:
+            self._queued = self._make_queued_timer()
+        return self._queued
+
+    def _make_queued_timer(self) -> tuple[QueuedEventTimer | None, str]:
+        import numpy as np
+
+        cuda = self.cuda
+        if not self.attr("CAN_MAP_HOST_MEMORY"):
+            return None, "the device cannot map host memory"
+        if not self.attr("UNIFIED_ADDRESSING"):
+            # Without unified addressing mapped memory needs a context made with
+            # ctx_flags.MAP_HOST; the primary context open_session retains has no such flag.
+            return None, "no unified addressing (the primary context lacks MAP_HOST)"
+        try:
+            flag = cuda.pagelocked_zeros(2, np.int32, mem_flags=cuda.host_alloc_flags.DEVICEMAP)
+            dptr = np.intp(flag.base.get_device_pointer())
+            func = self.compile("hold.cu").function("hold")
+        except Exception as exc:  # noqa: BLE001 - pycuda's own error types
+            return None, f"host-mapped flag or hold kernel unavailable: {exc}"
+        func.prepare("Pq")
+        # CLOCK_RATE is the peak SM clock in kHz: at a lower clock the hold lasts longer,
+        # never shorter; 2 GHz where the driver does not say
+        cycles = int(HOLD_TIMEOUT_S * (self.attr("CLOCK_RATE") or 2_000_000) * 1e3)
+
+        def hold() -> None:
+            func.prepared_call((1, 1), (1, 1, 1), dptr, cycles)
+
+        return QueuedEventTimer(cuda, hold, flag), ""
+
+    def launch_costs(self, func: Any, grid: tuple[int, ...], block: tuple[int, ...],
+                     args: Sequence[Any], prepared: Callable[[], None], reps: int = 50
+                     ) -> dict[str, float]:
+        """What a launch costs beside the kernel itself, in seconds (the course's lesson
+        "small problems are launch-bound", measured): the host time of one launch from
+        Python through Function.__call__ (argument handling on every call) and through
+        prepared_call (the `prepared` fn), each the mean of `reps` back-to-back calls; and
+        one launch end to end, the median of events around a single launch on an idle
+        stream (what one kernel of a program costs the GPU timeline)."""
+        import time
+
+        import numpy as np
+
+        def host_s(launch: Callable[[], Any]) -> float:
+            self.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                launch()
+            dt = time.perf_counter() - t0
+            self.synchronize()
+            return dt / reps
+
+        call_s = host_s(lambda: func(*args, block=block, grid=grid))
+        prepared_s = host_s(prepared)
+        start, end = self.cuda.Event(), self.cuda.Event()
+        one = []
+        for _ in range(max(5, reps // 5)):
+            start.record()
+            prepared()
+            end.record()
+            end.synchronize()
+            one.append(end.time_since(start) * 1e-3)
+        return {"host_call_s": call_s, "host_prepared_call_s": prepared_s,
+                "one_launch_s": float(np.median(one))}
 
     def l2_flusher(self) -> Callable[[], None]:
         """Writes a buffer twice the L2 size, evicting whatever the last sample left there."""
@@ -139,15 +224,25 @@ class GpuSession:
 
 
 class EventTimer:
-    """CUDA events around `reps` launches on one stream: device time, not host time."""
+    """CUDA events around `reps` launches on one stream: device time, but the launches run
+    as fast as the host issues them, so a kernel shorter than the host's launch cost is
+    timed at the host's launch rate. See QueuedEventTimer."""
 
     name = "cuda_event"
 
-    def __init__(self, cuda: Any, stream: Any = None) -> None:
+    def __init__(self, cuda: Any, stream: Any = None,
+                 queued: Callable[[], tuple[Any, str]] | None = None) -> None:
         self.cuda = cuda
         self.stream = stream
         self.start = cuda.Event()
         self.end = cuda.Event()
+        self._queued = queued
+
+    def queued(self) -> tuple[Any, str]:
+        """The queued variant of this timer (harness.choose_timer), or None and why not."""
+        if self._queued is None:
+            return None, "events on a non-default stream"
+        return self._queued()
 
     def time(self, fn: Callable[[], Any], reps: int) -> float:
         self.start.record(self.stream)
@@ -155,6 +250,41 @@ class EventTimer:
             fn()
         self.end.record(self.stream)
         self.end.synchronize()
+        return self.end.time_since(self.start) * 1e-3
+
+
+class QueuedEventTimer:
+    """Events around `reps` launches that are all queued before the first one runs: a hold
+    kernel (cuda/hold.cu) blocks the default stream, the start event, the launches and the
+    stop event are enqueued behind it, then the host releases it through a host-mapped flag.
+    The GPU then runs the batch back to back, so the host's launch cost stays out (nvbench's
+    blocking kernel). A hold that timed out (the host blocked) raises HoldTimeout."""
+
+    name = "cuda_event_queued"
+    max_batch = QUEUED_MAX_BATCH
+
+    def __init__(self, cuda: Any, hold: Callable[[], None], flag: Any) -> None:
+        self.cuda = cuda
+        self.hold = hold  # launches the hold kernel on the default stream
+        self.flag = flag  # [release, timed_out], host-mapped
+        self.start = cuda.Event()
+        self.end = cuda.Event()
+
+    def time(self, fn: Callable[[], Any], reps: int) -> float:
+        if reps > self.max_batch:
+            raise ValueError(f"a queued batch of {reps} exceeds {self.max_batch} launches")
+        self.flag[0] = 0
+        self.flag[1] = 0
+        self.hold()
+        self.start.record()
+        for _ in range(reps):
+            fn()
+        self.end.record()
+        self.flag[0] = 1  # release: the GPU runs start, the batch, end
+        self.end.synchronize()
+        if self.flag[1]:
+            raise HoldTimeout(f"the hold kernel timed out after {HOLD_TIMEOUT_S} s before "
+                              f"{reps} launches were queued (the host blocked)")
         return self.end.time_since(self.start) * 1e-3
 
 
@@ -181,7 +311,7 @@ def open_session(index: int = 0) -> GpuSession:
         import pycuda.driver as cuda
     except ImportError as exc:
         raise _no_gpu(f"pycuda is not importable ({exc}); install the GPU extra: "
-                      "pip install -e '.[gpu]'") from exc
+                      "pip install -e '.[gpu]' (README: Troubleshooting the pycuda build)") from exc
     try:
         cuda.init()
         count = cuda.Device.count()

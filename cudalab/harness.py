@@ -1,10 +1,15 @@
 """The one timing harness every experiment uses (nvbench-style measurement loop).
 
-warm-up -> timed chunks of samples -> stop when the coefficient of variation is below the
-target (after `min_samples`), when the time budget is spent, or at `max_samples`.
-Every sample is kept. Samples shorter than `min_sample_s` are taken as a batch of back-to-back
-launches and the mean per launch is recorded (CUDA events resolve about 0.5 us).
-Observers (telemetry) are called around every chunk so throttled samples can be flagged.
+warm-up -> timed chunks of samples -> stop when the coefficient of variation of the clean
+samples is below the target (after `min_samples` clean ones), when the time budget is spent,
+or at `max_samples`. Every sample is kept; samples of a chunk an observer flagged as
+throttled are left out of the statistics (nvbench's rule) and counted.
+
+Samples shorter than `min_sample_s` are taken as a batch of launches and the mean per launch
+is recorded (CUDA events resolve about 0.5 us). For an `asynchronous` fn (it only enqueues
+GPU work) the harness times the batch with the launches already queued behind a held stream
+(gpu.QueuedEventTimer), so the host's launch cost (~12 us per pycuda launch) stays out of
+the kernel time; where that cannot be done it says why in the timing's `method_note`.
 """
 
 from __future__ import annotations
@@ -16,6 +21,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+
+# Largest batch of one sample: a queued batch must stay well below the driver's limit of
+# pending launches (~1000), else the launch call blocks behind the held stream.
+MAX_BATCH = 4096
+QUEUED_MAX_BATCH = 256
 
 
 @dataclass(frozen=True)
@@ -37,11 +47,17 @@ class Settings:
 
 
 class Timer(Protocol):
-    """Times `reps` back-to-back calls of fn and returns the elapsed seconds."""
+    """Times `reps` calls of fn and returns the elapsed seconds. A timer may also offer
+    `max_batch` (largest reps per call) and `queued()` -> (timer or None, why not): the
+    variant that keeps host launch cost out, used for asynchronous fns."""
 
     name: str
 
     def time(self, fn: Callable[[], Any], reps: int) -> float: ...
+
+
+class HoldTimeout(RuntimeError):
+    """A queued sample was not released in time (the host blocked): the sample is void."""
 
 
 class WallTimer:
@@ -67,28 +83,52 @@ class Observer(Protocol):
 
 @dataclass
 class Timing:
-    """All samples of one measured quantity, with their summary statistics."""
+    """All samples of one measured quantity, with their summary statistics (of the clean,
+    i.e. not throttled, samples)."""
 
     samples_s: list[float]
     batch: int  # launches per sample (samples are per launch)
-    timer: str
+    timer: str  # the method: cuda_event_queued | cuda_event | perf_counter | ...
     stop_reason: str  # converged | budget | max_samples
     throttled: list[bool] = field(default_factory=list)
     chunks: list[dict[str, Any]] = field(default_factory=list)
     wall_s: float = 0.0  # host time the whole measurement took, warm-up included
+    settings: dict[str, Any] = field(default_factory=dict)  # the harness settings used
+    method_note: str = ""  # why the method is not the one asked for (fallback), if so
+    min_samples: int = 0  # clean samples a trustworthy statistic needs
 
     @property
     def n(self) -> int:
         return len(self.samples_s)
 
+    @property
+    def clean(self) -> list[float]:
+        flags = self.throttled or [False] * self.n
+        return [x for x, th in zip(self.samples_s, flags, strict=True) if not th]
+
+    @property
+    def note(self) -> str:
+        """Why the statistics need care ('' when they do not)."""
+        parts = [self.method_note] if self.method_note else []
+        n_clean = len(self.clean)
+        if n_clean == 0 and self.n:
+            parts.append(f"all {self.n} samples throttled: statistics from throttled samples")
+        elif n_clean < self.min_samples:
+            parts.append(f"too few clean samples: {n_clean} < min_samples {self.min_samples}")
+        return "; ".join(parts)
+
     def stats(self) -> dict[str, float]:
-        return summarize(self.samples_s)
+        return summarize(self.clean or self.samples_s)
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.update(self.stats())
         d["n"] = self.n
+        d["n_clean"] = len(self.clean)
         d["n_throttled"] = int(sum(self.throttled))
+        d["timing_note"] = self.note
+        d["harness"] = {**self.settings, "method": self.timer}
+        del d["settings"]
         return d
 
 
@@ -110,6 +150,17 @@ def summarize(samples: Sequence[float]) -> dict[str, float]:
     }
 
 
+def choose_timer(timer: Timer, asynchronous: bool) -> tuple[Timer, str]:
+    """The timer an fn is measured with, and why it is not the queued one (if so)."""
+    if not asynchronous:
+        return timer, ""
+    queued = getattr(timer, "queued", None)
+    if queued is None:
+        return timer, f"{timer.name} timer has no queued variant"
+    q, why = queued()
+    return (q, "") if q is not None else (timer, f"queued timing unavailable: {why}")
+
+
 class Harness:
     def __init__(
         self,
@@ -128,63 +179,85 @@ class Harness:
         *,
         batchable: bool = True,
         settings: Settings | None = None,
+        asynchronous: bool = False,
     ) -> Timing:
         """Time fn() under the stop rule. `batchable=False` for work that must not be
-        repeated back-to-back inside one sample (e.g. it allocates)."""
+        repeated back-to-back inside one sample (e.g. it allocates). `asynchronous=True`
+        declares that fn only enqueues GPU work on the default stream (launches through
+        prepared_call, async copies; no host sync, no allocation, no pageable copy): it is
+        then timed with its launches queued ahead (see gpu.QueuedEventTimer)."""
         s = settings or self.settings
         wall0 = time.perf_counter()
+        chosen, note = choose_timer(timer, asynchronous)
+        try:
+            t = self._measure_with(fn, chosen, batchable, s)
+        except HoldTimeout as exc:
+            # the void sample is discarded with its measurement: methods are never mixed
+            t = self._measure_with(fn, timer, batchable, s)
+            note = f"queued timing fell back to {timer.name}: {exc}"
+        t.method_note = note
+        t.wall_s = time.perf_counter() - wall0
+        return t
+
+    def _measure_with(self, fn: Callable[[], Any], timer: Timer, batchable: bool,
+                      s: Settings) -> Timing:
         cold = s.cold_l2 and self.flush_l2 is not None
         for _ in range(s.warmup):
             fn()
         batch = 1
         if batchable and not cold and s.min_sample_s > 0:
             batch = self._calibrate(fn, timer, s.min_sample_s)
-        samples: list[float] = []
-        throttled: list[bool] = []
-        chunks: list[dict[str, Any]] = []
+        t = Timing(samples_s=[], batch=batch, timer=timer.name, stop_reason="max_samples",
+                   settings=s.as_dict(), min_samples=s.min_samples)
         t_start = time.perf_counter()
         # Chunks grow so short samples do not pay an NVML read each, long ones are checked often.
         chunk = max(1, min(s.min_samples, 10))
-        stop = "max_samples"
-        while len(samples) < s.max_samples:
-            for o in self.observers:
-                o.before_batch()
-            t_chunk = time.time()
-            new = []
-            for _ in range(min(chunk, s.max_samples - len(samples))):
-                if cold:
-                    self.flush_l2()
-                new.append(timer.time(fn, batch) / batch)
-            info: dict[str, Any] = {"t": t_chunk, "t_end": time.time(), "n": len(new)}
-            for o in self.observers:
-                info.update(o.after_batch())
-            chunks.append(info)
-            samples += new
-            throttled += [bool(info.get("throttled", False))] * len(new)
-            if len(samples) >= s.min_samples:
-                if summarize(samples)["cv"] <= s.target_cv:
-                    stop = "converged"
-                    break
-                if time.perf_counter() - t_start >= s.budget_s:
-                    stop = "budget"
-                    break
+        while t.n < s.max_samples:
+            self._chunk(fn, timer, t, min(chunk, s.max_samples - t.n), cold)
+            stop = stop_rule(t, s, time.perf_counter() - t_start)
+            if stop:
+                t.stop_reason = stop
+                break
             chunk = min(chunk * 2, 100)
-        return Timing(
-            samples_s=samples,
-            batch=batch,
-            timer=timer.name,
-            stop_reason=stop,
-            throttled=throttled,
-            chunks=chunks,
-            wall_s=time.perf_counter() - wall0,
-        )
+        return t
+
+    def _chunk(self, fn: Callable[[], Any], timer: Timer, t: Timing, n: int,
+               cold: bool) -> None:
+        """n samples between the observers' reads; appended to t with their throttle flag."""
+        for o in self.observers:
+            o.before_batch()
+        t_chunk = time.time()
+        new = []
+        for _ in range(n):
+            if cold:
+                self.flush_l2()
+            new.append(timer.time(fn, t.batch) / t.batch)
+        info: dict[str, Any] = {"t": t_chunk, "t_end": time.time(), "n": len(new)}
+        for o in self.observers:
+            info.update(o.after_batch())
+        t.chunks.append(info)
+        t.samples_s += new
+        t.throttled += [bool(info.get("throttled", False))] * len(new)
 
     @staticmethod
     def _calibrate(fn: Callable[[], Any], timer: Timer, min_sample_s: float) -> int:
-        """Smallest power-of-two batch whose sample lasts at least min_sample_s."""
+        """Smallest power-of-two batch whose sample lasts at least min_sample_s (timed with
+        the same timer, hence the same method, as the samples)."""
+        limit = int(getattr(timer, "max_batch", MAX_BATCH))
         batch = 1
-        while batch < 4096:
+        while batch < limit:
             if timer.time(fn, batch) >= min_sample_s:
                 break
             batch *= 2
-        return batch
+        return min(batch, limit)
+
+
+def stop_rule(t: Timing, s: Settings, elapsed_s: float) -> str:
+    """'' to go on, else why to stop: the clean samples' CV is at most target_cv (with at
+    least min_samples clean), or the budget is spent (with at least min_samples in all)."""
+    clean = t.clean
+    if len(clean) >= s.min_samples and summarize(clean)["cv"] <= s.target_cv:
+        return "converged"
+    if t.n >= s.min_samples and elapsed_s >= s.budget_s:
+        return "budget"
+    return ""

@@ -13,7 +13,8 @@ from typing import Any
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from cudalab import results
+from cudalab import results, timing_report
+from cudalab.compare import report_context as compare_context
 from cudalab.experiments import REGISTRY
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -126,6 +127,8 @@ def build_context(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any],
         "n_points": len(df),
         "provenance": provenance,
         "telemetry": telemetry or [],
+        # issue 8: convergence and launch overhead (cudalab/timing_report.py)
+        "timing": timing_report.context(df, config["measurement"]["target_cv"]),
         "config_json": json.dumps(config, indent=1, sort_keys=True),
     }
 
@@ -135,8 +138,9 @@ def render(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any], out: Pat
     env = Environment(loader=FileSystemLoader(TEMPLATES),
                       autoescape=select_autoescape(["html", "j2"]))
     env.filters["fmt"] = _fmt
-    page = env.get_template("report.html.j2").render(
-        **build_context(df, figures_dir, config, telemetry))
+    ctx = build_context(df, figures_dir, config, telemetry)
+    ctx.update(compare_context(df, config))  # issue 9: course table + baselines (compare.py)
+    page = env.get_template("report.html.j2").render(**ctx)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
     tmp.write_text(page)

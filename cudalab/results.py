@@ -36,14 +36,21 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "reason": ("string", "why a point is not ok (error message, tolerance exceeded)"),
     "n_samples": ("Int64", "timed samples kept"),
     "batch": ("Int64", "launches per sample (samples are per launch)"),
-    "timer": ("string", "cuda_event (device time) or perf_counter (host time)"),
+    "timer": ("string", "timing method: cuda_event_queued (device time, launches queued "
+              "ahead: no host launch cost), cuda_event (device time, launches issued one by "
+              "one) or perf_counter (host time)"),
     "stop_reason": ("string", "converged | budget | max_samples"),
     "time_median_s": ("float64", "median time of one launch / operation, seconds"),
     "time_iqr_s": ("float64", "interquartile range of the samples, seconds"),
     "time_cv": ("float64", "coefficient of variation of the samples (std / mean)"),
     "time_min_s": ("float64", "fastest sample, seconds"),
     "time_mean_s": ("float64", "mean sample, seconds"),
-    "n_throttled": ("Int64", "samples taken while the GPU was throttled (clock or reason)"),
+    "n_throttled": ("Int64", "samples taken while the GPU was throttled (clock or reason): "
+                    "kept in the record, left out of the statistics"),
+    "timing_note": ("string", "why the timing needs care: too few clean (unthrottled) "
+                    "samples, or a fallback from the queued method (empty: none)"),
+    "harness": ("string", "the harness settings that produced the time (JSON: warm-up, "
+                "min/max samples, target CV, budget, min sample time, cold L2, method)"),
     "flops": ("float64", "floating-point operations of one launch (declared by the experiment)"),
     "bytes": ("float64", "bytes one launch must move through device memory (declared)"),
     "gflops": ("float64", "flops / time_median_s / 1e9"),
@@ -91,6 +98,9 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        # mkstemp makes the file 0600; a course's other users on a shared file system must
+        # read the records, so give it the mode a plain open() would (0666 & ~umask).
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "w") as f:
             json.dump(obj, f, indent=1, default=_json_default)
             f.flush()
@@ -99,6 +109,13 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def current_umask() -> int:
+    """The process umask (os.umask can only be read by setting it; set it straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _json_default(o: Any) -> Any:
@@ -124,6 +141,76 @@ def iter_records(raw_dir: Path) -> Iterable[dict[str, Any]]:
         rec = read_record(p)
         if rec is not None:
             yield rec
+
+
+# -- which records are this run's ----------------------------------------------------------
+LEFT_OUT_FILE = "left_out.json"
+
+
+def select_records(records: Iterable[dict[str, Any]], manifests: list[dict[str, Any]]
+                   ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The records of this run: points of the current grid (each experiment's job manifest
+    lists them) and, for GPU points, measured on a GPU of this run (the GPUs of the
+    manifests: a GPU-model sweep has several). Returns (kept, summary of the left-out ones);
+    summary["line"] says it in one line."""
+    grid = {m["experiment"]: set(m.get("points") or ()) for m in manifests}
+    gpus = {(m.get("provenance") or {}).get("gpu_uuid") for m in manifests} - {None, ""}
+    kept: list[dict[str, Any]] = []
+    left: dict[str, dict[str, int]] = {}
+    for rec in records:
+        exp = rec.get("experiment")
+        uuid = (rec.get("provenance") or {}).get("gpu_uuid")
+        if rec.get("point_id") not in grid.get(exp, ()):
+            why = "not_in_grid"
+        elif _is_gpu_record(rec) and uuid not in gpus:
+            why = "other_gpu"
+        else:
+            kept.append(rec)
+            continue
+        left.setdefault(why, {}).setdefault(exp, 0)
+        left[why][exp] += 1
+    return kept, _left_out_summary(len(kept), left, gpus)
+
+
+def _is_gpu_record(rec: dict[str, Any]) -> bool:
+    """A point measured on the GPU (its record names a GPU and was not timed on the host);
+    CPU points of a GPU job carry the job's GPU too, and are kept across GPUs."""
+    timer = (rec.get("timing") or {}).get("timer")
+    return bool((rec.get("provenance") or {}).get("gpu_uuid")) and timer != "perf_counter"
+
+
+def _left_out_summary(kept: int, left: dict[str, dict[str, int]], gpus: set[str]
+                      ) -> dict[str, Any]:
+    n_grid = sum(left.get("not_in_grid", {}).values())
+    n_gpu = sum(left.get("other_gpu", {}).values())
+    line = (f"aggregate: {kept} record(s) of this run's grid and GPU(s) in the table"
+            + (f"; left out {n_grid + n_gpu} older record(s) under results/raw: "
+               f"{n_grid} of points not in this config's grid, {n_gpu} measured on a GPU "
+               f"other than this run's ({', '.join(sorted(gpus)) or 'none'})"
+               if n_grid + n_gpu else ""))
+    return {"kept": kept, "not_in_grid": n_grid, "other_gpu": n_gpu, "by_reason": left,
+            "run_gpus": sorted(gpus), "line": line}
+
+
+def read_manifests(raw_dir: Path, paths: Iterable[Path] | None = None) -> list[dict[str, Any]]:
+    """The job manifests given (the workflow passes the current experiments'), else every
+    results/raw/*/_manifest.json; unreadable ones are skipped."""
+    found = sorted(Path(raw_dir).glob("*/_manifest.json")) if paths is None else list(paths)
+    out = []
+    for p in found:
+        try:
+            out.append(json.loads(Path(p).read_text()))
+        except (OSError, json.JSONDecodeError):
+            continue
+    return out
+
+
+def read_left_out(results_dir: Path) -> dict[str, Any] | None:
+    """The left-out summary aggregate wrote (for the report), None if there is none."""
+    try:
+        return json.loads((Path(results_dir) / LEFT_OUT_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
 
 
 # -- the table -----------------------------------------------------------------------------
@@ -159,6 +246,8 @@ def record_to_row(rec: dict[str, Any]) -> dict[str, Any]:
         "time_min_s": t.get("min", math.nan) if ok else math.nan,
         "time_mean_s": t.get("mean", math.nan) if ok else math.nan,
         "n_throttled": t.get("n_throttled"),
+        "timing_note": t.get("timing_note", ""),
+        "harness": json.dumps(t["harness"], sort_keys=True) if t.get("harness") else None,
         "flops": work.get("flops", math.nan),
         "bytes": work.get("bytes", math.nan),
         "gflops": _safe_div(work.get("flops"), med) / 1e9,

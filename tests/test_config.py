@@ -102,3 +102,70 @@ def test_schema_file_documents_every_top_level_key():
     schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
     for key, sub in schema["properties"].items():
         assert "description" in sub or "properties" in sub, key
+
+
+def test_schema_and_cross_field_problems_come_in_one_pass():
+    msg = _err({"measurement": {"min_samples": 300, "max_samples": 20},
+                "experiments": {"matmul": {"tiles": [7],
+                                           "register_tiles": [{"rt": 2, "bt": 128, "bk": 8}]},
+                                "transfer": {"min_bytes": 8192, "max_bytes": 4096}}})
+    for needle in ["experiments.matmul.tiles[0]", "measurement.min_samples: 300 is larger",
+                   "experiments.matmul.register_tiles[0]", "experiments.transfer.min_bytes"]:
+        assert needle in msg, msg
+
+
+@pytest.mark.parametrize("bad, needle", [
+    ({"measurement": {"min_samples": 3.0}}, "measurement.min_samples: 3.0 has the wrong type"),
+    ({"experiments": {"matmul": {"sizes": [64.0]}}}, "sizes[0]: 64.0 has the wrong type"),
+    ({"experiments": {"matmul": {"tiles": [16.0]}}}, "tiles[0]: 16.0 is not allowed"),
+    ({"experiments": {"matmul": {"naive_block": True}}}, "naive_block: True is not allowed"),
+    ({"measurement": {"target_cv": float("nan")}}, "target_cv: nan is not allowed"),
+    ({"experiments": {"matmul": {"tolerance": float("inf")}}}, "tolerance: inf is not allowed"),
+])
+def test_whole_numbers_are_integers_and_nan_is_never_a_number(bad, needle):
+    c = {"experiments": {"matmul": {}}}
+    c.update({k: v for k, v in bad.items() if k != "experiments"})
+    c["experiments"]["matmul"].update(bad.get("experiments", {}).get("matmul", {}))
+    assert needle in _err(c)
+
+
+def test_a_cross_field_rule_on_a_malformed_value_does_not_crash():
+    # atomics' check unpacks each launch as (grid, block): a string must not crash it
+    msg = _err({"experiments": {"atomics": {"counter_launches": ["ab"]}}})
+    assert "experiments.atomics.counter_launches[0]" in msg
+
+
+def test_duplicate_yaml_keys_name_both_lines(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("experiments:\n  matmul:\n    sizes: [256]\n    sizes: [512]\n")
+    with pytest.raises(cfg.ConfigError, match=r"duplicate key 'sizes' \(first given on line 3, "
+                                               r"again on line 4\)"):
+        cfg.load(p)
+    p.write_text("a: &x {b: 1}\nexperiments:\n  <<: {}\n  matmul: {}\n")  # merge keys are fine
+    assert cfg.read_mapping(p)["experiments"] == {"matmul": {}}
+
+
+def test_size_guards_use_gpu_memory_gb_and_max_points():
+    from cudalab import guards
+
+    ok = {"gpu_memory_gb": 80, "experiments": {"matmul": {"sizes": [4096]}}}
+    cfg.validate(copy.deepcopy(ok))
+    msg = _err({"gpu_memory_gb": 4, "experiments": {"matmul": {"sizes": [4096, 20000]}}})
+    assert "experiments.matmul:" in msg and "-m20000-k20000-n20000-tile8 needs 9.6 GB" in msg
+    assert "4096" not in msg  # only the points that do not fit
+    c = cfg.validate({"max_points": 200, "experiments": {"vector_add": {}}})
+    assert guards.plan_estimate(c)[0].startswith("  size: 24 grid points (max_points 200)")
+    assert "max_points (23)" in _err({"max_points": 23, "experiments": {"vector_add": {}}})
+
+
+def test_notes_say_what_could_not_be_checked(monkeypatch):
+    from cudalab import guards
+
+    monkeypatch.setattr(guards, "nvidia_smi_memory", lambda: None)
+    notes: list[str] = []
+    cfg.validate({"experiments": {"static_analysis": {"nvcc": "no-such-nvcc-here"}}},
+                 notes=notes)
+    assert any("archs not checked" in n and "no-such-nvcc-here" in n for n in notes)
+    assert not any("GPU memory" in n for n in notes)  # no GPU point: nothing to check
+    cfg.validate({"experiments": {"vector_add": {}}}, notes=notes)
+    assert any("GPU memory not checked" in n for n in notes)

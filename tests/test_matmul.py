@@ -48,7 +48,7 @@ def _block(**kw) -> dict:
     ({"register_tiles": [{"rt": 4, "bt": 64, "bk": 12}]},
      ["experiments.matmul.register_tiles[0].bk", "12", "[4, 8, 16, 32, 64]"]),
     ({"register_tiles": [{"rt": 4, "bt": 64}]},
-     ["experiments.matmul.register_tiles[0]", "'bk' is a required property"]),
+     ["experiments.matmul.register_tiles[0]", "missing key 'bk'"]),
     ({"register_tiles": [{"rt": 4, "bt": 64, "bk": 8, "unroll": 2}]},
      ["experiments.matmul.register_tiles[0]", "'unroll'", "allowed keys"]),
     ({"tiles": [7]}, ["experiments.matmul.tiles[0]", "7", "allowed values", "[8, 16, 32]"]),

@@ -4,7 +4,6 @@ affects it matches (runner.cache_key). CPU-only: the CPU matmul through the real
 from __future__ import annotations
 
 import copy
-import json
 import re
 from pathlib import Path
 
@@ -154,34 +153,3 @@ def test_every_cpu_row_carries_its_provenance(cpu_validated, tmp_path):
     assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", t)
                for t in df["timestamp"])
     assert all(r["provenance"]["code_hash"] == code_hash(REGISTRY["matmul"]) for r in recs)
-
-
-def test_bench_stability_runs_on_the_cpu(tmp_path):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_stability",
-                                                  ROOT / "scripts" / "bench_stability.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    conf = tmp_path / "fast.yaml"
-    conf.write_text("measurement: {warmup: 1, min_samples: 3, max_samples: 20, budget_s: 0.05}\n"
-                    "experiments: {matmul: {variants: [cpu], sizes: [32]}}\n")
-    out = tmp_path / "bench.json"
-    assert bench.main(["--cpu", "--config", str(conf), "--out", str(out)]) == 0
-    data = json.loads(out.read_text())
-    s = data["summary"]
-    assert s["repeats"] == 2 and s["points"] == 2 and s["not_ok"] == 0
-    for key in ("cv_median", "cv_max", "overhead_s_median", "overhead_s_max", "cv_ok",
-                "overhead_ok", "overhead_in_harness_s_median"):
-        assert key in s, key
-    for p in data["points"]:
-        assert p["metric"] == "gflops" and p["value_run1"] > 0 and p["value_run2"] > 0
-        assert 0 <= p["overhead_s_run1"] < p["wall_s_run1"]
-    assert data["measurement"]["budget_s"] == 0.05  # settings from --config
-    csv = tmp_path / "bench.csv"
-    assert bench.main(["--cpu", "--config", str(conf), "--out", str(csv), "--repeats",
-                       "3"]) == 0
-    assert csv.read_text().splitlines()[0].startswith("experiment,point_id,metric,value_run1")
-    # timed samples: per-launch samples x batch
-    assert bench.timed_s({"samples_s": [1.0, 2.0], "batch": 4}) == 12.0
-    assert bench.timed_s(None) == 0.0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 from pathlib import Path
 
 import pandas as pd
@@ -87,6 +89,21 @@ def test_atomic_write_leaves_no_partial_file(tmp_path):
     assert [f.name for f in p.parent.iterdir()] == ["rec.json"]  # no temp left behind
 
 
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_atomic_write_respects_the_umask(tmp_path, umask, mode):
+    """Records are readable by the group/others as far as the umask allows (mkstemp alone
+    would make every record 0600)."""
+    old = os.umask(umask)
+    try:
+        p = tmp_path / "rec.json"
+        results.write_json_atomic(p, {"x": 1})
+        results.write_json_atomic(p, {"x": 2})  # a rewrite keeps the mode
+        assert stat.S_IMODE(p.stat().st_mode) == mode
+        assert results.current_umask() == umask
+    finally:
+        os.umask(old)
+
+
 def test_truncated_or_foreign_records_are_ignored(tmp_path):
     d = tmp_path / "raw" / "matmul"
     d.mkdir(parents=True)
@@ -136,3 +153,53 @@ def test_device_peaks_from_driver_attributes():
     future = devicespec.device_peaks(FakeGpu(h100 | {"COMPUTE_CAPABILITY_MAJOR": 99}))
     assert future["peak_mem_gbps"] == pytest.approx(3352.32)
     assert math.isnan(future["peak_fp32_gflops"])
+
+
+def _copy_recorded(tmp_path: Path) -> Path:
+    import shutil
+
+    raw = tmp_path / "results" / "raw"
+    shutil.copytree(RECORDED, raw)
+    return raw
+
+
+def test_aggregate_keeps_only_this_grid_on_this_runs_gpus(tmp_path, capsys):
+    """Records of points no longer in the grid, and GPU points measured on another GPU, are
+    left out of the table and counted in one line; CPU points are kept across GPUs."""
+    from cudalab import cli
+
+    raw = _copy_recorded(tmp_path)
+    mm = raw / "matmul"
+    n_grid = len(json.loads((mm / "_manifest.json").read_text())["points"])
+    gpu_rec = json.loads(next(mm.glob("naive-*.json")).read_text())
+    cpu_rec = json.loads(next(mm.glob("cpu-*.json")).read_text())
+    stale = gpu_rec | {"point_id": "naive-m7-k7-n7-tile16"}  # an earlier grid's point
+    other = gpu_rec | {"provenance": gpu_rec["provenance"] | {"gpu_uuid": "GPU-other"}}
+    cpu_elsewhere = cpu_rec | {"provenance": cpu_rec["provenance"] | {"gpu_uuid": "GPU-other"}}
+    results.write_json_atomic(mm / "naive-m7-k7-n7-tile16.json", stale)
+    results.write_json_atomic(mm / f"{gpu_rec['point_id']}.json", other)
+    results.write_json_atomic(mm / f"{cpu_rec['point_id']}.json", cpu_elsewhere)
+    out = tmp_path / "results" / "results.csv"
+    assert cli.main(["aggregate", "--results", str(tmp_path / "results"), "--out", str(out),
+                     "--manifests", str(mm / "_manifest.json")]) == 0
+    df = results.read_table(out)
+    assert len(df) == n_grid - 1
+    assert gpu_rec["point_id"] not in set(df["point_id"])
+    assert cpu_rec["point_id"] in set(df["point_id"])
+    assert "naive-m7-k7-n7-tile16" not in set(df["point_id"])
+    line = capsys.readouterr().out
+    assert (f"aggregate: {n_grid - 1} record(s) of this run's grid and GPU(s) in the table; "
+            "left out 2 older record(s) under results/raw: 1 of points not in this config's "
+            "grid, 1 measured on a GPU other than this run's") in line
+    left = results.read_left_out(tmp_path / "results")
+    assert left["not_in_grid"] == 1 and left["other_gpu"] == 1
+    assert left["by_reason"] == {"not_in_grid": {"matmul": 1}, "other_gpu": {"matmul": 1}}
+
+
+def test_aggregate_without_a_manifest_for_an_experiment_leaves_it_out(tmp_path):
+    raw = _copy_recorded(tmp_path)
+    recs = list(results.iter_records(raw))
+    kept, left = results.select_records(recs, [])  # no experiment of this run
+    assert kept == [] and left["not_in_grid"] == len(recs)
+    kept, left = results.select_records(recs, results.read_manifests(raw))
+    assert len(kept) == len(recs) and left["not_in_grid"] == left["other_gpu"] == 0

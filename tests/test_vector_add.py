@@ -211,6 +211,10 @@ class _Func:
         m = n - _Func.skip
         c_d.buf[:m] = a_d.buf[:m] + b_d.buf[:m]
 
+    def __call__(self, a_d, b_d, c_d, n, *, block, grid):  # Function.__call__
+        assert isinstance(n, np.int32)
+        self.prepared_call(grid, block, a_d, b_d, c_d, int(n))
+
 
 class _FakeVecGpu:
     def __init__(self):
@@ -246,6 +250,10 @@ class _FakeVecGpu:
     def synchronize(self):
         pass
 
+    from cudalab.gpu import GpuSession
+
+    launch_costs = GpuSession.launch_costs  # the real one, on the fake driver
+
 
 def _fake_ctx():
     s = Settings(warmup=1, min_samples=3, max_samples=3, budget_s=0.001, min_sample_s=0)
@@ -259,6 +267,10 @@ def test_measure_checks_every_point_against_the_float64_sum_of_its_inputs(monkey
     monkeypatch.setattr(_Func, "skip", 0)
     first = EXP.measure(ctx, Point(NAME, "gpu", {"n": n, "threads": 256}))
     assert first.check.passed and first.check.detail == "" and first.timing.n == 3
+    # the launch-overhead lesson: host cost of both launch paths and one launch alone
+    costs = {k: first.metrics[k] for k in ("host_call_s", "host_prepared_call_s",
+                                           "one_launch_s")}
+    assert all(v > 0 for v in costs.values()), costs
     bufs = ctx.cache["_buffers"][1]
     a, b = ctx.gpu.uploads  # the host inputs kept are the very arrays uploaded
     assert bufs["a"] is a and bufs["b"] is b and a.dtype == b.dtype == np.float32

@@ -146,6 +146,9 @@ class Atomics(Experiment):
                     pts.append(Point(self.name, v, {"n": n, "block": block["sum_block"]}))
         return pts
 
+    def gpu_bytes(self, point: Point) -> int:
+        return 4 * point.params.get("n", 0) + 4  # the float32 inputs of a sum, one counter
+
     # -- measuring ---------------------------------------------------------------------
     def kernel_for(self, ctx: RunContext, point: Point) -> Any:
         if point.variant == "reduce_sum":

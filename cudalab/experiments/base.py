@@ -138,6 +138,16 @@ class Experiment:
     def points(self, block: dict[str, Any]) -> list[Point]:
         raise NotImplementedError
 
+    def gpu_bytes(self, point: Point) -> int:
+        """Device memory one point allocates at once (inputs, outputs), for the plan's size
+        guard; 0 = not declared (never refused)."""
+        return 0
+
+    def plan_warnings(self, block: dict[str, Any]) -> list[str]:
+        """Warnings `cudalab plan` prints for a valid block (e.g. a CPU reference that will
+        take very long); messages start with the key."""
+        return []
+
     def grid(self, config: dict[str, Any]) -> list[Point]:
         """The points of this experiment in a validated config (its block, by default)."""
         return self.points(config["experiments"][self.name])

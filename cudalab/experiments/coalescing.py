@@ -166,6 +166,11 @@ class Coalescing(Experiment):
             pts += [Point(self.name, t, {"size": size}) for t in TRANSPOSE_VARIANTS if t in v]
         return pts
 
+    def gpu_bytes(self, point: Point) -> int:
+        p = point.params
+        count = p["size"] ** 2 if "size" in p else p["n"]
+        return 2 * 4 * count  # in and out, float32
+
     # -- measuring ---------------------------------------------------------------------
     def kernel_for(self, ctx: RunContext, point: Point) -> Any:
         return ctx.gpu.compile("coalescing.cu", {"TILE": TILE, "BLOCK_ROWS": BLOCK_ROWS})

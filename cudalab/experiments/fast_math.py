@@ -133,6 +133,9 @@ class FastMath(Experiment):
             for v in variants
         ]
 
+    def gpu_bytes(self, point: Point) -> int:
+        return 2 * 4 * point.params["n"]  # x and y, float32
+
     # -- measuring ---------------------------------------------------------------------
     def kernel_for(self, ctx: RunContext, point: Point) -> Any:
         return _compile(ctx, point.variant)

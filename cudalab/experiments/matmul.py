@@ -239,6 +239,21 @@ class Matmul(Experiment):
                     pts.append(Point(self.name, v, dims))
         return pts
 
+    def gpu_bytes(self, point: Point) -> int:
+        """A, B and C in float32; the tiled kernel's end-to-end split allocates a second
+        set while the first is alive, and cuBLAS (CuPy) may hold copies: count those twice."""
+        p = point.params
+        one = 4 * (p["m"] * p["k"] + p["k"] * p["n"] + p["m"] * p["n"])
+        return 2 * one if point.variant in ("tiled", "cublas") else one
+
+    def plan_warnings(self, block: dict[str, Any]) -> list[str]:
+        """Every size's float64 reference (A @ B) is computed on the host, GPU-only sizes
+        too: say when one will take minutes (at an optimistic 50 GFLOP/s of numpy FP64)."""
+        slow = [(2 * math.prod(_mkn(s)) / 50e9, s) for s in block["sizes"]]
+        slow = [(t, s) for t, s in slow if t > 60]
+        return [f"sizes: {s} needs a float64 CPU reference of about {t / 60:.0f} min or more "
+                f"(2*M*K*N flops on the host)" for t, s in slow]
+
     # -- measuring ---------------------------------------------------------------------
     def kernel_for(self, ctx: RunContext, point: Point) -> Any:
         if point.variant == "cublas":
@@ -310,7 +325,8 @@ class Matmul(Experiment):
             sync()
             cuda.memcpy_dtoh(c, c_d)
             check = check_product(c, ref, tol)
-            timing = ctx.harness.measure(launch, timer)
+            timing = ctx.harness.measure(launch, timer,
+                                         asynchronous=point.variant != "cublas")
             sync()
             phases, metrics = {}, {"kernel_s": timing.stats()["median"]}
             if ctx.block["end_to_end"] and point.variant == "tiled":

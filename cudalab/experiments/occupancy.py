@@ -138,6 +138,11 @@ class Occupancy(Experiment):
                 pts.append(Point(self.name, v, p))
         return pts
 
+    def gpu_bytes(self, point: Point) -> int:
+        p = point.params
+        count = p["size"] ** 2 if "size" in p else p["n"]
+        return 3 * 4 * count  # a, b, c in float32
+
     # -- measuring ---------------------------------------------------------------------
     def _defines(self, ctx: RunContext, variant: str) -> dict[str, Any]:
         return {"LIVE": ctx.block["live_values"]} if variant == "vec_mul_regs" else {}

@@ -120,6 +120,10 @@ class Sobel(Experiment):
                                                     "bx": bx, "by": by}))
         return pts
 
+    def gpu_bytes(self, point: Point) -> int:
+        p = point.params
+        return 2 * p["height"] * p["width"]  # image and edges, one byte per pixel each
+
     # -- measuring ---------------------------------------------------------------------
     def kernel_for(self, ctx: RunContext, point: Point) -> Any:
         if point.variant == "shared":

@@ -197,6 +197,9 @@ class Streams(Experiment):
                         for k in sorted(block["streams"])]
         return pts
 
+    def gpu_bytes(self, point: Point) -> int:
+        return 2 * 4 * point.params["n"]  # d_in and d_out, float32
+
     # -- measuring ---------------------------------------------------------------------
     def kernel_for(self, ctx: RunContext, point: Point) -> Any:
         return ctx.gpu.compile("streams.cu")

@@ -149,6 +149,9 @@ class Transfer(Experiment):
                 for s in sizes(block) for mem in MEMORY if mem in block["memory"]
                 for d in DIRECTIONS if d in block["directions"]]
 
+    def gpu_bytes(self, point: Point) -> int:
+        return point.params["size"]  # one device buffer of the copy's size
+
     # -- measuring ---------------------------------------------------------------------
     def prepare(self, ctx: RunContext) -> None:
         from cudalab.telemetry import NvmlClockObserver  # never raises: records why not

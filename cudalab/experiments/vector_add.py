@@ -87,6 +87,9 @@ class VectorAdd(Experiment):
         return [Point(self.name, "gpu", {"n": n, "threads": t})
                 for n in sorted(block["sizes"]) for t in sorted(block["threads"])]
 
+    def gpu_bytes(self, point: Point) -> int:
+        return 3 * 4 * point.params["n"]  # a, b, c in float32
+
     # -- measuring ---------------------------------------------------------------------
     def kernel_for(self, ctx: RunContext, point: Point) -> Any:
         return ctx.gpu.compile("vector_add.cu")
@@ -113,8 +116,10 @@ class VectorAdd(Experiment):
         gpu.synchronize()
         cuda.memcpy_dtoh(c, c_d)
         check = check_sum(c, bufs["a"], bufs["b"], ctx.block["tolerance"])
-        timing = ctx.harness.measure(launch, gpu.event_timer())
-        metrics = {"blocks": grid[0], "peak_gbps": peak_dram_gbps(gpu)}
+        timing = ctx.harness.measure(launch, gpu.event_timer(), asynchronous=True)
+        metrics = {"blocks": grid[0], "peak_gbps": peak_dram_gbps(gpu),
+                   **gpu.launch_costs(func, grid, (t, 1, 1), (a_d, b_d, c_d, np.int32(n)),
+                                      launch)}
         return Result(timing, float(n), 12.0 * n, check, metrics, kernel=kernel)
 
     def _buffers(self, ctx: RunContext, n: int) -> dict[str, Any]:

@@ -246,5 +246,8 @@ def test_failing_job_names_rule_and_logs(runs):
     assert "TresPerJob=gres:gpu:fake:1" in info, f"GPU experiment: --gpus=<gpu_model>:1\n{info}"
     rule_log = (out.workdir / "results" / "logs" / "measure_matmul.log").read_text()
     assert "NoGpuError" in rule_log and "no usable CUDA GPU" in rule_log, rule_log
+    # inside a Slurm job the message names the job and node and what to check (robust hook)
+    assert f"This is Slurm job {job_id} on node " in rule_log, rule_log
+    assert "slurm.gpu_model" in rule_log and "admins" in rule_log, rule_log
     assert "no usable CUDA GPU" in Path(slurm_log).read_text(), "failed jobs keep their log"
     assert not (out.workdir / "results" / "results.csv").exists()

@@ -4,11 +4,11 @@ localrules:
 
 rule aggregate:
     input:
-        expand(f"{RESULTS}/raw/{{experiment}}/_manifest.json", experiment=EXPERIMENTS),
+        measure_manifests(),  # sweep.smk: per experiment, or per (experiment, GPU model)
     output:
         TABLE,
     params:
-        results=RESULTS,
+        results=MEASURED,  # sweep.smk: results/, or the first GPU model's folder
     log:
         f"{RESULTS}/logs/aggregate.log",
     script:

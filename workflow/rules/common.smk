@@ -10,8 +10,20 @@ from cudalab import config as cudalab_config
 from cudalab.cli import plan_lines, slurm_submit_line
 from cudalab.experiments import REGISTRY
 
+# One meaning for a config: `snakemake --configfile my.yaml` runs my.yaml alone, as
+# `cudalab plan my.yaml` shows it, not my.yaml deep-merged into config.yaml (Snakemake's own
+# behaviour, which would add the default grid to mine). Several --configfile files merge with
+# each other and --config KEY=VALUE goes on top, as in Snakemake. The files are re-read with
+# cudalab's loader, which also refuses duplicate keys.
+_CONFIG_FILES = [str(f) for f in workflow.overwrite_configfiles] or [
+    f for f in workflow.configfiles if Path(f).exists()]
+_notes = []
 try:
-    cudalab_config.validate(config, source="config")
+    _given = cudalab_config.from_files(_CONFIG_FILES, workflow.config_settings.config)
+    config.clear()
+    config.update(_given)
+    cudalab_config.validate(config, source=", ".join(_CONFIG_FILES) or "config",
+                            notes=_notes)
 except cudalab_config.ConfigError as exc:
     raise WorkflowError(str(exc)) from None
 
@@ -35,8 +47,29 @@ def measure_fingerprint(experiment):
 
 
 if workflow.is_main_process:  # not again inside every (Slurm) job
-    for line in plan_lines(config):
+    for line in plan_lines(config) + [f"note: {n}" for n in _notes]:
         print(line, file=sys.stderr)
+    # A killed run leaves Snakemake's lock behind and the next run stops with LockException.
+    if any(Path(".snakemake", "locks").glob("*.lock")) and "--unlock" not in sys.argv:
+        print("note: .snakemake/locks/ holds a lock: if no other Snakemake is running in this "
+              "directory, a killed run left it: run `snakemake --unlock` once, then the same "
+              "command again", file=sys.stderr)
+    import importlib.util
+
+    if importlib.util.find_spec("pycuda") is None and any(map(needs_gpu, EXPERIMENTS)):
+        print("note: pycuda (the GPU extra) is not installed here: GPU points need it where "
+              "they run (pip install -e '.[gpu]'; under Slurm only the compute nodes); "
+              "README: Troubleshooting the pycuda build", file=sys.stderr)
+
+# issue 9: report.baselines must be readable result folders, checked before any job runs
+if workflow.is_main_process:
+    from cudalab import compare as cudalab_compare
+
+    for _baseline in config["report"]["baselines"]:
+        try:
+            cudalab_compare.load_points(Path(_baseline), "report.baselines:")
+        except cudalab_compare.CompareError as exc:
+            raise WorkflowError(str(exc)) from None
 
 
 onstart:
@@ -49,5 +82,12 @@ onstart:
             for j in workflow.dag.needrun_jobs()
             if j.rule.name == "measure"
         )
-        print(slurm_submit_line(_jobs, len(EXPERIMENTS)), file=sys.stderr)
+        # issue 9: a GPU-model sweep's jobs (sweep.smk), named experiment@model
+        _jobs += sorted(
+            (f"{j.wildcards.experiment}@{j.wildcards.gpu_model}", f"{j.wildcards.gpu_model}:1")
+            for j in workflow.dag.needrun_jobs()
+            if j.rule.name == "measure_gpu_model"
+        )
+        print(slurm_submit_line(_jobs, len(EXPERIMENTS) * max(1, len(GPU_MODELS))),
+              file=sys.stderr)
         start_pending_watch()  # reports jobs PENDING for good (doctor.smk)

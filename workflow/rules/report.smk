@@ -12,7 +12,7 @@ rule html_report:
         REPORT,
     params:
         figures=f"{RESULTS}/figures",
-        results=RESULTS,
+        results=MEASURED,  # sweep.smk: its telemetry/ is this run's
     log:
         f"{RESULTS}/logs/report.log",
     script:

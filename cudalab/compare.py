@@ -1,0 +1,415 @@
+"""Compare result folders point by point: this run against a baseline (an earlier run,
+another GPU, reports/reference/<gpu>/), with noise-aware verdicts.
+
+A result folder is a run's `results/` or a `reports/reference/<gpu>/`: its raw records
+(raw/<experiment>/[<gpu model>/]<point>.json, every sample kept) are read when present,
+else its results.csv. A folder holding several GPUs (a Slurm GPU-model sweep) is split
+into one run per GPU. Points are matched by (experiment, point_id): the point id is made
+of the variant and every parameter, so points of different GPUs match and the GPU is what
+is compared.
+
+Verdict rule (in the manner of nvbench's compare script): with r = this time / baseline
+time and each side's noise s = IQR / 1.349 / median of its samples (a robust relative
+standard deviation), the combined noise is sqrt(s_base^2 + s_this^2) and the bar is
+max(threshold, combined noise). r > 1 + bar is "slower", r < 1 / (1 + bar) is "faster",
+anything between is "same". A difference must be larger than both the samples' spread and
+the minimum relative threshold (default 5 %) to count.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cudalab import results
+
+DEFAULT_THRESHOLD = 0.05
+IQR_TO_SIGMA = 1.349  # IQR of a normal distribution in standard deviations
+# Verdicts of a point, in the order they are counted.
+VERDICTS = ("slower", "faster", "same", "not ok", "untimed", "only baseline", "only this")
+POINT_COLS = ["experiment", "point_id", "variant", "gpu", "status", "median_s", "noise",
+              "n_samples"]
+# What compare needs of a raw record and of a results table (older schemas lack some).
+RECORD_KEYS = ("experiment", "variant", "point_id", "status", "timing", "provenance")
+TABLE_COLS = ("experiment", "variant", "point_id", "status", "time_median_s", "time_iqr_s",
+              "n_samples", "gpu_name")
+
+
+class CompareError(Exception):
+    """Bad input (a folder missing, empty, of an older schema, sharing no point)."""
+
+
+@dataclass
+class Run:
+    label: str  # the folder as given, plus [GPU] when the folder holds several GPUs
+    folder: Path
+    gpu: str  # "" where no point ran on a GPU
+    points: pd.DataFrame  # POINT_COLS, one row per (experiment, point_id)
+
+
+# -- loading ---------------------------------------------------------------------------------
+def _noise(q1: float, med: float, q3: float) -> float:
+    return (q3 - q1) / IQR_TO_SIGMA / med if med > 0 else math.nan
+
+
+def _record_row(rec: dict[str, Any]) -> dict[str, Any]:
+    t = rec.get("timing") or {}
+    ok = rec["status"] == "ok"
+    samples = np.asarray(t.get("samples_s") or [], dtype=float) if ok else np.empty(0)
+    samples = samples[np.isfinite(samples)]
+    med = noise = math.nan
+    if samples.size:
+        q1, med, q3 = np.percentile(samples, [25, 50, 75])
+        noise = _noise(q1, med, q3)
+    return {"experiment": rec["experiment"], "point_id": rec["point_id"],
+            "variant": rec["variant"], "gpu": rec["provenance"].get("gpu_name") or "",
+            "status": rec["status"], "median_s": med, "noise": noise,
+            "n_samples": int(samples.size)}
+
+
+def _from_records(folder: Path, files: list[Path]) -> pd.DataFrame:
+    rows, old = [], {}
+    for path in files:
+        try:
+            rec = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise CompareError(f"{path}: not a readable result record ({exc})") from None
+        missing = [k for k in RECORD_KEYS if k not in rec]
+        version = rec.get("schema_version")
+        if missing or version != results.SCHEMA_VERSION:
+            old.setdefault((version, tuple(missing)), []).append(path.name)
+            continue
+        rows.append(_record_row(rec))
+    if old:
+        what = "; ".join(
+            f"{len(names)} record(s) (e.g. {names[0]}) with schema_version {v}"
+            + (f", missing {', '.join(m)}" if m else "") for (v, m), names in old.items())
+        raise CompareError(
+            f"{folder}: results written by an older schema: {what}. This cudalab reads "
+            f"schema_version {results.SCHEMA_VERSION} records with keys "
+            f"{', '.join(RECORD_KEYS)} (timing.samples_s holds the samples)")
+    return pd.DataFrame(rows, columns=POINT_COLS)
+
+
+def table_points(df: pd.DataFrame, source: str) -> pd.DataFrame:
+    """Points (POINT_COLS) of a results table; the spread comes from its IQR column."""
+    missing = [c for c in TABLE_COLS if c not in df.columns]
+    if missing:
+        raise CompareError(f"{source}: results written by an older schema: missing column(s) "
+                           f"{', '.join(missing)}")
+    med = df["time_median_s"].astype(float).where(df["status"] == "ok")
+    noise = (df["time_iqr_s"].astype(float) / IQR_TO_SIGMA / med).where(med > 0)
+    return pd.DataFrame({
+        "experiment": df["experiment"].astype(str), "point_id": df["point_id"].astype(str),
+        "variant": df["variant"].astype(str),
+        "gpu": df["gpu_name"].astype(object).where(df["gpu_name"].notna(), "").astype(str),
+        "status": df["status"].astype(str), "median_s": med, "noise": noise,
+        "n_samples": df["n_samples"].fillna(0).astype(int),
+    })[POINT_COLS].reset_index(drop=True)
+
+
+def load_points(folder: Path, role: str = "run") -> pd.DataFrame:
+    """Every point of a result folder (POINT_COLS); CompareError names the folder."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise CompareError(f"{role} folder {folder} does not exist")
+    raw, csv = folder / "raw", folder / "results.csv"
+    files = sorted(p for p in raw.glob("*/**/*.json") if not p.name.startswith("_"))
+    if files:
+        pts = _from_records(folder, files)
+    elif csv.is_file():
+        pts = table_points(pd.read_csv(csv, low_memory=False), str(csv))
+    else:
+        raise CompareError(f"{role} folder {folder} holds no results: looked for "
+                           f"{raw}/<experiment>/<point>.json and {csv}")
+    if pts.empty:
+        raise CompareError(f"{role} folder {folder} holds no results (no grid point)")
+    dup = pts.duplicated(["experiment", "point_id", "gpu"])
+    if dup.any():
+        r = pts[dup].iloc[0]
+        raise CompareError(f"{role} folder {folder}: point {r['experiment']}/{r['point_id']} "
+                           f"appears more than once for GPU {r['gpu'] or '(none)'}")
+    return pts
+
+
+def split_by_gpu(pts: pd.DataFrame, label: str, folder: Path) -> list[Run]:
+    """One run per GPU of a folder; points that ran on no GPU (static analysis) belong to
+    every one of them."""
+    gpus = sorted(g for g in pts["gpu"].unique() if g)
+    if len(gpus) <= 1:
+        return [Run(label, folder, gpus[0] if gpus else "", pts.reset_index(drop=True))]
+    return [Run(f"{label} [{g}]", folder, g,
+                pts[pts["gpu"].isin([g, ""])].reset_index(drop=True)) for g in gpus]
+
+
+def load_runs(folder: Path | str, role: str = "run") -> list[Run]:
+    """The runs of a result folder: one per GPU; a GPU-model sweep's results/ (no raw/ of its
+    own, one run folder per model in gpu/<model>/) gives one per model."""
+    folder = Path(folder)
+    models = sorted(p.parent for p in folder.glob("gpu/*/raw"))
+    if models and not (folder / "raw").is_dir():
+        return [r for m in models for r in load_runs(m, role)]
+    return split_by_gpu(load_points(folder, role), str(folder), folder)
+
+
+# -- verdicts ----------------------------------------------------------------------------------
+def verdicts(ratio: pd.Series, noise: pd.Series, threshold: float) -> pd.Series:
+    """faster / slower / same for time ratios (this / baseline) given the combined noise."""
+    bar = np.maximum(threshold, noise.fillna(0.0))
+    out = np.where(ratio > 1 + bar, "slower", np.where(ratio < 1 / (1 + bar), "faster", "same"))
+    return pd.Series(out, index=ratio.index)
+
+
+def compare_pair(base: Run, run: Run, threshold: float = DEFAULT_THRESHOLD) -> pd.DataFrame:
+    """One row per point of either side: times, ratio (this / baseline), noise, verdict."""
+    keys = ["experiment", "point_id"]
+    m = base.points.merge(run.points, on=keys, how="outer", suffixes=("_base", ""),
+                          indicator=True)
+    m["variant"] = m["variant"].fillna(m["variant_base"])
+    ratio = m["median_s"] / m["median_s_base"]
+    noise = np.sqrt(m["noise_base"].fillna(0) ** 2 + m["noise"].fillna(0) ** 2)
+    verdict = verdicts(ratio, noise, threshold)
+    timed = ratio.notna() & np.isfinite(ratio)
+    both_ok = (m["status_base"] == "ok") & (m["status"] == "ok")
+    verdict = verdict.where(timed, "untimed").where(both_ok, "not ok")
+    verdict = verdict.where(m["_merge"] != "left_only", "only baseline")
+    verdict = verdict.where(m["_merge"] != "right_only", "only this")
+    out = pd.DataFrame({
+        "experiment": m["experiment"], "point_id": m["point_id"], "variant": m["variant"],
+        "baseline": base.label, "run": run.label, "baseline_gpu": base.gpu, "gpu": run.gpu,
+        "baseline_status": m["status_base"], "status": m["status"],
+        "baseline_s": m["median_s_base"], "this_s": m["median_s"],
+        "ratio": ratio.where(timed), "noise": noise.where(timed), "verdict": verdict,
+    })
+    return out.sort_values(keys, kind="stable").reset_index(drop=True)
+
+
+def compare_runs(base: Run, runs: list[Run],
+                 threshold: float = DEFAULT_THRESHOLD) -> pd.DataFrame:
+    """Every run against the baseline; a run sharing no point with it is bad input."""
+    frames = []
+    for run in runs:
+        c = compare_pair(base, run, threshold)
+        if not c["verdict"].isin(["only baseline", "only this"]).all():
+            frames.append(c)
+            continue
+        raise CompareError(
+            f"{run.label} shares no grid point with the baseline {base.label} "
+            f"(experiments there: {', '.join(sorted(base.points['experiment'].unique()))}; "
+            f"here: {', '.join(sorted(run.points['experiment'].unique()))})")
+    return pd.concat(frames, ignore_index=True)
+
+
+def summary(cmp: pd.DataFrame) -> pd.DataFrame:
+    """Verdict counts per compared run, plus its largest slowdown."""
+    counts = pd.crosstab(cmp["run"], cmp["verdict"]).reindex(columns=VERDICTS, fill_value=0)
+    counts = counts.reindex(cmp["run"].unique())
+    counts.insert(0, "gpu", cmp.groupby("run", sort=False)["gpu"].first())
+    counts["worst_ratio"] = cmp.groupby("run", sort=False)["ratio"].max()
+    return counts.reset_index()
+
+
+# -- text output --------------------------------------------------------------------------------
+def fmt_seconds(s: float) -> str:
+    if s is None or not np.isfinite(s):
+        return ""
+    for unit, f in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if s >= f:
+            return f"{s / f:.3g} {unit}"
+    return f"{s / 1e-9:.3g} ns"
+
+
+def _fmt_row(r: Any, with_run: bool) -> list[str]:
+    ratio = f"{r.ratio:.3f}" if pd.notna(r.ratio) else ""
+    noise = f"{100 * r.noise:.1f}%" if pd.notna(r.noise) else ""
+    return [r.point_id, *([r.run] if with_run else []), fmt_seconds(r.baseline_s),
+            fmt_seconds(r.this_s), ratio, noise, r.verdict]
+
+
+def text_table(rows: list[list[str]], head: list[str]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+    lines = [head, ["-" * w for w in widths], *rows]
+    return "\n".join("  ".join(f"{x:<{w}}" for x, w in zip(r, widths)).rstrip() for r in lines)
+
+
+def format_text(cmp: pd.DataFrame, detail_runs: int = 5) -> str:
+    """A table per experiment (every point when few runs are compared, else only the points
+    that are not "same"), then the verdict counts per run."""
+    n_runs = cmp["run"].nunique()
+    few = n_runs <= detail_runs
+    head = ["point", *(["run"] if n_runs > 1 else []), "baseline", "this", "ratio", "noise",
+            "verdict"]
+    out = [f"baseline: {cmp['baseline'].iloc[0]}"
+           + (f" ({cmp['baseline_gpu'].iloc[0]})" if cmp["baseline_gpu"].iloc[0] else ""),
+           *([f"this: {cmp['run'].iloc[0]} ({cmp['gpu'].iloc[0]})"] if n_runs == 1 else []),
+           "ratio = this time / baseline time (> 1: slower); noise = combined spread of the "
+           "samples"]
+    for exp, sub in cmp.groupby("experiment", sort=True):
+        shown = sub if few else sub[sub["verdict"] != "same"]
+        out.append(f"\n== {exp}: {len(sub)} comparison(s)"
+                   + ("" if few else f", {len(shown)} not 'same' shown") + " ==")
+        if len(shown):
+            out.append(text_table([_fmt_row(r, n_runs > 1) for r in shown.itertuples()], head))
+    s = summary(cmp)
+    out.append("\n== verdicts per run ==")
+    rows = [[r["run"], r["gpu"], *[str(r[v]) for v in VERDICTS],
+             f"{r['worst_ratio']:.3f}" if pd.notna(r["worst_ratio"]) else ""]
+            for _, r in s.iterrows()]
+    out.append(text_table(rows, ["run", "gpu", *VERDICTS, "worst ratio"]))
+    return "\n".join(out)
+
+
+# -- the command ---------------------------------------------------------------------------------
+def print_course(folders: list[str]) -> int:
+    """`cudalab compare --course`: the course's numbers beside every folder (Markdown)."""
+    from cudalab import course
+
+    tables = {}
+    for f in folders:
+        load_points(Path(f), "run")  # the same checks: exists, holds results, schema
+        tables[Path(f).name or str(f)] = course.run_table(Path(f))
+    print(course.headline_markdown(tables))
+    return 0
+
+
+def run_command(folders: list[str], baseline: str | None, threshold: float,
+                csv: str | None, fail_on_slower: bool, detail_runs: int = 5,
+                course: bool = False) -> int:
+    """`cudalab compare`: 0 done, 1 a point is slower and --fail-on-slower, 2 bad input."""
+    if course:
+        return print_course(([baseline] if baseline else []) + folders)
+    if not 0 <= threshold < 10:
+        raise CompareError(f"--threshold {threshold}: allowed values are 0 <= t < 10 "
+                           "(a relative difference, 0.05 = 5 %)")
+    base_folder = baseline if baseline is not None else (folders[0] if folders else None)
+    rest = folders if baseline is not None else folders[1:]
+    base_runs = load_runs(base_folder, "baseline") if base_folder else []
+    runs = base_runs[1:] + [r for f in rest for r in load_runs(f, "run")]
+    if not base_runs or not runs:
+        raise CompareError("give at least two result folders (the first is the baseline), "
+                           "or --baseline FOLDER and one more")
+    cmp = compare_runs(base_runs[0], runs, threshold)
+    print(format_text(cmp, detail_runs))
+    if csv:
+        Path(csv).parent.mkdir(parents=True, exist_ok=True)
+        cmp.to_csv(csv, index=False)
+        print(f"\nwrote {csv} ({len(cmp)} rows)")
+    slower = cmp[cmp["verdict"] == "slower"]
+    if fail_on_slower and len(slower):
+        print(f"\nFAIL: {len(slower)} point(s) slower than the baseline by more than "
+              f"max({100 * threshold:g} %, noise), e.g. {slower.iloc[0]['experiment']}/"
+              f"{slower.iloc[0]['point_id']} ({slower.iloc[0]['ratio']:.3f}x the time)")
+        return 1
+    return 0
+
+
+# -- the report: baselines beside this run, and the course table ---------------------------------
+def _this_run(df: pd.DataFrame, config: dict[str, Any]) -> list[Run]:
+    return split_by_gpu(table_points(df, "this run's results"), config["run_name"],
+                        Path("results"))
+
+
+def baseline_comparison(df: pd.DataFrame, config: dict[str, Any]) -> pd.DataFrame | None:
+    """This run (its first GPU) against every other GPU of the run (a GPU-model sweep) and
+    every folder in report.baselines; ratio = this run's time / the baseline's."""
+    from cudalab import sweep
+
+    this = _this_run(df, config)
+    folders = sweep.other_model_folders(config) + config["report"].get("baselines", [])
+    bases = this[1:] + [r for f in folders for r in load_runs(f, "report.baselines:")]
+    if not bases:
+        return None
+    frames = []
+    for b in bases:
+        c = compare_pair(b, this[0], DEFAULT_THRESHOLD)
+        if c["verdict"].isin(["only baseline", "only this"]).all():
+            raise CompareError(f"report.baselines: {b.label} shares no grid point with this "
+                               f"run ({config['run_name']})")
+        frames.append(c)
+    return pd.concat(frames, ignore_index=True)
+
+
+def verdict_summary(cmp: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per baseline: GPU, matched points, verdict counts and the geometric-mean time ratio."""
+    out = []
+    for label, sub in cmp.groupby("baseline", sort=False):
+        timed = sub["ratio"].dropna()
+        counts = sub["verdict"].value_counts()
+        out.append({"baseline": label, "gpu": sub["baseline_gpu"].iloc[0],
+                    "matched": int(sub["verdict"].isin(["faster", "slower", "same"]).sum()),
+                    **{v: int(counts.get(v, 0)) for v in VERDICTS},
+                    "geomean_ratio": float(np.exp(np.log(timed).mean())) if len(timed) else None})
+    return out
+
+
+def ratio_figure(sub: pd.DataFrame, experiment: str, max_hue: int = 8) -> str:
+    """PNG (data: URI) of the time ratios of one experiment's points by variant, hue = the
+    baseline (pooled into boxes when there are many baselines)."""
+    import base64
+    import io
+
+    import matplotlib
+    import matplotlib.ticker
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    d = sub.dropna(subset=["ratio"])
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    if d["baseline"].nunique() <= max_hue:
+        sns.stripplot(d, x="variant", y="ratio", hue="baseline", dodge=True, ax=ax, size=4)
+    else:
+        sns.boxplot(d, x="variant", y="ratio", ax=ax, color="#8da0cb")
+    ax.axhline(1.0, color="#333", lw=0.8)
+    ax.set_yscale("log")
+    plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(plain)
+    ax.set(title=f"{experiment}: this run's time / the baseline's (< 1: this run is faster)",
+           xlabel="variant", ylabel="time ratio")
+    ax.tick_params(axis="x", labelrotation=30)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def _section_rows(sub: pd.DataFrame, max_rows: int) -> list[dict[str, Any]]:
+    rows = sub.sort_values(["point_id", "baseline"]).head(max_rows)
+    return [{"point": r.point_id, "baseline": r.baseline,
+             "baseline_time": fmt_seconds(r.baseline_s), "this_time": fmt_seconds(r.this_s),
+             "ratio": f"{r.ratio:.3f}" if pd.notna(r.ratio) else "", "verdict": r.verdict}
+            for r in rows.itertuples()]
+
+
+def report_context(df: pd.DataFrame, config: dict[str, Any]) -> dict[str, Any]:
+    """What the report template's comparison blocks read (reports/templates/compare*.j2):
+    course_rows (the table that opens the report) and comparison (None without baselines:
+    summary, and per experiment rows + figure)."""
+    from cudalab import course
+
+    this = _this_run(df, config)[0] if len(df) else None
+    own = df if this is None or not this.gpu else df[df["gpu_name"].isin([this.gpu]) |
+                                                     df["gpu_name"].isna()]
+    cmp = baseline_comparison(df, config) if len(df) else None  # bad input fails first
+    ctx: dict[str, Any] = {"course_rows": course.course_table(own), "comparison": None}
+    if cmp is None:
+        return ctx
+    max_rows = config["report"]["max_table_rows"]
+    sections = {}
+    for exp, sub in cmp.groupby("experiment"):
+        timed = sub["ratio"].notna().any()
+        sections[exp] = {"rows": _section_rows(sub, max_rows), "n_rows": len(sub),
+                         "figure": ratio_figure(sub, exp) if timed else None}
+    ctx["comparison"] = {"this": this.label, "gpu": this.gpu,
+                         "summary": verdict_summary(cmp), "sections": sections,
+                         "threshold": DEFAULT_THRESHOLD}
+    return ctx

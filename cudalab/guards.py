@@ -1,0 +1,226 @@
+"""Rules a JSON schema cannot express, checked in the same pass as the schema.
+
+Cross-field rules (min_samples <= max_samples, each experiment's check_config, no grid
+point twice), the installed toolkit (the nvcc to run, the architectures it can build) and
+the size guards (point count against `max_points`, GPU memory of the largest point against
+the GPU's). They run even when the schema found problems, on a best-effort basis: a rule
+that trips over a malformed value (already reported by the schema) is skipped.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+from collections import Counter
+from collections.abc import Callable
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cudalab.experiments.base import Point
+
+# A point may use this share of the GPU's memory: the CUDA context, pycuda's and cuBLAS'
+# workspaces and the L2-flush buffer take the rest.
+GPU_MEMORY_SHARE = 0.9
+# Host-side overhead of one grid point beyond its timed samples (the reference run measured
+# a median of 0.26 s): the run-time estimate is points x (budget_s + this).
+POINT_OVERHEAD_S = 0.3
+# Exceptions a rule may raise on a value the schema has already rejected.
+_MALFORMED = (TypeError, ValueError, KeyError, IndexError, AttributeError, ZeroDivisionError,
+              OverflowError, OSError)
+
+
+def cross_field_problems(config: dict[str, Any], schema_failed: bool,
+                         notes: list[str] | None = None) -> list[str]:
+    notes = [] if notes is None else notes
+    rules: list[Callable[[], list[str]]] = [
+        lambda: _samples(config),
+        lambda: _experiment_rules(config, schema_failed),
+        lambda: _toolkit(config, notes),
+        lambda: _sizes(config, notes),
+    ]
+    msgs: list[str] = []
+    for rule in rules:
+        try:
+            msgs += rule()
+        except _MALFORMED:
+            if not schema_failed:
+                raise  # a valid config must never trip a rule: that is a bug
+    return msgs
+
+
+def _blocks(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Enabled experiment blocks that are mappings of a known experiment."""
+    from cudalab.experiments import REGISTRY
+
+    exps = config.get("experiments")
+    if not isinstance(exps, dict):
+        return {}
+    return {n: b for n, b in exps.items()
+            if n in REGISTRY and isinstance(b, dict) and b.get("enabled", True) is not False}
+
+
+def _samples(config: dict[str, Any]) -> list[str]:
+    m = config.get("measurement")
+    if not isinstance(m, dict):
+        return []
+    lo, hi = m.get("min_samples"), m.get("max_samples")
+    if isinstance(lo, int) and isinstance(hi, int) and lo > hi:
+        return [f"measurement.min_samples: {lo} is larger than max_samples ({hi}); "
+                f"allowed: min_samples <= max_samples"]
+    return []
+
+
+def _grids(config: dict[str, Any]) -> dict[str, list[Point]]:
+    """The grid of every enabled experiment whose block can be expanded (one malformed
+    block, already reported by the schema, leaves the others' grids to check)."""
+    from cudalab.experiments import REGISTRY
+
+    grids = {}
+    for name in _blocks(config):
+        try:
+            grids[name] = REGISTRY[name].grid(config)
+        except _MALFORMED:
+            continue
+    return grids
+
+
+def _experiment_rules(config: dict[str, Any], schema_failed: bool) -> list[str]:
+    """Each experiment's check_config, then: no two grid points alike (e.g. matmul sizes
+    256 and [256, 256, 256])."""
+    from cudalab.experiments import REGISTRY
+
+    msgs = []
+    grids = _grids(config)
+    for name, block in _blocks(config).items():
+        try:
+            msgs += [f"experiments.{name}.{m}" for m in REGISTRY[name].check_config(block)]
+        except _MALFORMED:
+            if not schema_failed:
+                raise
+        counts = Counter(p.point_id for p in grids.get(name, []))
+        dups = sorted(i for i, c in counts.items() if c > 1)
+        if dups:
+            msgs.append(f"experiments.{name}: the grid has the same point more than once "
+                        f"({', '.join(dups[:5])}); list each size/value once")
+    return msgs
+
+
+# -- the toolkit ---------------------------------------------------------------------------
+def _toolkit(config: dict[str, Any], notes: list[str]) -> list[str]:
+    """static_analysis' nvcc must be executable and able to build every requested arch."""
+    from cudalab.experiments import static_analysis as sa
+
+    block = _blocks(config).get("static_analysis")
+    if block is None or not isinstance(block.get("nvcc"), str):
+        return []
+    key = "experiments.static_analysis"
+    name = block["nvcc"]
+    if os.sep in name:
+        if not (os.path.isfile(name) and os.access(name, os.X_OK)):
+            what = "does not exist" if not os.path.exists(name) else "is not an executable file"
+            return [f"{key}.nvcc: {name!r} {what}; allowed: the path of an executable nvcc, "
+                    f"or a name on PATH"]
+        nvcc: str | None = name
+    else:
+        nvcc = sa.find_nvcc(name)
+    if nvcc is None:
+        notes.append(f"{key}.archs not checked: no {name!r} on PATH or in the usual CUDA "
+                     f"homes here (static analysis needs it when it runs)")
+        return []
+    buildable = sa.supported_archs(nvcc)
+    if not buildable:
+        notes.append(f"{key}.archs not checked: {nvcc} --list-gpu-arch gave no list")
+        return []
+    return [f"{key}.archs[{i}]: {a!r} cannot be built by {nvcc} ({sa._nvcc_version(nvcc)}); "
+            f"allowed with this toolkit: {', '.join(buildable)}"
+            for i, a in enumerate(block.get("archs", [])) if a not in buildable]
+
+
+# -- size guards -----------------------------------------------------------------------------
+def _sizes(config: dict[str, Any], notes: list[str]) -> list[str]:
+    """Refuse a grid above max_points, and points that cannot fit the GPU's memory."""
+    from cudalab.experiments import REGISTRY
+
+    grids = _grids(config)
+    total = sum(len(g) for g in grids.values())
+    limit = config.get("max_points", 5000)
+    msgs = []
+    if isinstance(limit, int) and total > limit:
+        per = ", ".join(f"{n} {len(g)}" for n, g in grids.items())
+        msgs.append(f"experiments: the grid has {total} points ({per}), more than max_points "
+                    f"({limit}); make the grid smaller, or raise max_points to run it")
+    mem, source = gpu_memory(config)
+    if mem is None and any(p.gpu for g in grids.values() for p in g):
+        notes.append("GPU memory not checked: unknown here (set gpu_memory_gb, or run on the "
+                     "GPU machine where nvidia-smi reports it)")
+    if mem is None:
+        return msgs
+    room = GPU_MEMORY_SHARE * mem
+    for name, pts in grids.items():
+        too_big = [(REGISTRY[name].gpu_bytes(p), p) for p in pts if p.gpu]
+        too_big = sorted((b, p.point_id) for b, p in too_big if b > room)
+        if too_big:
+            b, pid = too_big[-1]
+            msgs.append(f"experiments.{name}: {len(too_big)} point(s) need more GPU memory "
+                        f"than the GPU has, the largest {pid} needs {gb(b)}; allowed: up to "
+                        f"{gb(room)} ({GPU_MEMORY_SHARE:.0%} of the {gb(mem)} from {source})")
+    return msgs
+
+
+def gpu_memory(config: dict[str, Any]) -> tuple[float | None, str]:
+    """(bytes, where that came from) of the GPU the run uses; (None, "") if unknown."""
+    given = config.get("gpu_memory_gb")
+    if isinstance(given, (int, float)) and not isinstance(given, bool) and given > 0:
+        return float(given) * 1e9, "gpu_memory_gb"
+    smi = nvidia_smi_memory()
+    return (smi, "nvidia-smi") if smi else (None, "")
+
+
+@lru_cache(maxsize=1)
+def nvidia_smi_memory() -> float | None:
+    """Total memory in bytes of the smallest GPU nvidia-smi lists (None without one): with
+    several GPUs the job may get any of them."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total",
+                              "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    mib = [float(x) for x in out.stdout.split() if x.replace(".", "", 1).isdigit()]
+    return min(mib) * 2**20 if out.returncode == 0 and mib else None
+
+
+def gb(n: float) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
+
+
+def plan_estimate(config: dict[str, Any]) -> list[str]:
+    """The plan's size lines: points, a run-time estimate, the largest point's GPU memory,
+    and each experiment's own warnings (e.g. a long CPU reference)."""
+    from cudalab.experiments import REGISTRY
+
+    grids = {n: REGISTRY[n].grid(config) for n in _blocks(config)}
+    pts = [(n, p) for n, g in grids.items() for p in g]
+    per_point = config["measurement"]["budget_s"] + POINT_OVERHEAD_S
+    lines = [f"  size: {len(pts)} grid points (max_points {config['max_points']}); "
+             f"run time about {_duration(len(pts) * per_point)} "
+             f"(budget_s + {POINT_OVERHEAD_S} s per point; kernels slower than "
+             f"budget_s / min_samples take longer)"]
+    need = [(REGISTRY[n].gpu_bytes(p), n, p.point_id) for n, p in pts if p.gpu]
+    b, name, pid = max(need, default=(0, "", ""))
+    mem, source = gpu_memory(config)
+    have = f"; the GPU has {gb(mem)} ({source})" if mem else "; GPU memory unknown here"
+    lines.append(f"  largest GPU point: {name} {pid} needs about {gb(b)}{have}" if b else
+                 "  GPU memory of the points: not declared")
+    for n in grids:
+        lines += [f"  warning: experiments.{n}: {w}"
+                  for w in REGISTRY[n].plan_warnings(config["experiments"][n])]
+    return lines
+
+
+def _duration(s: float) -> str:
+    if s < 120:
+        return f"{math.ceil(s)} s"
+    return f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"

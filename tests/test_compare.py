@@ -1,0 +1,232 @@
+"""`cudalab compare` on run folders built from the real H100 reference run (samples of
+chosen points scaled, records removed or aged), through the real command line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cudalab import cli, compare
+
+ROOT = Path(__file__).resolve().parent.parent
+REFERENCE = ROOT / "reports" / "reference" / "NVIDIA-H100-80GB-HBM3"
+EXPERIMENTS = ("matmul", "vector_add", "static_analysis")
+QUIET = "naive-m4096-k4096-n4096-tile16"  # a long kernel with a small spread
+
+
+def make_run(dest: Path, experiments=EXPERIMENTS) -> Path:
+    """A run folder holding the reference's raw records of some experiments."""
+    for e in experiments:
+        shutil.copytree(REFERENCE / "raw" / e, dest / "raw" / e)
+    return dest
+
+
+def edit_record(run: Path, experiment: str, point: str, fn) -> None:
+    path = run / "raw" / experiment / f"{point}.json"
+    rec = json.loads(path.read_text())
+    fn(rec)
+    path.write_text(json.dumps(rec))
+
+
+def scale(factor: float):
+    def fn(rec):
+        rec["timing"]["samples_s"] = [s * factor for s in rec["timing"]["samples_s"]]
+    return fn
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    return make_run(tmp_path_factory.mktemp("base"))
+
+
+def verdict_of(cmp, point: str) -> str:
+    return cmp.loc[cmp["point_id"] == point, "verdict"].item()
+
+
+def run_pair(base: Path, other: Path, **kw):
+    [b] = compare.load_runs(base, "baseline")
+    return compare.compare_runs(b, compare.load_runs(other), **kw)
+
+
+def test_run_against_itself_is_same_everywhere(base):
+    cmp = run_pair(base, base)
+    assert set(cmp["verdict"]) == {"same", "untimed"}
+    timed = cmp[cmp["verdict"] == "same"]
+    assert len(timed) > 100 and np.allclose(timed["ratio"], 1.0)
+    # untimed: static analysis (no kernel runs) and block sizes that cannot launch
+    assert set(cmp.loc[cmp["verdict"] == "untimed", "experiment"]) == {"static_analysis"}
+
+
+def test_quiet_point_has_little_noise(base):
+    [b] = compare.load_runs(base)
+    row = b.points[b.points["point_id"] == QUIET].iloc[0]
+    assert row["noise"] < 0.02 and row["n_samples"] >= 10
+
+
+@pytest.mark.parametrize("factor,expected", [(1.20, "slower"), (1.01, "same"),
+                                             (1 / 1.2, "faster"), (0.99, "same")])
+def test_made_up_change_on_one_point(base, tmp_path, factor, expected):
+    run = make_run(tmp_path / "run")
+    edit_record(run, "matmul", QUIET, scale(factor))
+    cmp = run_pair(base, run)
+    assert verdict_of(cmp, QUIET) == expected
+    assert cmp.loc[cmp["point_id"] == QUIET, "ratio"].item() == pytest.approx(factor)
+    others = cmp[(cmp["point_id"] != QUIET) & (cmp["verdict"] != "untimed")]
+    assert set(others["verdict"]) == {"same"}
+
+
+def test_noise_hides_a_change_smaller_than_the_spread(base, tmp_path):
+    """20 % slower in the median, but samples spread over +-40 %: not a verdict."""
+    run = make_run(tmp_path / "run")
+
+    def noisy(rec):
+        s = np.asarray(rec["timing"]["samples_s"])
+        rec["timing"]["samples_s"] = list(np.median(s) * 1.2 * np.linspace(0.6, 1.4, s.size))
+    edit_record(run, "matmul", QUIET, noisy)
+    cmp = run_pair(base, run)
+    row = cmp[cmp["point_id"] == QUIET].iloc[0]
+    assert row["ratio"] == pytest.approx(1.2, rel=1e-6) and row["noise"] > 0.2
+    assert row["verdict"] == "same"
+    # the threshold still applies on its own: a bigger minimum also hides it
+    assert verdict_of(run_pair(base, base, threshold=0.5), QUIET) == "same"
+
+
+def test_points_on_one_side_are_listed(base, tmp_path):
+    run = make_run(tmp_path / "run")
+    (run / "raw" / "matmul" / f"{QUIET}.json").unlink()
+    edit_record(run, "vector_add", "gpu-n50000-threads256",
+                lambda r: r.update(point_id="gpu-n50001-threads256"))
+    cmp = run_pair(base, run)
+    assert verdict_of(cmp, QUIET) == "only baseline"
+    assert verdict_of(cmp, "gpu-n50000-threads256") == "only baseline"
+    assert verdict_of(cmp, "gpu-n50001-threads256") == "only this"
+
+
+def test_not_ok_points_get_no_speed_verdict(base, tmp_path):
+    run = make_run(tmp_path / "run")
+    edit_record(run, "matmul", QUIET, lambda r: r.update(status="wrong"))
+    assert verdict_of(run_pair(base, run), QUIET) == "not ok"
+
+
+def test_cli_fail_on_slower_and_csv(base, tmp_path, capsys):
+    run = make_run(tmp_path / "run")
+    edit_record(run, "matmul", QUIET, scale(1.2))
+    out_csv = tmp_path / "cmp.csv"
+    assert cli.main(["compare", str(base), str(run), "--csv", str(out_csv)]) == 0
+    text = capsys.readouterr().out
+    assert "== matmul" in text and "slower" in text and "verdicts per run" in text
+    import pandas as pd
+
+    df = pd.read_csv(out_csv)
+    assert (df["verdict"] == "slower").sum() == 1
+    assert cli.main(["compare", str(base), str(run), "--fail-on-slower"]) == 1
+    assert f"matmul/{QUIET}" in capsys.readouterr().out
+    # a 20 % threshold lets it pass
+    assert cli.main(["compare", str(base), str(run), "--fail-on-slower",
+                     "--threshold", "0.25"]) == 0
+    assert cli.main(["compare", "--baseline", str(base), str(base), "--fail-on-slower"]) == 0
+
+
+def test_results_csv_alone_is_enough(tmp_path):
+    only_csv = tmp_path / "csv"
+    only_csv.mkdir()
+    shutil.copy(REFERENCE / "results.csv", only_csv / "results.csv")
+    [b] = compare.load_runs(REFERENCE)
+    [c] = compare.load_runs(only_csv)
+    assert len(c.points) == len(b.points) == 461
+    cmp = compare.compare_runs(b, [c])
+    assert set(cmp["verdict"]) == {"same", "untimed"}
+    assert np.allclose(cmp["ratio"].dropna(), 1.0, rtol=1e-9)
+
+
+def test_a_folder_with_two_gpus_is_two_runs(base, tmp_path):
+    """A GPU-model sweep keeps each model's records in raw/<experiment>/<model>/."""
+    sweep = tmp_path / "sweep"
+    for model, name, factor in (("h100", "NVIDIA H100 80GB HBM3", 1.0),
+                                ("h200", "NVIDIA H200", 0.5)):
+        shutil.copytree(base / "raw" / "matmul", sweep / "raw" / "matmul" / model)
+        for p in (sweep / "raw" / "matmul" / model).glob("[!_]*.json"):
+            rec = json.loads(p.read_text())
+            rec["provenance"]["gpu_name"] = name
+            rec["timing"]["samples_s"] = [s * factor for s in rec["timing"]["samples_s"]]
+            p.write_text(json.dumps(rec))
+    shutil.copytree(base / "raw" / "static_analysis", sweep / "raw" / "static_analysis")
+    runs = compare.load_runs(sweep)
+    assert [r.gpu for r in runs] == ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]
+    assert all("static_analysis" in set(r.points["experiment"]) for r in runs)
+    cmp = compare.compare_runs(runs[0], runs[1:])
+    gpu_points = cmp[cmp["experiment"] == "matmul"]
+    assert set(gpu_points["verdict"]) == {"faster"}
+    assert np.allclose(gpu_points["ratio"], 0.5)
+
+
+def _error(capsys, *args) -> str:
+    assert cli.main(["compare", *map(str, args)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err
+
+
+def test_bad_input_is_named(base, tmp_path, capsys):
+    err = _error(capsys, tmp_path / "nope", base)
+    assert f"baseline folder {tmp_path / 'nope'} does not exist" in err
+    (tmp_path / "empty").mkdir()
+    err = _error(capsys, base, tmp_path / "empty")
+    assert f"run folder {tmp_path / 'empty'} holds no results" in err
+    other = make_run(tmp_path / "other", ("transfer",))
+    err = _error(capsys, base, other)
+    assert f"{other} shares no grid point with the baseline {base}" in err
+    assert "transfer" in err
+    assert "at least two result folders" in _error(capsys, base)
+    assert "--threshold -1.0: allowed values" in _error(capsys, base, base, "--threshold", "-1")
+
+
+def test_older_schema_says_what_is_missing(base, tmp_path, capsys):
+    old = make_run(tmp_path / "old", ("vector_add",))
+
+    def age(rec):
+        rec["schema_version"] = 0
+        del rec["timing"]
+    for p in (old / "raw" / "vector_add").glob("[!_]*.json"):
+        rec = json.loads(p.read_text())
+        age(rec)
+        p.write_text(json.dumps(rec))
+    err = _error(capsys, base, old)
+    assert "older schema" in err and "schema_version 0" in err and "missing timing" in err
+    old_csv = tmp_path / "oldcsv"
+    old_csv.mkdir()
+    import pandas as pd
+
+    pd.read_csv(REFERENCE / "results.csv").drop(columns=["time_iqr_s", "gpu_name"]).to_csv(
+        old_csv / "results.csv", index=False)
+    err = _error(capsys, base, old_csv)
+    assert "older schema: missing column(s) time_iqr_s, gpu_name" in err
+
+
+def test_a_sweep_results_folder_is_one_run_per_model(base, tmp_path):
+    """results/ of a GPU-model sweep: results/gpu/<model>/ are complete run folders."""
+    results = tmp_path / "results"
+    make_run(results / "gpu" / "a100")
+    make_run(results / "gpu" / "h100")
+    edit_record(results / "gpu" / "h100", "matmul", QUIET, scale(0.5))
+    runs = compare.load_runs(results)
+    assert [r.label for r in runs] == [str(results / "gpu" / m) for m in ("a100", "h100")]
+    cmp = compare.compare_runs(runs[0], runs[1:])
+    assert verdict_of(cmp, QUIET) == "faster"
+
+
+def test_course_beside_several_runs(base, tmp_path, capsys):
+    assert cli.main(["compare", "--course", str(REFERENCE), str(base)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == (f"| lesson | course | {REFERENCE.name} (NVIDIA H100 80GB HBM3) | "
+                      f"{base.name} (NVIDIA H100 80GB HBM3) |")
+    sms = next(line for line in out if line.startswith("| vectorAdd"))
+    # base holds no device_query: its cell is empty, the reference's is 132 SMs
+    assert sms.endswith("| 132 SMs (×10.2) | — |"), sms
+    occ = next(line for line in out if line.startswith("| occupancy: 32-thread blocks |"))
+    assert "25 % occupancy (Tesla K80; cudalab's calculator: 25)" in occ
+    assert "Traceback" not in _error(capsys, "--course", tmp_path / "missing")

@@ -1,0 +1,133 @@
+"""The report's comparison blocks (issue 9): the course table at the top, baselines beside
+this run, a GPU-model sweep compared with itself; rendered from the real H100 reference."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cudalab import cli, compare, report, results
+from cudalab import config as cfg
+
+ROOT = Path(__file__).resolve().parent.parent
+REFERENCE = ROOT / "reports" / "reference" / "NVIDIA-H100-80GB-HBM3"
+QUIET = "naive-m4096-k4096-n4096-tile16"
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return results.read_table(REFERENCE / "results.csv")
+
+
+@pytest.fixture(scope="module")
+def slower_copy(tmp_path_factory) -> Path:
+    """The reference with one matmul point made 20 % slower (this run is then faster)."""
+    run = tmp_path_factory.mktemp("slower")
+    for e in ("matmul", "device_query", "vector_add"):
+        shutil.copytree(REFERENCE / "raw" / e, run / "raw" / e)
+    path = run / "raw" / "matmul" / f"{QUIET}.json"
+    rec = json.loads(path.read_text())
+    rec["timing"]["samples_s"] = [1.2 * s for s in rec["timing"]["samples_s"]]
+    path.write_text(json.dumps(rec))
+    return run
+
+
+def _config(**report_keys):
+    return cfg.validate({"run_name": "h100-ref", "report": report_keys,
+                         "experiments": {"matmul": {}, "vector_add": {}}})
+
+
+def _render(df, config, tmp_path) -> str:
+    out = report.render(df, tmp_path / "figures", config, tmp_path / "report.html")
+    return out.read_text()
+
+
+def test_course_table_opens_the_report(h100, tmp_path):
+    html = _render(h100, _config(), tmp_path)
+    main = html[html.index("<main>"):]
+    assert main.index('id="course"') < main.index('id="device"')
+    assert "The course's numbers beside this GPU" in main
+    assert "132 SMs at 1980 MHz" in main and "Tesla K80" in main
+    assert 'id="baselines"' not in main  # no baselines configured
+
+
+def test_baselines_in_the_report(h100, slower_copy, tmp_path):
+    config = _config(baselines=[str(slower_copy), str(REFERENCE)])
+    ctx = compare.report_context(h100, config)
+    summary = {b["baseline"]: b for b in ctx["comparison"]["summary"]}
+    assert summary[str(slower_copy)]["faster"] == 1  # the point made slower in the baseline
+    assert summary[str(slower_copy)]["slower"] == 0
+    assert summary[str(REFERENCE)]["faster"] == summary[str(REFERENCE)]["slower"] == 0
+    assert summary[str(REFERENCE)]["geomean_ratio"] == pytest.approx(1.0)
+    # points only this run has (it measured 11 experiments, the copy 3) are listed
+    assert summary[str(slower_copy)]["only this"] == 461 - 1 - 89 - 24
+    html = _render(h100, config, tmp_path)
+    assert "This run against its baselines" in html
+    sec = html[html.index('<section id="matmul">'):]
+    sec = sec[:sec.index("</section>")]
+    assert "Beside the baselines" in sec and sec.count("data:image/png;base64,") >= 1
+    assert re.search(rf"{QUIET}</td><td>{re.escape(str(slower_copy))}</td>.*?faster", sec, re.S)
+
+
+def test_bad_baseline_is_named_without_traceback(h100, tmp_path, capsys):
+    (tmp_path / "results.csv").write_text("")
+    h100.to_csv(tmp_path / "results.csv", index=False)
+    conf = tmp_path / "config.yaml"
+    for baseline, message in ((tmp_path / "missing", "does not exist"),
+                              (tmp_path / "empty", "holds no results")):
+        (tmp_path / "empty").mkdir(exist_ok=True)
+        conf.write_text(yaml.safe_dump({"report": {"baselines": [str(baseline)]},
+                                        "experiments": {"matmul": {}}}))
+        rc = cli.main(["report", "--config", str(conf), "--table", str(tmp_path / "results.csv"),
+                       "--figures", str(tmp_path / "f"), "--results", str(tmp_path),
+                       "--out", str(tmp_path / "r.html")])
+        err = capsys.readouterr().err
+        assert rc == 2 and f"report.baselines: folder {baseline} {message}" in err, err
+        assert "Traceback" not in err
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_baselines_key_is_in_the_schema():
+    with pytest.raises(cfg.ConfigError, match="baselines"):
+        cfg.validate({"report": {"baselines": "reports/reference"},
+                      "experiments": {"matmul": {}}})
+    assert _config()["report"]["baselines"] == []
+
+
+def test_a_sweep_run_compares_its_gpus(h100, tmp_path):
+    """A table holding two GPUs (a Slurm GPU-model sweep): the report compares them."""
+    other = h100.copy()
+    gpu = other["gpu_name"].notna()
+    other.loc[gpu, "gpu_name"] = "NVIDIA H200"
+    other.loc[gpu, "time_median_s"] = other.loc[gpu, "time_median_s"] * 0.5
+    import pandas as pd
+
+    both = pd.concat([h100, other[gpu]], ignore_index=True)
+    ctx = compare.report_context(both, _config())
+    [s] = ctx["comparison"]["summary"]
+    assert s["gpu"] == "NVIDIA H200" and ctx["comparison"]["gpu"] == "NVIDIA H100 80GB HBM3"
+    assert s["slower"] > 300 and s["faster"] == 0  # the H100 takes twice the time
+    assert s["geomean_ratio"] == pytest.approx(2.0)
+    sms = ctx["course_rows"][0]
+    assert sms["this"] == 132  # the course table is of the first GPU
+
+
+def test_workflow_checks_baselines_at_start_up(tmp_path):
+    """snakemake stops before any job with the folder named (a dry run is enough)."""
+    import subprocess
+
+    conf = tmp_path / "config.yaml"
+    conf.write_text(yaml.safe_dump({"report": {"baselines": ["old/results"]},
+                                    "experiments": {"matmul": {"variants": ["cpu"]}}}))
+    proc = subprocess.run(["snakemake", "-s", str(ROOT / "Snakefile"), "--directory",
+                           str(tmp_path), "--configfile", str(conf), "-n"],
+                          capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "report.baselines: folder old/results does not exist" in out, out
+    assert "Traceback" not in out

@@ -1,0 +1,81 @@
+"""The course table (cudalab/data/course.yaml beside this run) on the real H100 reference."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from cudalab import course, results
+
+ROOT = Path(__file__).resolve().parent.parent
+TABLE = ROOT / "reports" / "reference" / "NVIDIA-H100-80GB-HBM3" / "results.csv"
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return results.read_table(TABLE)
+
+
+@pytest.fixture(scope="module")
+def rows(h100):
+    return {r["lesson"]: r for r in course.course_table(h100)}
+
+
+def test_every_lesson_matches_a_point_of_the_default_grid(rows):
+    missing = [name for name, r in rows.items() if r["this"] is None]
+    assert not missing, missing
+    for r in rows.values():
+        assert r["why"] and "{" not in r["why"], r
+        assert r["check"] in ("", "seen", "not seen", "n/a"), r
+
+
+def test_numbers_from_the_h100_run(rows):
+    sms = rows["vectorAdd: the GPU's streaming multiprocessors"]
+    assert sms["this"] == 132 and sms["ratio"] == pytest.approx(132 / 13)
+    assert "132 SMs at 1980 MHz" in sms["why"] and sms["check"] == "seen"
+    naive = rows["matmul 160×240 · 240×320: the naive kernel"]
+    assert naive["unit"] == "ms" and 0.001 < naive["this"] < 0.1  # seconds scaled to ms
+    speedup = rows["matmul 160×240 · 240×320: tiled / naive speed-up"]
+    assert 1.0 < speedup["this"] < 2.5 and "50 MiB L2" in speedup["why"]
+    racy = rows["atomics: the racy counter"]
+    assert racy["this"] == 4 and "270336 threads" in racy["why"]
+    copies = rows["nvprof: copies take the GPU's time"]
+    assert 50 < copies["this"] < 100 and "PCIe Gen5 x16" in copies["why"]
+
+
+def test_calculator_reproduces_the_courses_k80_occupancy(rows):
+    """cc 3.7: 16 blocks per SM, 64 warps: one-warp blocks reach 25 %, two-warp 50 %."""
+    assert rows["occupancy: 32-thread blocks"]["k80_calc"] == pytest.approx(25.0)
+    assert rows["occupancy: 64-thread blocks"]["k80_calc"] == pytest.approx(50.0)
+    assert rows["occupancy API: the block size it picks"]["k80_calc"] == 1024
+    # the H100 holds 32 blocks per SM: the same 32-thread blocks reach 50 % there
+    assert rows["occupancy: 32-thread blocks"]["this"] == pytest.approx(50.0)
+    assert all(r["k80_calc"] is None for n, r in rows.items() if "occupancy" not in n)
+
+
+def test_a_run_without_device_query_or_a_point(h100):
+    rows = {r["lesson"]: r for r in course.course_table(
+        h100[~h100["experiment"].isin(["device_query", "atomics"])])}
+    sms = rows["vectorAdd: the GPU's streaming multiprocessors"]
+    assert sms["this"] is None and sms["why"].startswith("not measured")
+    tiled = rows["matmul 160×240 · 240×320: tiled / naive speed-up"]
+    assert tiled["this"] is not None  # measured, but the L2 size is unknown: plain sentence
+    assert tiled["why"] == ("Caches in front of global memory serve the naive kernel's "
+                            "re-reads, so tiling saves less.")
+    assert rows["atomics: the racy counter"]["this"] is None
+
+
+def test_course_file_is_checked(tmp_path):
+    bad = yaml.safe_load(course.COURSE_FILE.read_text())
+    bad["lessons"][0]["match"]["metrix"] = "m_sm_count"
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(bad))
+    with pytest.raises(jsonschema.ValidationError, match="metrix"):
+        course.load(tmp_path / "c.yaml")
+    bad = yaml.safe_load(course.COURSE_FILE.read_text())
+    bad["lessons"][0]["match"]["experiment"] = "vectoradd"
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(bad))
+    with pytest.raises(ValueError, match="unknown experiment 'vectoradd'"):
+        course.load(tmp_path / "c.yaml")

@@ -1,0 +1,85 @@
+"""The report's timing section: convergence listing and the launch-overhead table."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from test_harness import FakeObserver, FakeTimer
+
+from cudalab import config as cfg
+from cudalab import report, results, timing_report
+from cudalab.harness import Harness, Settings
+
+RECORDED = Path(__file__).resolve().parent / "data" / "recorded_h100" / "raw"
+
+
+def test_recorded_h100_points_above_target_cv_are_listed_with_their_cv():
+    df = results.build_table(results.iter_records(RECORDED))
+    c = timing_report.convergence(df, default_target=0.02)
+    # 12 GPU points (CPU points are timed by perf_counter); 3 end above 2 %
+    assert c["n_gpu"] == 12 and c["n_converged"] == 9
+    assert c["share_pct"] == pytest.approx(75.0)
+    listed = {r["point_id"]: r["cv_pct"] for r in c["points"]}
+    assert set(listed) == {"naive-m160-k240-n320-tile16", "tiled-m160-k240-n320-tile16",
+                           "tiled-m160-k240-n320-tile8"}
+    assert listed["tiled-m160-k240-n320-tile8"] == pytest.approx(19.6513, rel=1e-4)
+    assert timing_report.launch_overhead(df) == []  # recorded before launch costs existed
+
+
+def _record(point_id: str, timing, metrics=None, params=None) -> dict:
+    return {"schema_version": results.SCHEMA_VERSION, "experiment": "vector_add",
+            "variant": "gpu", "point_id": point_id, "params": params or {"n": 50000},
+            "status": "ok", "timing": timing.as_dict(), "metrics": metrics or {},
+            "work": {"flops": 5e4, "bytes": 6e5}, "provenance": {"gpu_name": "sim"}}
+
+
+def _timing(durations, target_cv, observers=(), **kw):
+    s = Settings(warmup=0, min_samples=5, max_samples=20, target_cv=target_cv, budget_s=60,
+                 min_sample_s=0, **kw)
+    t = Harness(s, observers=list(observers)).measure(lambda: None, FakeTimer(durations))
+    t.timer = "cuda_event_queued"  # as the queued timer names it
+    return t
+
+
+def test_convergence_uses_each_points_own_target_and_lists_notes(tmp_path):
+    quiet = _timing([2e-6], 0.02)
+    noisy = _timing([2e-6, 3e-6], 0.02)  # CV ~ 20 %, stops at max_samples
+    loose = _timing([2e-6, 3e-6], 0.5)  # the same noise under a 50 % target converges
+    throttled = _timing([2e-6], 0.02, observers=[FakeObserver([True])])
+    recs = [_record("quiet", quiet), _record("noisy", noisy), _record("loose", loose),
+            _record("throttled", throttled)]
+    df = results.build_table(recs)
+    assert results.check_table(df) == []
+    c = timing_report.convergence(df)
+    assert c["n_gpu"] == 4 and c["n_converged"] == 3
+    by_id = {r["point_id"]: r for r in c["points"]}
+    assert set(by_id) == {"noisy", "throttled"}
+    assert by_id["noisy"]["stop_reason"] == "max_samples" and by_id["noisy"]["cv_pct"] > 10
+    assert by_id["throttled"]["note"] == ("all 20 samples throttled: statistics from "
+                                          "throttled samples")
+    assert math.isclose(by_id["noisy"]["target_pct"], 2.0)
+
+
+def test_report_keeps_host_launch_cost_one_launch_and_kernel_apart(tmp_path):
+    costs = {"host_call_s": 12.1e-6, "host_prepared_call_s": 4.2e-6, "one_launch_s": 14.3e-6}
+    recs = [_record("gpu-n50000-threads256", _timing([2.04e-6], 0.02), costs,
+                    {"n": 50000, "threads": 256}),
+            _record("gpu-n1000-threads256", _timing([1.5e-6, 3e-6], 0.02), costs,
+                    {"n": 1000, "threads": 256})]
+    df = results.build_table(recs)
+    rows = timing_report.launch_overhead(df)
+    r = next(x for x in rows if x["point_id"] == "gpu-n50000-threads256")
+    assert r["m_host_call_us"] == pytest.approx(12.1)
+    assert r["m_host_prepared_call_us"] == pytest.approx(4.2)
+    assert r["m_one_launch_us"] == pytest.approx(14.3)
+    assert r["time_median_us"] == pytest.approx(2.04)
+    assert r["params"] == "n=50000, threads=256"
+    config = cfg.validate({"run_name": "sim", "experiments": {"vector_add": {}}})
+    html = report.render(df, tmp_path / "figures", config, tmp_path / "r.html").read_text()
+    for needle in ['id="timing"', "Launch overhead, measured apart from the kernel",
+                   "host time of one launch from Python, prepared_call", "<td>12.1</td>",
+                   "<td>4.2</td>", "<td>14.3</td>", "<td>2.04</td>", "1 of 2 GPU points (50 %)",
+                   "gpu-n1000-threads256", "Points that did not converge"]:
+        assert needle in html, needle

@@ -1,0 +1,66 @@
+"""What the workflow says when a run cannot go on by itself: a killed run's stale lock (the
+next run names `snakemake --unlock`), and a missing GPU extra (one line). Real Snakemake."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _snakemake(workdir: Path, *args: str, **kw) -> list[str]:
+    return [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory",
+            str(workdir), "--cores", "1", *args]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def test_after_a_kill_the_message_names_unlock_and_unlock_then_rerun_works(tmp_path):
+    # static analysis (nvcc over every kernel) runs long enough to be killed mid-run
+    (tmp_path / "config.yaml").write_text("experiments:\n  static_analysis: {archs: [sm_90]}\n")
+    proc = subprocess.Popen(_snakemake(tmp_path), cwd=tmp_path, env=_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    locks = tmp_path / ".snakemake" / "locks"
+    deadline = time.monotonic() + 120
+    while not any(locks.glob("*.lock")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # the whole run, as a killed terminal would
+    proc.wait()
+    if not any(locks.glob("*.lock")):
+        pytest.fail("the run never took its lock")
+    again = subprocess.run(_snakemake(tmp_path, "-n"), cwd=tmp_path, env=_env(),
+                           capture_output=True, text=True, timeout=300)
+    out = again.stdout + again.stderr
+    assert "run `snakemake --unlock` once, then the same command again" in out, out
+    unlock = subprocess.run(_snakemake(tmp_path, "--unlock"), cwd=tmp_path, env=_env(),
+                            capture_output=True, text=True, timeout=300)
+    assert unlock.returncode == 0, unlock.stderr
+    rerun = subprocess.run(_snakemake(tmp_path, "-n"), cwd=tmp_path, env=_env(),
+                           capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0 and "--unlock" not in rerun.stdout + rerun.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pycuda") is not None,
+                    reason="pycuda is installed here: no hint to give")
+def test_missing_gpu_extra_gets_one_line(tmp_path):
+    (tmp_path / "config.yaml").write_text("experiments:\n  vector_add: {}\n")
+    r = subprocess.run(_snakemake(tmp_path, "-n"), cwd=tmp_path, env=_env(),
+                       capture_output=True, text=True, timeout=300)
+    hint = [x for x in (r.stdout + r.stderr).splitlines() if "pycuda (the GPU extra)" in x]
+    assert len(hint) == 1 and "pip install -e '.[gpu]'" in hint[0]
+    cpu = tmp_path / "cpu.yaml"
+    cpu.write_text("experiments:\n  matmul: {sizes: [64], variants: [cpu]}\n")
+    r = subprocess.run(_snakemake(tmp_path, "-n", "--configfile", str(cpu)), cwd=tmp_path,
+                       env=_env(), capture_output=True, text=True, timeout=300)
+    assert "pycuda (the GPU extra)" not in r.stdout + r.stderr  # no GPU point, no hint
