@@ -51,10 +51,14 @@ def plan_lines(config: dict[str, Any]) -> list[str]:
                     f"{total} grid points; aggregate, figures and report run locally")
     lines.insert(1, f"  under Slurm (--profile slurm): at most {len(names)} sbatch job(s), one "
                     f"allocation per experiment ({gpu_jobs} with --gpus=1)")
-    from cudalab import sweep  # issue 9: the jobs of a GPU-model sweep, per model
+    from cudalab import (
+        site,  # issue 15: does the jobs' request fit a node (sinfo)?
+        sweep,  # issue 9: the jobs of a GPU-model sweep, per model
+    )
     from cudalab.guards import plan_estimate
 
-    return lines + sweep.plan_lines(config, names) + plan_estimate(config)
+    return (lines + sweep.plan_lines(config, names) + plan_estimate(config)
+            + site.plan_lines(config, quiet=True))
 
 
 def slurm_submit_line(jobs: list[tuple[str, int]], n_experiments: int) -> str:
@@ -74,10 +78,7 @@ def cmd_validate(a: argparse.Namespace) -> int:
 
 
 def cmd_plan(a: argparse.Namespace) -> int:
-    from cudalab import site
-
-    config = _config(a.config, show_notes=True)
-    print("\n".join(plan_lines(config) + site.plan_lines(config)))  # site: does it fit sinfo?
+    print("\n".join(plan_lines(_config(a.config, show_notes=True))))
     return 0
 
 

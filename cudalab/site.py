@@ -131,12 +131,20 @@ def _models_text(nodes: list[Node]) -> str:
 
 
 def fit_problems(slurm: dict[str, Any], nodes: list[Node], needs_gpu: bool) -> list[str]:
-    """What in a `slurm:` block no node can satisfy (empty list: it fits)."""
+    """What in a `slurm:` block no node can satisfy (empty list: it fits). A partition list
+    ('gpu,debug': Slurm takes the first that can run the job) fits if one of them does."""
     parts = partitions(nodes)
-    part = slurm.get("partition") or default_partition(nodes)
-    if part not in parts:
-        return [f"slurm.partition: {part!r} does not exist; partitions: {', '.join(parts)}"]
-    cands = parts[part]
+    names = (slurm.get("partition") or default_partition(nodes)).split(",")
+    unknown = [p for p in names if p not in parts]
+    if unknown:
+        return [f"slurm.partition: {', '.join(map(repr, unknown))} does not exist; "
+                f"partitions: {', '.join(parts)}"]
+    each = [_fit_partition(slurm, p, parts[p], nodes, needs_gpu) for p in names]
+    return [] if any(not e for e in each) else [x for e in each for x in e]
+
+
+def _fit_partition(slurm: dict[str, Any], part: str, cands: list[Node], nodes: list[Node],
+                   needs_gpu: bool) -> list[str]:
     model = slurm.get("gpu_model") or ""
     if needs_gpu:
         cands = [n for n in cands if (n.gpus.get(model, 0) if model else n.n_gpus) > 0]

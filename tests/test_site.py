@@ -80,6 +80,8 @@ def test_fits_one_node():
     (dict(partition="debug", runtime_min=60), True, ["runtime_min: 60", "at most 30 minutes"]),
     (dict(partition="gpu-h100", gpu_model="h100", runtime_min=721), True, ["at most 720"]),
     (dict(partition="gpu", constraint="h100"), True, ["feature 'h100'", "a100, ib"]),
+    (dict(partition="gpu,nope"), True, ["'nope' does not exist"]),
+    (dict(partition="gpu,debug", cpus_per_task=65), True, ["has 64 CPUs", "has 16 CPUs"]),
 ])
 def test_fit_problems_say_what_does_not_fit(request_, needs_gpu, expect):
     problems = site.fit_problems(slurm(**request_), nodes("cluster.txt"), needs_gpu)
@@ -91,6 +93,8 @@ def test_fit_problems_say_what_does_not_fit(request_, needs_gpu, expect):
 
 def test_cpu_only_config_fits_cpu_partition():
     assert site.fit_problems(slurm(), nodes("cluster.txt"), needs_gpu=False) == []
+    assert site.fit_problems(slurm(partition="debug,gpu", runtime_min=60),
+                             nodes("cluster.txt"), needs_gpu=True) == [], "gpu can run it"
 
 
 def test_suggest_fits_and_names_a_model():

@@ -2,13 +2,12 @@
 # every measure job waits for it. Under Slurm, when a GPU experiment could not run (no GPU,
 # no pycuda, a module that does not load, nvcc missing) the run stops with the doctor's
 # table and no measure job is submitted; locally it only writes its table (a run without a
-# GPU goes on). `slurm: {doctor: false}` turns it off. Also here: the sinfo fit check at
-# start-up and the watcher that reports Slurm jobs PENDING for a reason that will not clear.
+# GPU goes on). `slurm: {doctor: false}` turns it off. Also here: the watcher that reports
+# Slurm jobs PENDING for a reason that will not clear.
 import os
 import time as _time
 
 from cudalab import pending as cudalab_pending
-from cudalab import site as cudalab_site
 
 DOCTOR_OK = f"{RESULTS}/doctor/ok"  # temp: made again by every run that submits measure jobs
 DOCTOR_TABLE = f"{RESULTS}/doctor/doctor.md"  # the table (also .json), kept after the run
@@ -37,11 +36,6 @@ def print_doctor_failure():
         if "FAILED" in text.splitlines()[0]:
             print(f"\n{text}\n(no measure job was submitted; the table: {table})",
                   file=sys.stderr)
-
-
-if workflow.is_main_process:
-    for line in cudalab_site.plan_lines(config, quiet=True):  # does the request fit a node (sinfo)?
-        print(line, file=sys.stderr)
 
 
 rule doctor:
