@@ -7,6 +7,8 @@
   cudalab figures EXPERIMENT                results.csv -> results/figures/EXPERIMENT/*.png|svg
   cudalab report                            -> results/report.html
   cudalab compare RUN... [--baseline DIR]    point-by-point verdicts against a baseline
+  cudalab doctor [--config ..]              can this node / Slurm job run the grid? (a table)
+  cudalab site [config.yaml]                sinfo -> partitions, GPU models, a slurm: block
 """
 
 from __future__ import annotations
@@ -49,10 +51,14 @@ def plan_lines(config: dict[str, Any]) -> list[str]:
                     f"{total} grid points; aggregate, figures and report run locally")
     lines.insert(1, f"  under Slurm (--profile slurm): at most {len(names)} sbatch job(s), one "
                     f"allocation per experiment ({gpu_jobs} with --gpus=1)")
-    from cudalab import sweep  # issue 9: the jobs of a GPU-model sweep, per model
+    from cudalab import (
+        site,  # issue 15: does the jobs' request fit a node (sinfo)?
+        sweep,  # issue 9: the jobs of a GPU-model sweep, per model
+    )
     from cudalab.guards import plan_estimate
 
-    return lines + sweep.plan_lines(config, names) + plan_estimate(config)
+    return (lines + sweep.plan_lines(config, names) + plan_estimate(config)
+            + site.plan_lines(config, quiet=True))
 
 
 def slurm_submit_line(jobs: list[tuple[str, int]], n_experiments: int) -> str:
@@ -204,6 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--out", default="results/report.html")
     s.set_defaults(fn=cmd_report)
     _add_compare(sub)
+    from cudalab import doctor, site  # their subcommands live with their code
+
+    doctor.add_parser(sub)
+    site.add_parser(sub)
     a = p.parse_args(argv)
     return a.fn(a)
 

@@ -90,3 +90,4 @@ onstart:
         )
         print(slurm_submit_line(_jobs, len(EXPERIMENTS) * max(1, len(GPU_MODELS))),
               file=sys.stderr)
+        start_pending_watch()  # reports jobs PENDING for good (doctor.smk)

@@ -15,6 +15,8 @@ def gpu_model(wildcards):
 
 
 rule measure:
+    input:
+        doctor=doctor_first,  # under Slurm: the doctor's job passed (workflow/rules/doctor.smk)
     output:
         f"{RESULTS}/raw/{{experiment}}/_manifest.json",
     params:
@@ -29,6 +31,9 @@ rule measure:
     # cpus_per_task -> --cpus-per-task, slurm_partition -> -p, slurm_account -> -A,
     # constraint -> -C. Empty settings in config.yaml's slurm: block are left out (the
     # cluster's defaults apply). Locally only gpu counts (profiles/default caps it at 1).
+    # slurm.modules, loaded with --sdm env-modules (set in profiles/slurm)
+    envmodules:
+        *SLURM["modules"]
     resources:
         gpu=gpu_count,
         runtime=SLURM["runtime_min"],

@@ -19,6 +19,8 @@ def measure_manifests():
 
 
 rule measure_gpu_model:
+    input:
+        doctor=doctor_first,  # issue 15: the doctor's job passed (doctor.smk)
     output:
         f"{RESULTS}/gpu/{{gpu_model}}/raw/{{experiment}}/_manifest.json",
     params:
@@ -29,6 +31,8 @@ rule measure_gpu_model:
     wildcard_constraints:
         experiment="|".join(EXPERIMENTS) or "none",
         gpu_model="|".join(map(re.escape, GPU_MODELS)) or "none",
+    envmodules:  # issue 15: slurm.modules, as in rule measure
+        *SLURM["modules"]
     # the site settings of rule measure (measure.smk), and always one GPU of this model
     resources:
         gpu=1,
