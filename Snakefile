@@ -11,6 +11,7 @@ configfile: "config.yaml"
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/doctor.smk"
 include: "workflow/rules/measure.smk"
 include: "workflow/rules/sweep.smk"  # issue 9: GPU-model sweep (slurm.gpu_models)
 include: "workflow/rules/aggregate.smk"
@@ -33,6 +34,7 @@ onsuccess:
 
 
 onerror:
+    print_doctor_failure()  # the doctor's table, when it stopped this run (doctor.smk)
     print(
         "\ncudalab: the run stopped. Points already measured are kept in results/raw/ "
         "and a rerun measures only what is missing. Logs: results/logs/ "

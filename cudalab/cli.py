@@ -7,6 +7,8 @@
   cudalab figures EXPERIMENT                results.csv -> results/figures/EXPERIMENT/*.png|svg
   cudalab report                            -> results/report.html
   cudalab compare RUN... [--baseline DIR]    point-by-point verdicts against a baseline
+  cudalab doctor [--config ..]              can this node / Slurm job run the grid? (a table)
+  cudalab site [config.yaml]                sinfo -> partitions, GPU models, a slurm: block
 """
 
 from __future__ import annotations
@@ -49,10 +51,14 @@ def plan_lines(config: dict[str, Any]) -> list[str]:
                     f"{total} grid points; aggregate, figures and report run locally")
     lines.insert(1, f"  under Slurm (--profile slurm): at most {len(names)} sbatch job(s), one "
                     f"allocation per experiment ({gpu_jobs} with --gpus=1)")
-    from cudalab import sweep  # issue 9: the jobs of a GPU-model sweep, per model
+    from cudalab import (
+        site,  # issue 15: does the jobs' request fit a node (sinfo)?
+        sweep,  # issue 9: the jobs of a GPU-model sweep, per model
+    )
     from cudalab.guards import plan_estimate
 
-    return lines + sweep.plan_lines(config, names) + plan_estimate(config)
+    return (lines + sweep.plan_lines(config, names) + plan_estimate(config)
+            + site.plan_lines(config, quiet=True))
 
 
 def slurm_submit_line(jobs: list[tuple[str, int]], n_experiments: int) -> str:
@@ -130,7 +136,8 @@ def cmd_report(a: argparse.Namespace) -> int:
         a.telemetry_figures.mkdir(parents=True, exist_ok=True)
     tele = telemetry_report.sections(Path(a.results), a.telemetry_figures)
     try:
-        out = report.render(df, Path(a.figures), config, Path(a.out), tele)
+        out = report.render(df, Path(a.figures), config, Path(a.out), tele,
+                            results_dir=Path(a.results))
     except CompareError as exc:  # a report.baselines folder missing, empty or unmatched
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -207,6 +214,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="folder for the telemetry figures (default: beside each job's data)")
     s.set_defaults(fn=cmd_report)
     _add_compare(sub)
+    from cudalab import doctor, site  # their subcommands live with their code
+
+    doctor.add_parser(sub)
+    site.add_parser(sub)
     a = p.parse_args(argv)
     return a.fn(a)
 

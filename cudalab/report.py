@@ -13,15 +13,21 @@ from typing import Any
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from cudalab import results, timing_report
+from cudalab import fmt, results, timing_report
 from cudalab.compare import report_context as compare_context
 from cudalab.experiments import REGISTRY
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = ROOT / "reports" / "templates"
 
-TABLE_COLS = ["variant", "status", "time_median_s", "time_cv", "n_samples", "gflops",
+# The columns every experiment's results table shows (after its parameters); m_ metric
+# columns follow on screen and are left out of print (class "metric"): they are in
+# results.csv and in the raw record each row links to.
+TABLE_COLS = ["variant", "status", "time_median_s", "spread", "n_samples", "gflops",
               "pct_peak_gflops", "gbps", "pct_peak_gbps", "error", "reason"]
+HEADERS = {"time_median_s": "median time", "spread": "spread (IQR · CV)",
+           "n_samples": "samples", "gflops": "FLOP rate", "pct_peak_gflops": "% FP32 peak",
+           "gbps": "bandwidth", "pct_peak_gbps": "% DRAM peak", "raw": "raw record"}
 
 
 def data_uri(path: Path) -> str:
@@ -30,27 +36,54 @@ def data_uri(path: Path) -> str:
 
 
 def _fmt(v: Any) -> str:
-    if v is None or (isinstance(v, float) and pd.isna(v)) or v is pd.NA:
+    """Provenance and device facts verbatim (a version "9.0" is not the number 9)."""
+    return "" if fmt.missing(v) else str(v)
+
+
+def spread(row: pd.Series) -> str:
+    """The samples' spread: interquartile range and coefficient of variation."""
+    iqr, cv = row.get("time_iqr_s"), row.get("time_cv")
+    if fmt.missing(iqr) and fmt.missing(cv):
         return ""
-    if isinstance(v, float):
-        if v == 0:
-            return "0"
-        return f"{v:.3g}" if abs(v) < 1e5 else f"{v:.4g}"
-    return str(v)
+    return f"{fmt.seconds(iqr)} · {fmt.percent(cv, fraction=True)}"
 
 
-def table_html(df: pd.DataFrame, cols: list[str], max_rows: int) -> str:
-    cols = [c for c in cols if c in df.columns]
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+def raw_link(experiment: str, point_id: str, raw_href: str) -> str:
+    """<a> to the point's raw record (every sample), relative to the report."""
+    href = f"{raw_href.rstrip('/')}/{experiment}/{point_id}.json"
+    return f'<a href="{html.escape(href)}">{html.escape(point_id)}</a>'
+
+
+def _cell(col: str, row: pd.Series) -> str:
+    if col == "spread":
+        return html.escape(spread(row))
+    if col == "reason":  # long text: a tooltip, the cell stays narrow
+        r = "" if fmt.missing(row.get(col)) else str(row[col])
+        return f'<span title="{html.escape(r)}">{html.escape(r[:60])}</span>'
+    return html.escape(fmt.cell(col, row.get(col)))
+
+
+def table_html(df: pd.DataFrame, cols: list[str], max_rows: int, raw_href: str = "raw") -> str:
+    """The results table: one row per point, formatted by column kind, the first cell a
+    link to the point's raw record; metric columns carry class "metric" (not printed)."""
+    cols = [c for c in cols if c == "spread" or (c in df.columns and df[c].notna().any()
+                                                  and (df[c].astype(str) != "").any())]
+    # not printed: metric columns (in results.csv and the raw record), the link (paper
+    # cannot follow it) and the reason (listed in full above the table)
+    cls = {c: ' class="metric"' if c.startswith("m_") or c == "reason" else "" for c in cols}
+    head = '<th class="metric">raw record</th>' + "".join(
+        f"<th{cls[c]}>{html.escape(HEADERS.get(c, fmt.header(c)))}</th>" for c in cols)
     body = []
     for _, row in df.head(max_rows).iterrows():
-        cls = f' class="st-{row["status"]}"' if "status" in row else ""
-        tds = "".join(f"<td>{html.escape(_fmt(row[c]))}</td>" for c in cols)
-        body.append(f"<tr{cls}>{tds}</tr>")
+        st = f' class="st-{row["status"]}"' if "status" in row else ""
+        link = raw_link(str(row["experiment"]), str(row["point_id"]), raw_href)
+        tds = "".join(f"<td{cls[c]}>{_cell(c, row)}</td>" for c in cols)
+        body.append(f'<tr{st}><td class="metric">{link}</td>{tds}</tr>')
     more = (f'<p class="note">{len(df) - max_rows} more rows in results.csv</p>'
             if len(df) > max_rows else "")
     rows = "".join(body)
-    return f'<table class="data"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>{more}'
+    return (f'<table class="data results"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody>'
+            f"</table>{more}")
 
 
 def _param_cols(df: pd.DataFrame) -> list[str]:
@@ -87,46 +120,78 @@ def throttle_note(df: pd.DataFrame) -> str:
     return note
 
 
-def build_context(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any],
-                  telemetry: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    sections = []
-    max_rows = config["report"]["max_table_rows"]
-    for name, exp in REGISTRY.items():
-        sub = df[df["experiment"] == name]
-        if sub.empty:
+def _figures(name: str, exp: Any, figures_dir: Path) -> list[dict[str, str]]:
+    figs = []
+    for fig_name, cap in exp.figures.items():
+        png = figures_dir / name / f"{fig_name}.png"
+        if png.exists():
+            figs.append({"name": fig_name, "caption": cap, "src": data_uri(png)})
+    return figs
+
+
+def _section(name: str, exp: Any, sub: pd.DataFrame, figures_dir: Path, max_rows: int,
+             raw_href: str) -> dict[str, Any]:
+    """One experiment's part of the report."""
+    not_ok = sub[sub["status"] != "ok"]
+    cols = _param_cols(sub) + TABLE_COLS + _metric_cols(sub)
+    expectations = exp.expectations(sub)
+    summary = exp.summary_table(sub) if hasattr(exp, "summary_table") else ""
+    return {
+        "name": name, "title": exp.title, "caption": exp.caption,
+        "figures": _figures(name, exp, figures_dir),
+        "expectations": expectations,
+        # a failed check is a place where this GPU contradicts what the caption says
+        "contradictions": [e for e in expectations if e.passed is False],
+        "tables": exp.tables(sub) if hasattr(exp, "tables") else [],
+        "try_this": getattr(exp, "try_this", []),
+        "questions": getattr(exp, "questions", []),
+        "counts": sub["status"].value_counts().to_dict(),
+        "failures": not_ok[["point_id", "status", "reason"]].to_dict("records"),
+        # device_query's one row of ~50 facts reads as a key/value list, not a table
+        "summary": summary,
+        "table": "" if summary else table_html(sub.drop(columns=["params"]), cols, max_rows,
+                                               raw_href),
+        "throttle_note": throttle_note(sub),
+    }
+
+
+def provenance_summary(prov: pd.DataFrame, show: int = 3) -> dict[str, str]:
+    """Each provenance column once: its value, or its distinct values (the first few and a
+    count) where rows differ, e.g. the timestamp of every point."""
+    out = {}
+    for col in prov.columns:
+        vals = [str(v) for v in prov[col].dropna().unique() if str(v) != ""]
+        if not vals:
             continue
-        figs = []
-        for fig_name, cap in exp.figures.items():
-            png = figures_dir / name / f"{fig_name}.png"
-            if png.exists():
-                figs.append({"name": fig_name, "caption": cap, "src": data_uri(png)})
-        not_ok = sub[sub["status"] != "ok"]
-        cols = _param_cols(sub) + TABLE_COLS + _metric_cols(sub)
-        sections.append({
-            "name": name, "title": exp.title, "caption": exp.caption, "figures": figs,
-            "expectations": exp.expectations(sub),
-            "counts": sub["status"].value_counts().to_dict(),
-            "failures": not_ok[["point_id", "status", "reason"]].to_dict("records"),
-            "table": table_html(sub.drop(columns=["params"]), cols, max_rows),
-            "throttle_note": throttle_note(sub),
-        })
+        if len(vals) > show:
+            vals = sorted(vals)
+            out[col] = f"{len(vals)} distinct values: {vals[0]} … {vals[-1]}"
+        else:
+            out[col] = " | ".join(vals)
+    return out
+
+
+def build_context(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any],
+                  telemetry: list[dict[str, Any]] | None = None, raw_href: str = "raw",
+                  telemetry_summary: dict[str, Any] | None = None) -> dict[str, Any]:
+    max_rows = config["report"]["max_table_rows"]
+    sections = [_section(name, exp, df[df["experiment"] == name], figures_dir, max_rows,
+                         raw_href)
+                for name, exp in REGISTRY.items() if (df["experiment"] == name).any()]
     prov_cols = [c for c in results.PROVENANCE_KEYS if c in df.columns]
     gpu_rows = df[df["gpu_name"].notna()] if "gpu_name" in df else df[:0]
     device = gpu_rows.iloc[0][prov_cols].to_dict() if not gpu_rows.empty else {}
-    provenance = (
-        df[prov_cols].astype("string").drop_duplicates().to_dict("records") if len(df) else []
-    )
-    counts = df["status"].value_counts().to_dict()
     return {
         "title": config["report"]["title"],
         "run_name": config["run_name"],
         "generated": pd.Timestamp.now(tz="UTC").isoformat(timespec="seconds"),
         "device": {k: _fmt(v) for k, v in device.items()},
         "sections": sections,
-        "counts": counts,
+        "counts": df["status"].value_counts().to_dict(),
         "n_points": len(df),
-        "provenance": provenance,
+        "provenance": provenance_summary(df[prov_cols]),
         "telemetry": telemetry or [],
+        "telemetry_summary": telemetry_summary or {},
         # issue 8: convergence and launch overhead (cudalab/timing_report.py)
         "timing": timing_report.context(df, config["measurement"]["target_cv"]),
         "config_json": json.dumps(config, indent=1, sort_keys=True),
@@ -134,11 +199,20 @@ def build_context(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any],
 
 
 def render(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any], out: Path,
-           telemetry: list[dict[str, Any]] | None = None) -> Path:
+           telemetry: list[dict[str, Any]] | None = None,
+           results_dir: Path | None = None) -> Path:
+    """Write the report to `out`. With results_dir, rows link to its raw records (relative
+    to the report) and the run's telemetry summary figure is drawn from it."""
     env = Environment(loader=FileSystemLoader(TEMPLATES),
                       autoescape=select_autoescape(["html", "j2"]))
-    env.filters["fmt"] = _fmt
-    ctx = build_context(df, figures_dir, config, telemetry)
+    env.filters["fmt"] = fmt.short
+    raw_href, summary = "raw", None
+    if results_dir is not None:
+        from cudalab import telemetry_report
+
+        raw_href = Path(os.path.relpath(Path(results_dir) / "raw", out.parent)).as_posix()
+        summary = telemetry_report.run_summary(Path(results_dir))
+    ctx = build_context(df, figures_dir, config, telemetry, raw_href, summary)
     ctx.update(compare_context(df, config))  # issue 9: course table + baselines (compare.py)
     page = env.get_template("report.html.j2").render(**ctx)
     out.parent.mkdir(parents=True, exist_ok=True)

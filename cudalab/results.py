@@ -97,6 +97,10 @@ COLUMNS: dict[str, tuple[str, str]] = {
 
 PROVENANCE_KEYS = [k for k in list(COLUMNS)[list(COLUMNS).index("gpu_name"):]]
 
+# Free-form raw-record extras that become m_<name> columns (JSON text): the report checks
+# and shows them (atomics: the racy counter's count on each repeat).
+TABLE_EXTRAS = ("racy_repeats",)
+
 
 # -- raw records ---------------------------------------------------------------------------
 def write_json_atomic(path: Path, obj: Any) -> None:
@@ -312,6 +316,9 @@ def record_to_row(rec: dict[str, Any]) -> dict[str, Any]:
         row[k] = prov.get(k)
     for k, v in (rec.get("params") or {}).items():
         row[f"p_{k}"] = v
+    for k in TABLE_EXTRAS:
+        if k in (rec.get("extra") or {}):
+            row[f"m_{k}"] = json.dumps(rec["extra"][k])
     for k, v in (rec.get("metrics") or {}).items():
         # extra metrics are speeds or counts measured with the point: blank them too if not ok
         row[f"m_{k}"] = v if ok or not isinstance(v, float) else math.nan

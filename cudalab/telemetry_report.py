@@ -18,7 +18,9 @@ import pandas as pd
 
 from cudalab.telemetry import parse_nvidia_smi_csv, throttling_samples
 
-MAX_PHASE_LABELS = 16
+# A job shorter than this many samples (device_query) gets no figure of its own: its
+# axes would be empty; the run's summary figure still shows it.
+MIN_FIGURE_SAMPLES = 3
 
 
 def load_jobs(results_dir: Path) -> list[dict[str, Any]]:
@@ -141,12 +143,6 @@ def plot_job(smi_csv: Path, manifest: dict[str, Any], df: pd.DataFrame | None = 
                 and df["temperature.memory"].notna().any():
             ax.plot(x, df["temperature.memory"], lw=0.9, color="C4", label="memory (HBM)")
             ax.legend(fontsize=7, loc="lower right")
-    if 0 < len(phases) <= MAX_PHASE_LABELS:
-        top = axes[0, 0]
-        for ph in phases:
-            top.annotate(ph["point_id"], xy=((ph["t_start"] + ph["t_end"]) / 2 - t0, 1.0),
-                         xycoords=("data", "axes fraction"), rotation=60, fontsize=6,
-                         ha="left", va="bottom")
     axes[-1, 0].set_xlabel("time since the job started (s, unix clock shared with the points)")
     fig.suptitle(f"{manifest['job_id']}: GPU telemetry (shaded: grid points being measured, "
                  "red: points with throttled samples)", fontsize=10)
@@ -202,16 +198,107 @@ def sections(results_dir: Path, fig_dir: Path | None = None) -> list[dict[str, A
         smi = tdir / "nvidia_smi.csv"
         if smi.exists():
             df = load_samples(smi, m)
-            fig = plot_job(smi, m, df)
+            fig = plot_job(smi, m, df) if len(df) >= MIN_FIGURE_SAMPLES else None
             if fig is not None:
                 stem = fig_dir / m["job_id"] if fig_dir else tdir / "telemetry"
                 png = save(fig, stem)[0]
                 entry["src"] = data_uri(png)
                 entry["caption"] = caption_text(m, summarize_job(df, m))
             elif not entry["status"]:
-                entry["status"] = "nvidia-smi wrote no usable samples for this job."
+                entry["status"] = (f"only {len(df)} nvidia-smi samples: too few for a figure"
+                                   if len(df) else
+                                   "nvidia-smi wrote no usable samples for this job.")
         elif (m.get("telemetry") or {}).get("nvidia_smi") == "ok":
             entry["status"] = (entry["status"] + " " if entry["status"] else "") + \
                 f"nvidia-smi samples missing ({smi} not found)."
         out.append(entry)
     return out
+
+
+# -- one summary figure for the whole run ---------------------------------------------------
+def _run_samples(results_dir: Path) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """Every GPU job's nvidia-smi samples in one frame (column 'job'), and the jobs."""
+    frames, jobs = [], []
+    for m in load_jobs(results_dir):
+        smi = telemetry_dir(results_dir, m) / "nvidia_smi.csv" if m.get("telemetry_dir") else None
+        if smi is None or not smi.exists():
+            continue
+        df = load_samples(smi, m)
+        if df.empty or df["t"].isna().all():
+            continue
+        frames.append(df.assign(job=m["experiment"]))
+        jobs.append(m)
+    return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()), jobs
+
+
+def plot_run(df: pd.DataFrame, jobs: list[dict[str, Any]]):
+    """SM clock, power and temperature of the whole run on one time axis, each job's span
+    shaded in its own colour (legend below: no labels inside the plot to collide)."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    t0 = min(m["t_start"] for m in jobs)
+    x = df["t"] - t0
+    power = _power_col(df)
+    panels = [(c, lab) for c, lab in (("clocks.sm", "SM clock (MHz)"), (power, "power (W)"),
+                                      ("temperature.gpu", "GPU temp. (°C)"))
+              if c and c in df and df[c].notna().any()]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 1.6 * len(panels) + 1.6),
+                             sharex=True, squeeze=False)
+    jobs = sorted(jobs, key=lambda m: m["t_start"])  # legend in the order they ran
+    pal = sns.color_palette("tab20", 20)
+    colors = [pal[i % 20] for i in list(range(0, 20, 2)) + list(range(1, 20, 2))]
+    for ax, (col, lab) in zip(axes[:, 0], panels):
+        for m, c in zip(jobs, colors):
+            ax.axvspan(m["t_start"] - t0, m["t_end"] - t0, color=c, alpha=0.35, lw=0,
+                       label=m["experiment"])
+        ax.plot(x, df[col], ".", ms=2, color="0.15")
+        ax.set_ylabel(lab, fontsize=9)
+        if col == "clocks.sm" and "clocks.max.sm" in df and df["clocks.max.sm"].notna().any():
+            ax.axhline(float(df["clocks.max.sm"].max()), ls="--", lw=0.8, color="C3")
+        hot = df["throttling"] if "throttling" in df else pd.Series(False, index=df.index)
+        if col == "clocks.sm" and hot.any():
+            ax.plot(x[hot], df[col][hot], "v", ms=4, color="C3")
+    axes[-1, 0].set_xlabel("time since the first GPU job started (s)")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(6, len(jobs)), fontsize=8,
+               frameon=False, title="GPU job (shaded while it ran)", title_fontsize=8)
+    fig.suptitle("GPU telemetry of the whole run (nvidia-smi samples; dashed: max SM clock; "
+                 "red triangles: throttled)", fontsize=10)
+    rows = -(-len(jobs) // min(6, len(jobs)))
+    fig.tight_layout(rect=(0, 0.02 + 0.05 * rows, 1, 1))
+    return fig
+
+
+def run_caption(df: pd.DataFrame, jobs: list[dict[str, Any]]) -> str:
+    from cudalab import fmt
+
+    power = _power_col(df)
+    clock = df["clocks.sm"].dropna() if "clocks.sm" in df else pd.Series(dtype=float)
+    parts = [f"{fmt.integer(len(df))} nvidia-smi samples over {len(jobs)} GPU jobs"]
+    if len(clock):
+        parts.append(f"SM clock {fmt.integer(clock.min())}–{fmt.integer(clock.max())} MHz "
+                     f"(median {fmt.integer(clock.median())})")
+    if power:
+        parts.append(f"{'instant ' if power.endswith('instant') else ''}power "
+                     f"{fmt.integer(round(df[power].min()))}–"
+                     f"{fmt.integer(round(df[power].max()))} W")
+    if "temperature.gpu" in df and df["temperature.gpu"].notna().any():
+        parts.append(f"GPU {fmt.integer(df['temperature.gpu'].min())}–"
+                     f"{fmt.integer(df['temperature.gpu'].max())} °C")
+    n_hot = int(df["throttling"].sum()) if "throttling" in df else 0
+    parts.append(f"{n_hot} samples with a throttle reason or a low clock")
+    return "; ".join(parts) + "."
+
+
+def run_summary(results_dir: Path) -> dict[str, Any]:
+    """The run's one telemetry figure (data URI) and caption; {} without samples."""
+    from cudalab.figures import save, setup_style
+    from cudalab.report import data_uri
+
+    df, jobs = _run_samples(Path(results_dir))
+    if df.empty:
+        return {}
+    setup_style()
+    png = save(plot_run(df, jobs), Path(results_dir) / "telemetry" / "run_summary")[0]
+    return {"src": data_uri(png), "caption": run_caption(df, jobs)}

@@ -205,7 +205,7 @@ def test_synthetic_frame_is_a_valid_table():
 
 def test_expectations_pass_on_plausible_synthetic_data():
     ex = EXP.expectations(synthetic_frame())
-    assert len(ex) == 2
+    assert len(ex) == 3  # exact, shared vs global, constant vs global
     assert all(e.passed for e in ex), [(e.claim, e.evidence) for e in ex]
     assert "27/27" in ex[0].evidence
     assert "shared is 1.09x the speed of global at 8192x8192" in ex[1].evidence
@@ -224,7 +224,8 @@ def test_expectations_fail_when_the_data_says_so():
 def test_expectations_without_shared_say_less():
     df = synthetic_frame()
     ex = EXP.expectations(df[df["variant"] != "shared"])
-    assert len(ex) == 1
+    assert len(ex) == 2 and "constant" in ex[1].claim
+    assert len(EXP.expectations(df[df["variant"] == "global"])) == 1
 
 
 def test_plot_draws_one_panel_per_size_with_units():
@@ -297,7 +298,7 @@ def test_smoke_grid_through_the_runner_on_a_fake_gpu(tmp_path, monkeypatch):
     row = df[(df["p_height"] == 37) & (df["p_width"] == 50)].iloc[0]
     assert row["bytes"] == 2 * 37 * 50
     assert EXP.plot("gbps", df) is not None
-    assert len(EXP.expectations(df)) == 2
+    assert len(EXP.expectations(df)) == 3  # exact, shared vs global, constant vs global
 
 
 def test_constant_weights_must_reach_the_device(tmp_path, monkeypatch):

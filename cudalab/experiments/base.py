@@ -229,6 +229,10 @@ class Experiment:
     # Why this experiment's timed GPU results carry no correctness check ('' : they all do;
     # the runner marks a timed GPU result without a check failed unless this is set).
     no_check_reason: str = ""
+    # Report hooks (owned by the report): "Try this" as (config change, what to expect and
+    # why) pairs and questions for the reader, shown at the end of the section.
+    try_this: list[tuple[str, str]] = []
+    questions: list[str] = []
 
     def check_config(self, block: dict[str, Any]) -> list[str]:
         """Cross-field rules the schema cannot express; messages start with the key."""
@@ -325,6 +329,10 @@ class Experiment:
         raise NotImplementedError
 
     def expectations(self, df: pd.DataFrame) -> list[Expectation]:
+        return []
+
+    def tables(self, df: pd.DataFrame) -> list[dict[str, str]]:
+        """Small extra tables for the report section: [{"title": ..., "html": ...}]."""
         return []
 
     # shared helpers -------------------------------------------------------------------

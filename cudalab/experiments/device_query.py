@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from cudalab import devicespec
+from cudalab import devicespec, fmt
 from cudalab import occupancy as occ
 from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
 
@@ -109,6 +109,24 @@ class DeviceQuery(Experiment):
     smoke: dict[str, Any] = {}
     figures: dict[str, str] = {}
 
+    # -- teaching (report) ----------------------------------------------------------------
+    try_this = [
+        ("device_query.clock_source: nvml", "the peaks are computed from NVML's maximum "
+         "clocks instead of the driver's attributes; on most GPUs the numbers agree, "
+         "where they differ the 'Clocks read from' line says which one the other "
+         "experiments were compared with"),
+        ("gpu_index: 1", "on a machine with two GPUs the whole run moves to the second "
+         "one: if it is another model, SMs, bus width and clocks change, and with them both "
+         "peaks and every % of peak in this report"),
+    ]
+    questions = [
+        "Derive the DRAM peak from the memory clock and bus width above: why the factor 2?",
+        "FP32 peak = 2 x cores x clock: where does the 2 come from, and which kernel here "
+        "could ever reach it?",
+        "How many warps can one SM hold at once, and how does that bound the occupancy "
+        "experiment's curves?",
+    ]
+
     def points(self, block: dict[str, Any]) -> list[Point]:
         return [Point(self.name, "device", {"clock_source": block["clock_source"]})]
 
@@ -175,7 +193,9 @@ class DeviceQuery(Experiment):
         if rows.empty:
             return ""
         r = rows.iloc[-1]
-        items = [("Device", r.get("gpu_name"), ""), (DERIVED["cc"][1], r.get("m_cc"), "")]
+        cc = r.get("m_cc")  # "9.0" is a version, not the number 9
+        cc = f"{float(cc):.1f}" if isinstance(cc, (int, float)) else cc
+        items = [("Device", r.get("gpu_name"), "text"), (DERIVED["cc"][1], cc, "text")]
         for k, (_, unit, label) in ATTRS.items():
             items.append((label, r.get(f"m_{k}"), unit))
         for k, (unit, label) in DERIVED.items():
@@ -187,7 +207,7 @@ class DeviceQuery(Experiment):
                 continue
             body.append(f"<tr><th>{html.escape(label)}</th>"
                         f"<td>{html.escape(_fmt(v, unit))}</td></tr>")
-        return ('<table class="data device-query"><tbody>' + "".join(body)
+        return ('<table class="kv device-query"><tbody>' + "".join(body)
                 + "</tbody></table>")
 
     def expectations(self, df: pd.DataFrame) -> list[Expectation]:
@@ -249,18 +269,17 @@ def _nvml_facts(gpu: Any) -> dict[str, Any]:
 
 
 def _fmt(v: Any, unit: str = "") -> str:
+    """A device fact with its unit, formatted by cudalab.fmt (one place for numbers)."""
     if v is None or (isinstance(v, float) and pd.isna(v)):
         return "?"
+    if unit == "text":
+        return str(v)
     if unit == "bool":
         return "yes" if str(v) in ("1", "1.0", "True", "true") else "no"
     if unit == "B":
-        b = float(v)
-        for u, s in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-            if b >= s:
-                return f"{b / s:.4g} {u} ({int(b)} B)"
-        return f"{int(b)} B"
-    if isinstance(v, float):
-        txt = f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}"
-    else:
-        txt = str(v)
-    return f"{txt} {unit}".strip()
+        return f"{fmt.nbytes(v)} ({fmt.integer(v)} B)" if float(v) >= 1024 else f"{int(v)} B"
+    if unit == "GB/s":
+        return fmt.bandwidth(v)
+    if unit == "GFLOP/s":
+        return fmt.flop_rate(v)
+    return f"{fmt.number(v)} {unit}".strip()

@@ -109,6 +109,24 @@ class Occupancy(Experiment):
     }
 
     # -- grid --------------------------------------------------------------------------
+    # -- teaching (report) ----------------------------------------------------------------
+    try_this = [
+        ("occupancy.live_values: 32", "vec_mul_regs uses fewer registers, its occupancy "
+         "curve rises and blocks of 800+ threads can launch again"),
+        ("occupancy.smem_bytes: 49152", "more dynamic shared memory per block: fewer blocks "
+         "fit an SM and vec_mul_smem's occupancy falls at every block size"),
+        ("occupancy.matmul_tiles: [8, 16, 32]", "the calculator's best tile must be among "
+         "the measured ones; compare its pick with the fastest measured tile"),
+    ]
+    questions = [
+        "Which resource limits vec_mul_regs at 256 threads per block (registers, shared "
+        "memory, warps or blocks)? Compute it by hand from the registers per thread.",
+        "Occupancy went up but the kernel did not get faster: when is more occupancy "
+        "useless?",
+        "Why do the occupancy curves zig-zag with the block size instead of changing "
+        "smoothly?",
+    ]
+
     def points(self, block: dict[str, Any]) -> list[Point]:
         pts = []
         for v in block["variants"]:
@@ -328,7 +346,7 @@ class Occupancy(Experiment):
             kernels = [v for v in VARIANTS if v in set(d["variant"])]
             ncol = 2 if len(kernels) > 1 else 1
             nrow = -(-len(kernels) // ncol)
-            fig, axes = plt.subplots(nrow, ncol, figsize=(6.5 * ncol, 4.2 * nrow), squeeze=False)
+            fig, axes = plt.subplots(nrow, ncol, figsize=(5.5 * ncol, 4.2 * nrow), squeeze=False)
             pal = sns.color_palette("deep")
             for ax, v in zip(axes.flat, kernels):
                 k = d[d["variant"] == v]
@@ -446,16 +464,18 @@ class Occupancy(Experiment):
             best = vec["gbps"].max()
             r = low["gbps"].median() / best
             out.append(Expectation(
-                "below 25 % occupancy a memory-bound kernel loses bandwidth",
+                "below 25 % occupancy a memory-bound kernel loses at least 10 % of its "
+                "best bandwidth (median of those points)",
                 bool(r < 0.9),
                 f"median {low['gbps'].median():.0f} GB/s at < 25 % occupancy "
                 f"({len(low)} points) vs best {best:.0f} GB/s ({100 * r:.0f} %)"))
-        return out + _best_tile_expectation(d)
+        out += _tile_expectation(d)
+        return out
 
 
-def _best_tile_expectation(d: pd.DataFrame) -> list[Expectation]:
-    """The calculator's best square tile against the fastest measured one (split out of
-    expectations() to keep every function under 80 lines)."""
+# -- helpers ------------------------------------------------------------------------------
+def _tile_expectation(d: pd.DataFrame) -> list[Expectation]:
+    """The calculator's best square tile against the fastest measured one."""
     out: list[Expectation] = []
     mm = d[d["variant"] == "matmul_tiled_dyn"].dropna(subset=["time_median_s"])
     if not mm.empty and "m_best_tile" in mm:
@@ -478,7 +498,6 @@ def _best_tile_expectation(d: pd.DataFrame) -> list[Expectation]:
     return out
 
 
-# -- helpers ------------------------------------------------------------------------------
 def _fro_check(out: np.ndarray, ref: np.ndarray, tolerance: float) -> Check:
     return Check(base.rel_fro_error(out, ref), tolerance, "rel_fro",
                  detail="" if np.isfinite(out).all() else "unwritten (NaN) elements")

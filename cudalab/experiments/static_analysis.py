@@ -120,12 +120,30 @@ class StaticAnalysis(Experiment):
     figures = {
         "occupancy": "Theoretical occupancy against block size of every kernel (and compile "
         "variant) for the newest analysed architecture, from ptxas' registers and shared "
-        "memory (plus dynamic_smem_bytes).",
+        "memory (plus dynamic_smem_bytes); each cell gives the occupancy in %, shown every 64 "
+        "threads per block (and at 32): results.csv has every multiple of 32.",
         "registers": "Registers per thread of every kernel on every target architecture "
         "(spilling kernels marked).",
     }
 
     # -- grid --------------------------------------------------------------------------
+    # -- teaching (report) ----------------------------------------------------------------
+    try_this = [
+        ("static_analysis.archs: [sm_75, sm_90]", "two targets five years apart: the "
+         "registers figure gets two columns, and most kernels use a different register "
+         "count in each (so a different occupancy)"),
+        ("matmul.register_tiles: [{rt: 2, bt: 32, bk: 32}]", "matmul_register is analysed "
+         "once per register tile of the matmul block: with only the 2 x 2 tile, the 8 x 8 "
+         "rows (128 registers, 25 % occupancy) leave both figures"),
+    ]
+    questions = [
+        "Why is the register count of the same kernel different for sm_75 and sm_90?",
+        "What does a register spill cost at run time, and where does the spilled value "
+        "live?",
+        "__launch_bounds__(256) lets matmul_register use more registers: what does it "
+        "forbid in return?",
+    ]
+
     def check_config(self, block: dict[str, Any]) -> list[str]:
         msgs = []
         for f in block.get("files", []):
@@ -249,16 +267,20 @@ class StaticAnalysis(Experiment):
                           if r["m_smem_static"] + r["m_dynamic_smem"] else "") + ")")
                 grid[lab] = [100 * o.occupancy for o in curve]
             heat = pd.DataFrame(grid, index=BLOCK_SIZES).T
-            fig, ax = plt.subplots(figsize=(13, 1.6 + 0.34 * len(heat)))
+            # every 64 threads (and 32): a number fits in each cell at the report's width
+            heat = heat[[b for b in BLOCK_SIZES if b == 32 or b % 64 == 0]]
+            annot = heat.map(lambda v: "" if v == 0 else f"{v:.0f}")
+            fig, ax = plt.subplots(figsize=(11, 1.8 + 0.3 * len(heat)))
             sns.heatmap(heat, vmin=0, vmax=100, cmap="viridis", ax=ax, linewidths=0.3,
+                        annot=annot, fmt="", annot_kws={"fontsize": 6.5},
                         cbar_kws={"label": "theoretical occupancy (%)"})
-            ax.set_xticks([i + 0.5 for i in range(len(BLOCK_SIZES))], BLOCK_SIZES,
+            ax.set_xticks([i + 0.5 for i in range(heat.shape[1])], list(heat.columns),
                           rotation=90, fontsize=8)
             ax.set(xlabel="threads per block", ylabel="",
-                   title=f"Theoretical occupancy from ptxas resource usage, {arch} "
-                         f"(cc {devicespec.spec(arch).cc}); black = cannot launch "
+                   title=f"Theoretical occupancy (%) from ptxas resource usage, {arch} "
+                         f"(cc {devicespec.spec(arch).cc})\nblack = cannot launch "
                          "(registers, shared memory or __launch_bounds__)")
-            ax.tick_params(axis="y", labelsize=8)
+            ax.tick_params(axis="y", labelsize=7.5)
             # blocks that cannot launch at all: black
             for i, row in enumerate(heat.to_numpy()):
                 for j, v in enumerate(row):
@@ -275,13 +297,13 @@ class StaticAnalysis(Experiment):
             pivot, spill = pivot[cols], spill.reindex(columns=cols)
             annot = pivot.map(lambda v: "" if pd.isna(v) else f"{int(v)}")
             annot = annot.where(~(spill.fillna(0) > 0), annot + "*")
-            fig, ax = plt.subplots(figsize=(4.5 + 1.0 * len(cols), 1.4 + 0.32 * len(pivot)))
+            fig, ax = plt.subplots(figsize=(4.5 + 1.0 * len(cols), 1.4 + 0.32 * len(pivot)),
+                                   layout="constrained")  # fits the colour bar's label too
             sns.heatmap(pivot, annot=annot, fmt="", cmap="rocket_r", ax=ax,
                         cbar_kws={"label": "registers per thread"}, linewidths=0.5)
             ax.set(xlabel="target architecture", ylabel="",
                    title="Registers per thread (ptxas)\n* = spills to local memory")
             ax.tick_params(axis="x", rotation=0)
-            fig.tight_layout()
             return fig
         raise KeyError(name)
 

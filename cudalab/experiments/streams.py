@@ -171,6 +171,23 @@ class Streams(Experiment):
         "faint: queued behind another stream's operation of the same kind.",
     }
 
+    # -- teaching (report) ----------------------------------------------------------------
+    try_this = [
+        ("streams.iterations: [500]", "a longer kernel: the kernel becomes the slowest "
+         "stage, the copies hide behind it and the speedup of many streams approaches "
+         "(H2D + kernel + D2H) / kernel"),
+        ("streams.streams: [1, 2, 4]", "2 streams already overlap copy with compute; with "
+         "4, H2D, kernel and D2H of different chunks can all run at once"),
+        ("streams.n: 1048576", "small chunks: each stage lasts microseconds, launch and "
+         "synchronisation costs dominate and the speedup shrinks"),
+    ]
+    questions = [
+        "Why is the ideal time the slowest of H2D, kernel and D2H alone, not their sum "
+        "divided by the number of streams?",
+        "Which host memory must the copies use for streams to overlap, and why?",
+        "How many copy engines does this GPU have, and what would change with only one?",
+    ]
+
     def check_config(self, block: dict[str, Any]) -> list[str]:
         msgs = []
         if "streams" in block["variants"] and block["timeline_streams"] not in block["streams"]:
@@ -398,7 +415,7 @@ class Streams(Experiment):
         if len(k_tl):
             panels.append(("streams", f"{int(k_tl.iloc[0])} streams"))
         colors = dict(zip(OPS, ("C0", "C1", "C2")))
-        fig, axes = plt.subplots(len(its), len(panels), figsize=(6 * len(panels),
+        fig, axes = plt.subplots(len(its), len(panels), figsize=(5.5 * len(panels),
                                  1.2 + 2.4 * len(its)), squeeze=False, sharex="row")
         for r, it in enumerate(its):
             for c, (variant, label) in enumerate(panels):

@@ -24,12 +24,14 @@ TEST_PROFILE = ROOT / "tests" / "slurm" / "profile"
 SUBMITTED = re.compile(r"has been submitted with SLURM jobid (\d+) \(log: ([^)]+)\)")
 
 
-def write_config(workdir: Path, variants: list[str], **extra) -> Path:
+def write_config(workdir: Path, variants: list[str], doctor: bool = True, **extra) -> Path:
     """tests/data/config.cpu.yaml with a small slurm: block (the node has 2 cores) naming
-    the test cluster's GPU type (one_node_slurm.sh: Gres=gpu:fake:2)."""
+    the test cluster's GPU type (one_node_slurm.sh: Gres=gpu:fake:2). doctor=False: no
+    doctor job first (tests of something else; the doctor's own: test_slurm_site.py)."""
     cfg = yaml.safe_load((ROOT / "tests" / "data" / "config.cpu.yaml").read_text())
     cfg["experiments"]["matmul"]["variants"] = variants
-    cfg["slurm"] = {"runtime_min": 10, "mem_mb": 512, "cpus_per_task": 1, "gpu_model": "fake"}
+    cfg["slurm"] = {"runtime_min": 10, "mem_mb": 512, "cpus_per_task": 1, "gpu_model": "fake",
+                    "doctor": doctor}
     cfg.update(extra)
     path = workdir / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -79,8 +81,10 @@ def scontrol_job(job_id: str) -> str:
                           text=True, timeout=30).stdout
 
 
-def submitted(log: str) -> list[tuple[str, str]]:
-    return SUBMITTED.findall(log)
+def submitted(log: str, rule: str = "measure") -> list[tuple[str, str]]:
+    """(job id, Slurm log) of the rule's sbatch jobs (rule='' : every job; the doctor rule
+    runs first under Slurm, tests/slurm/test_slurm_site.py)."""
+    return [j for j in SUBMITTED.findall(log) if f"rule_{rule}" in j[1]]
 
 
 def read_results(workdir: Path) -> pd.DataFrame:
@@ -158,10 +162,11 @@ def runs(slurm_cluster, tmp_path_factory) -> dict[str, Run]:
         ("cpu", ["cpu"], {}, []),
         # up to results.csv only: the figures and report are the cpu run's business
         ("gpu", ["cpu"], {}, ["results/results.csv", "--set-resources", "measure:gpu=1"]),
+        # doctor off: this run tests the measure job's own failure (test_slurm_site: the doctor's)
         ("fail", ["cpu", "naive"], {"gpu_index": 64}, []),
     ]:
         workdir = tmp_path_factory.mktemp(f"run-{name}")
-        config = write_config(workdir, variants, **extra)
+        config = write_config(workdir, variants, doctor=name != "fail", **extra)
         specs[name] = (snakemake_cmd(workdir, config, *cli), workdir)
     return run_all(specs)
 

@@ -128,3 +128,4 @@ onstart:
     # Under Slurm, say how many sbatch jobs this run submits (--forcerun is not foreseen).
     if workflow.executor_plugin is not None and workflow.executor_plugin.name == "slurm":
         print(slurm_submit_line(jobs_to_run(), len(measure_jobs())), file=sys.stderr)
+        start_pending_watch()  # reports jobs PENDING for good (doctor.smk)

@@ -17,7 +17,8 @@ def gpu_model(wildcards):
 rule measure:
     input:
         # rewritten at start-up when the finished job must run again (runner.mark_stale)
-        f"{RESULTS}/raw/{{experiment}}/{cudalab_runner.RERUN_MARKER}",
+        marker=f"{RESULTS}/raw/{{experiment}}/{cudalab_runner.RERUN_MARKER}",
+        doctor=doctor_first,  # under Slurm: the doctor's job passed (workflow/rules/doctor.smk)
     output:
         f"{RESULTS}/raw/{{experiment}}/_manifest.json",
     params:
@@ -32,6 +33,9 @@ rule measure:
     # cpus_per_task -> --cpus-per-task, slurm_partition -> -p, slurm_account -> -A,
     # constraint -> -C. Empty settings in config.yaml's slurm: block are left out (the
     # cluster's defaults apply). Locally only gpu counts (profiles/default caps it at 1).
+    # slurm.modules, loaded with --sdm env-modules (set in profiles/slurm)
+    envmodules:
+        *SLURM["modules"]
     resources:
         gpu=gpu_count,
         runtime=SLURM["runtime_min"],

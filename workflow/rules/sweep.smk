@@ -21,7 +21,8 @@ def measure_manifests():
 rule measure_gpu_model:
     input:
         # rewritten at start-up when the finished job must run again (runner.mark_stale)
-        f"{RESULTS}/gpu/{{gpu_model}}/raw/{{experiment}}/{cudalab_runner.RERUN_MARKER}",
+        marker=f"{RESULTS}/gpu/{{gpu_model}}/raw/{{experiment}}/{cudalab_runner.RERUN_MARKER}",
+        doctor=doctor_first,  # issue 15: the doctor's job passed (doctor.smk)
     output:
         f"{RESULTS}/gpu/{{gpu_model}}/raw/{{experiment}}/_manifest.json",
     params:
@@ -32,6 +33,8 @@ rule measure_gpu_model:
     wildcard_constraints:
         experiment="|".join(EXPERIMENTS) or "none",
         gpu_model="|".join(map(re.escape, GPU_MODELS)) or "none",
+    envmodules:  # issue 15: slurm.modules, as in rule measure
+        *SLURM["modules"]
     # the site settings of rule measure (measure.smk), and always one GPU of this model
     resources:
         gpu=1,

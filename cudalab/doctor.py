@@ -1,0 +1,393 @@
+"""`cudalab doctor`: can this node (a login node, a laptop, a Slurm job) run the grid?
+
+One short check, printed as a table, each failing line with what to do: host, the Slurm
+allocation, environment modules, nvcc, the driver and the CUDA version it supports,
+pycuda, a one-line kernel compiled and run, free GPU memory, nvidia-smi, ncu and counter
+permission. The CUDA checks run in a child Python (`probe`) with the modules' environment,
+so a crashing driver or a missing library is a table line, never a traceback here.
+
+Under Slurm the workflow runs it first as one job with the measure jobs' request and
+modules (workflow/rules/doctor.smk); no measure job is submitted when it fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+OK, WARN, FAIL, INFO = "ok", "warn", "FAIL", "info"
+# `module` is a shell function: take it from the environment (Lmod's BASH_ENV or an exported
+# function), else from the usual init scripts of Lmod / Environment Modules.
+_MODULE_INIT = """
+type module >/dev/null 2>&1 || for f in "${LMOD_PKG:-}/init/bash" "${MODULESHOME:-}/init/bash" \\
+    /usr/share/lmod/lmod/init/bash /usr/share/modules/init/bash; do
+  [ -r "$f" ] && . "$f" >/dev/null 2>&1 && break; done
+type module >/dev/null 2>&1 || { echo "no module command on this node (no Lmod or \
+Environment Modules init script found)" >&2; exit 127; }
+"""
+_KERNEL = "__global__ void add1(float *x) { x[threadIdx.x] += 1.0f; }"
+
+
+@dataclass
+class Check:
+    name: str
+    status: str  # ok | warn | FAIL | info
+    value: str
+    fix: str = ""
+
+
+def _run(cmd: list[str], env: dict[str, str], timeout: float = 60) -> tuple[int, str]:
+    """(returncode, stdout + stderr); 127 when the program is missing, 124 on time-out."""
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    except FileNotFoundError as exc:
+        return 127, str(exc)
+    except subprocess.TimeoutExpired:
+        return 124, f"no answer in {timeout:.0f} s"
+    return p.returncode, (p.stdout + p.stderr).strip()
+
+
+def _short(text: str, n: int = 300) -> str:
+    one = " ".join(line.strip() for line in text.splitlines() if line.strip())
+    return one if len(one) <= n else one[: n - 1] + "…"
+
+
+# -- modules -----------------------------------------------------------------------------------
+def _loaded(env: dict[str, str]) -> list[str]:
+    return [m for m in env.get("LOADEDMODULES", "").split(":") if m]
+
+
+def check_modules(modules: list[str], env: dict[str, str]) -> tuple[list[Check], dict[str, str]]:
+    """One line per module; returns the environment with every loadable module loaded (a
+    job started with --sdm env-modules has them already; a plain shell gets them here)."""
+    checks = []
+    in_job = bool(env.get("SLURM_JOB_ID"))
+    for m in modules:
+        if any(x == m or x.startswith(m.rstrip("/") + "/") for x in _loaded(env)):
+            checks.append(Check(f"module {m}", OK, "loaded in this job (LOADEDMODULES)"))
+            continue
+        rc, out = _run(["bash", "-c", _MODULE_INIT + 'module load "$1"', "_", m], env)
+        if rc != 0 or "error" in out.lower():
+            checks.append(Check(f"module {m}", FAIL, f"`module load {m}` failed: {_short(out)}",
+                                "fix slurm.modules in config.yaml (`module avail`, "
+                                "`module spider NAME` list what exists on the compute node)"))
+        elif in_job:
+            checks.append(Check(f"module {m}", FAIL, "loadable but not loaded in this job",
+                                "run with --sdm env-modules (profiles/slurm sets "
+                                "software-deployment-method: env-modules)"))
+        else:
+            checks.append(Check(f"module {m}", INFO, "loadable; loaded for the checks below "
+                                "(jobs load it with --sdm env-modules)"))
+    loadable = [m for m, c in zip(modules, checks) if c.status != FAIL]
+    missing = [m for m in loadable if m not in _loaded(env)]
+    if missing:
+        rc, out = _run(["bash", "-c", _MODULE_INIT + 'module load "$@" >&2 && env -0', "_",
+                        *missing], env)
+        if rc == 0:
+            env = dict(kv.split("=", 1) for kv in out.split("\0") if "=" in kv)
+    return checks, env
+
+
+# -- programs ----------------------------------------------------------------------------------
+def _version(text: str) -> str:
+    m = re.search(r"release (\d+\.\d+)", text) or re.search(r"(\d+\.\d+(?:\.\d+)?)", text)
+    return m.group(1) if m else "?"
+
+
+def check_nvcc(env: dict[str, str], required: bool) -> tuple[Check, str]:
+    nvcc = shutil.which("nvcc", path=env.get("PATH", ""))
+    if nvcc is None:
+        return Check("nvcc", FAIL if required else WARN, "not on PATH",
+                     "load the CUDA toolkit's module (slurm.modules: [cuda/...]) or put "
+                     "its bin/ on PATH"), ""
+    rc, out = _run([nvcc, "--version"], env)
+    if rc != 0:
+        return Check("nvcc", FAIL, f"{nvcc} --version failed: {_short(out)}",
+                     "a broken toolkit or wrapper: load another CUDA module"), ""
+    release = _version(out)
+    return Check("nvcc", OK, f"{nvcc} (CUDA {release})"), release
+
+
+def check_driver_vs_nvcc(nvcc_release: str, driver_cuda: str) -> Check:
+    """The driver runs cubins of its own CUDA major and older (minor version compatibility);
+    a newer major's toolkit builds code this driver cannot load."""
+    if not nvcc_release or not driver_cuda:
+        return Check("driver runs nvcc's code", INFO, "not checked (nvcc or driver unknown)")
+    n, d = (tuple(int(x) for x in v.split(".")[:2]) for v in (nvcc_release, driver_cuda))
+    if n[0] > d[0]:
+        return Check("driver runs nvcc's code", FAIL,
+                     f"nvcc is CUDA {nvcc_release}, the driver supports up to {driver_cuda}",
+                     f"load a CUDA {d[0]}.x toolkit module, or ask the admins for a newer driver")
+    if n > d:
+        return Check("driver runs nvcc's code", WARN,
+                     f"nvcc CUDA {nvcc_release} > driver's {driver_cuda}: works for cubins "
+                     "(minor version compatibility), not for PTX JIT",
+                     f"prefer a CUDA <= {driver_cuda} module")
+    return Check("driver runs nvcc's code", OK,
+                 f"nvcc CUDA {nvcc_release} <= driver's CUDA {driver_cuda}")
+
+
+def check_nvidia_smi(env: dict[str, str]) -> tuple[Check, str]:
+    """nvidia-smi's line and the CUDA version the driver supports ('' if unknown)."""
+    smi = shutil.which("nvidia-smi", path=env.get("PATH", ""))
+    if smi is None:
+        return Check("nvidia-smi", WARN, "not found",
+                     "no NVIDIA driver on this node, or not on PATH (telemetry is off "
+                     "without it)"), ""
+    rc, out = _run([smi], env, timeout=30)
+    m = re.search(r"Driver Version:\s*([\d.]+)\s+CUDA Version:\s*([\d.]+)", out)
+    if rc != 0 or m is None:
+        return Check("nvidia-smi", WARN, f"{smi} failed: {_short(out)}",
+                     "the driver does not answer: ask the admins (node not healthy?)"), ""
+    return Check("nvidia-smi", OK, f"{smi}: driver {m.group(1)}, CUDA {m.group(2)}"), m.group(2)
+
+
+# -- the CUDA probe (child process) ------------------------------------------------------------
+def probe(gpu_index: int = 0, kernel_only: bool = False) -> dict[str, Any]:
+    """Run in a child Python: pycuda, the driver, the GPUs, one kernel. Every stage's error
+    is recorded as text; prints one JSON line (unless kernel_only, for ncu)."""
+    r: dict[str, Any] = {}
+    try:
+        import pycuda
+        import pycuda.driver as cuda
+
+        r["pycuda"] = pycuda.VERSION_TEXT
+        r["built_cuda"] = ".".join(map(str, cuda.get_version()))
+        cuda.init()
+        d = cuda.get_driver_version()
+        r["driver_cuda"] = f"{d // 1000}.{(d % 1000) // 10}"
+        r["gpus"] = [cuda.Device(i).name() for i in range(cuda.Device.count())]
+        if gpu_index >= len(r["gpus"]):
+            raise RuntimeError(f"gpu_index {gpu_index} but {len(r['gpus'])} GPU(s) visible")
+        ctx = cuda.Device(gpu_index).retain_primary_context()
+        ctx.push()
+        try:
+            r["free_mb"], r["total_mb"] = (v // 2**20 for v in cuda.mem_get_info())
+            r["kernel"] = _run_kernel(cuda)
+        finally:
+            ctx.pop()
+    except Exception as exc:  # noqa: BLE001 - every failure is a table line, not a traceback
+        r["error"] = f"{type(exc).__name__}: {_short(str(exc), 400)}"
+    if not kernel_only:
+        print(json.dumps(r))
+    return r
+
+
+def _run_kernel(cuda: Any) -> str:
+    import numpy as np
+    from pycuda.compiler import SourceModule
+
+    x = np.arange(32, dtype=np.float32)
+    buf = cuda.to_device(x)
+    SourceModule(_KERNEL).get_function("add1")(buf, block=(32, 1, 1), grid=(1, 1))
+    got = cuda.from_device_like(buf, x)
+    return "ok" if np.array_equal(got, x + 1) else f"wrong result {got[:4]}"
+
+
+def _probe_cmd(gpu_index: int, kernel_only: bool = False) -> list[str]:
+    code = f"from cudalab.doctor import probe; probe({gpu_index}, {kernel_only})"
+    return [sys.executable, "-c", code]
+
+
+def _child_env(env: dict[str, str]) -> dict[str, str]:
+    return {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
+                                                               env.get("PYTHONPATH")]))}
+
+
+def check_cuda(env: dict[str, str], gpu_index: int, need_gpu: bool) -> tuple[list[Check], dict]:
+    """pycuda, the driver's CUDA, the GPUs, free memory and one kernel, from the probe."""
+    rc, out = _run(_probe_cmd(gpu_index), _child_env(env), timeout=120)
+    lines = out.splitlines()
+    try:
+        r = json.loads(lines[-1]) if lines else {}
+    except json.JSONDecodeError:
+        r = {"error": f"probe crashed (rc {rc}): {_short(out)}"}
+    bad = FAIL if need_gpu else INFO
+    cvd = env.get("CUDA_VISIBLE_DEVICES")
+    cvd_txt = "unset" if cvd is None else repr(cvd)
+    checks = []
+    if "pycuda" not in r:
+        checks.append(Check("pycuda", bad, r.get("error", "not importable"),
+                            "pip install -e '.[gpu]' in the Python the jobs use (pycuda builds "
+                            "against the toolkit: load the CUDA module first)"))
+        devs = sorted(str(p) for p in Path("/dev").glob("nvidia[0-9]*"))
+        checks.append(Check("GPU(s)", bad if not devs else INFO,
+                            f"device files {', '.join(devs)}; CUDA_VISIBLE_DEVICES is {cvd_txt}"
+                            if devs else "no GPU here (no /dev/nvidia<N> device files)",
+                            "run on a GPU node (a Slurm job with --gpus)" if not devs else ""))
+        return checks, r
+    checks.append(Check("pycuda", OK, f"{r['pycuda']}, built against CUDA {r['built_cuda']}"))
+    if "gpus" not in r:
+        checks.append(Check("GPU(s)", bad, f"no GPU here: {r.get('error', '')}; "
+                            f"CUDA_VISIBLE_DEVICES is {cvd_txt}",
+                            "run on a GPU node (a Slurm job with --gpus; check slurm.gpu_model "
+                            "and `cudalab site`)" if need_gpu else "not needed by this config"))
+        return checks, r
+    checks.append(Check("driver", OK, f"supports CUDA {r['driver_cuda']}"))
+    if not r["gpus"]:
+        checks.append(Check("GPU(s)", bad, f"no GPU visible; CUDA_VISIBLE_DEVICES is {cvd_txt}",
+                            "ask for a GPU (--gpus / slurm.gpu_model) or ask the admins why "
+                            "the node shows none" if need_gpu else "not needed by this config"))
+        return checks, r
+    checks.append(Check("GPU(s)", OK, f"{len(r['gpus'])}: {', '.join(r['gpus'])}; "
+                        f"CUDA_VISIBLE_DEVICES is {cvd_txt}; gpu_index {gpu_index}"))
+    if "kernel" not in r:
+        checks.append(Check("kernel compiled and run", bad, r.get("error", "?"),
+                            "nvcc must be on PATH and build for this GPU (see the nvcc and "
+                            "driver lines)"))
+        return checks, r
+    checks.append(Check("free GPU memory", OK if r["free_mb"] > r["total_mb"] // 2 else WARN,
+                        f"{r['free_mb']} of {r['total_mb']} MiB",
+                        "" if r["free_mb"] > r["total_mb"] // 2 else
+                        "another process holds the GPU: timings will be disturbed"))
+    status = OK if r["kernel"] == "ok" else bad
+    checks.append(Check("kernel compiled and run", status, f"add1<<<1, 32>>>: {r['kernel']}"))
+    return checks, r
+
+
+def check_ncu(env: dict[str, str], gpu_index: int, have_gpu: bool) -> Check:
+    ncu = shutil.which("ncu", path=env.get("PATH", ""))
+    if ncu is None:
+        return Check("ncu (Nsight Compute)", INFO, "not found (optional: hardware counters)",
+                     "load a module with Nsight Compute to profile")
+    if not have_gpu:
+        return Check("ncu (Nsight Compute)", INFO, f"{ncu}; counters not tried (no GPU)")
+    cmd = [ncu, "--target-processes", "all", "--metrics", "sm__cycles_elapsed.sum",
+           *_probe_cmd(gpu_index, kernel_only=True)]
+    rc, out = _run(cmd, _child_env(env), timeout=180)
+    if "ERR_NVGPUCTRPERM" in out:
+        return Check("ncu (Nsight Compute)", WARN, f"{ncu}: counters not permitted "
+                     "(ERR_NVGPUCTRPERM)", "ask the admins to allow profiling "
+                     "(NVreg_RestrictProfilingToAdminUsers=0); timings do not need it")
+    if rc == 0 and "sm__cycles_elapsed.sum" in out:
+        return Check("ncu (Nsight Compute)", OK, f"{ncu}: counters permitted")
+    return Check("ncu (Nsight Compute)", WARN, f"{ncu} failed (rc {rc}): {_short(out, 200)}",
+                 "profiling unavailable; timings do not need it")
+
+
+def check_slurm(env: dict[str, str]) -> Check:
+    from cudalab.provenance import slurm_context
+
+    ctx = slurm_context()
+    if not ctx["slurm_job_id"]:
+        return Check("Slurm allocation", INFO, "not in a Slurm job")
+    rc, out = _run(["scontrol", "show", "job", "-o", ctx["slurm_job_id"]], env, timeout=20)
+    gres = re.search(r"TresPerJob=(\S+)", out) or re.search(r"TresPerNode=(\S+)", out)
+    return Check("Slurm allocation", OK,
+                 f"job {ctx['slurm_job_id']} on {ctx['slurm_node']} (partition "
+                 f"{ctx['slurm_partition'] or '?'}), CUDA_VISIBLE_DEVICES "
+                 f"{ctx['cuda_visible_devices'] or 'unset'}, gres "
+                 f"{gres.group(1) if gres else 'none'}")
+
+
+def run_checks(modules: list[str], need_gpu: bool, need_nvcc: bool,
+               gpu_index: int = 0) -> list[Check]:
+    env = dict(os.environ)
+    checks = [Check("host", INFO, socket.gethostname()), check_slurm(env)]
+    mod_checks, env = check_modules(modules, env)
+    checks += mod_checks
+    nvcc, release = check_nvcc(env, need_nvcc or need_gpu)
+    smi, smi_cuda = check_nvidia_smi(env)
+    cuda, r = check_cuda(env, gpu_index, need_gpu)
+    checks += [nvcc, check_driver_vs_nvcc(release, r.get("driver_cuda") or smi_cuda), smi,
+               *cuda, check_ncu(env, gpu_index, bool(r.get("gpus")))]
+    return checks
+
+
+# -- output ------------------------------------------------------------------------------------
+def verdict(checks: list[Check], need_gpu: bool) -> str:
+    bad = [c.name for c in checks if c.status == FAIL]
+    if bad:
+        return f"cudalab doctor: FAILED ({', '.join(bad)}): the grid would not run here"
+    what = "GPU experiments can run" if need_gpu else "this config needs no GPU; it can run"
+    return f"cudalab doctor: ok: {what} here"
+
+
+def text_lines(checks: list[Check]) -> list[str]:
+    w = max(len(c.name) for c in checks)
+    out = []
+    for c in checks:
+        out.append(f"{c.status:4s}  {c.name.ljust(w)}  {c.value}")
+        if c.fix and c.status in (FAIL, WARN):
+            out.append(f"{'':4s}  {'':{w}}  -> {c.fix}")
+    return out
+
+
+def markdown(checks: list[Check], title: str) -> str:
+    def cell(s: str) -> str:
+        return s.replace("|", "\\|")
+
+    rows = [f"| {c.status} | {cell(c.name)} | {cell(c.value)} | "
+            f"{cell(c.fix) if c.status in (FAIL, WARN) else ''} |" for c in checks]
+    return "\n".join([f"{title}\n", "| status | check | value | what to do |",
+                      "| --- | --- | --- | --- |", *rows, ""])
+
+
+def write(checks: list[Check], need_gpu: bool, json_path: str | None, md_path: str | None) -> None:
+    line = verdict(checks, need_gpu)
+    if json_path:
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_path).write_text(json.dumps(
+            {"ok": not line.startswith("cudalab doctor: FAILED"), "verdict": line,
+             "need_gpu": need_gpu, "checks": [asdict(c) for c in checks]}, indent=1) + "\n")
+    if md_path:
+        Path(md_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(md_path).write_text(markdown(checks, line))
+
+
+def cmd_doctor(a: argparse.Namespace) -> int:
+    from cudalab import config as cfg
+    from cudalab.site import needs_gpu
+
+    config = cfg.validate({"experiments": {"matmul": {}}})  # no config: a GPU experiment
+    if a.config and Path(a.config).is_file():
+        try:
+            config = cfg.load(a.config)
+        except cfg.ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    modules = a.modules if a.modules is not None else config["slurm"]["modules"]
+    need_gpu = needs_gpu(config) if a.need_gpu is None else a.need_gpu == "yes"
+    need_nvcc = (need_gpu or "static_analysis" in cfg.enabled_experiments(config)
+                 if a.need_nvcc is None else a.need_nvcc == "yes")
+    gpu_index = config["gpu_index"] if a.gpu_index is None else a.gpu_index
+    checks = run_checks(modules, need_gpu, need_nvcc, gpu_index)
+    print("\n".join(text_lines(checks)))
+    print(verdict(checks, need_gpu))
+    write(checks, need_gpu, a.json, a.md)
+    failed = any(c.status == FAIL for c in checks)
+    if failed and a.gate == "slurm" and not os.environ.get("SLURM_JOB_ID"):
+        print("cudalab doctor: not a Slurm job, so the run goes on (each measure job reports "
+              "what it cannot do)")
+        return 0
+    return 1 if failed else 0
+
+
+def add_parser(sub: Any) -> None:
+    s = sub.add_parser("doctor", help="check this node (or Slurm job) before a run")
+    s.add_argument("--config", default="config.yaml",
+                   help="its slurm.modules, gpu_index and experiments (default config.yaml; "
+                   "'' = none: a GPU experiment)")
+    s.add_argument("--modules", nargs="*", help="modules to check (default: slurm.modules)")
+    s.add_argument("--need-gpu", choices=["yes", "no"],
+                   help="whether a missing GPU is a failure (default: from the config)")
+    s.add_argument("--need-nvcc", choices=["yes", "no"],
+                   help="whether a missing nvcc is a failure (default: from the config)")
+    s.add_argument("--gpu-index", type=int, help="the GPU to try (default: gpu_index)")
+    s.add_argument("--gate", choices=["always", "slurm"], default="always",
+                   help="exit 1 on a failed check always, or only inside a Slurm job (the "
+                   "workflow's doctor rule: a local run goes on without a GPU)")
+    s.add_argument("--json", help="also write the table as JSON here")
+    s.add_argument("--md", help="also write the table as markdown here")
+    s.set_defaults(fn=cmd_doctor)
+

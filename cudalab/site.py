@@ -1,0 +1,301 @@
+"""What a Slurm cluster offers (from `sinfo`) and whether a config's `slurm:` request fits.
+
+One model of the cluster serves three users: `cudalab site` (a table of partitions and a
+suggested `slurm:` block), `cudalab plan` (does each job's request fit a node of its
+partition?) and the workflow's start-up plan under Slurm.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# one line per (node, partition): name|partition|cpus|memory MB|gres|time limit|avail|state|features
+SINFO_FORMAT = "%N|%P|%c|%m|%G|%l|%a|%T|%f"
+_GPU_GRES = re.compile(r"(?<![\w-])gpu(?::([^:(),\s]+))?:(\d+)")
+
+
+class SiteError(RuntimeError):
+    """sinfo could not be read (not a Slurm host, or the controller did not answer)."""
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    partition: str
+    default: bool  # the cluster's default partition (sinfo marks it with '*')
+    cpus: int
+    mem_mb: int
+    gpus: dict[str, int] = field(hash=False)  # GPU model ('' = untyped) -> count
+    time_limit_min: int | None  # None: no limit
+    available: bool  # partition up
+    state: str
+    features: tuple[str, ...] = ()
+
+    @property
+    def n_gpus(self) -> int:
+        return sum(self.gpus.values())
+
+
+def parse_gres(text: str) -> dict[str, int]:
+    """'gpu:a100:4(S:0-1),gpu:h100:2' -> {'a100': 4, 'h100': 2}; 'gpu:2' -> {'': 2}."""
+    gpus: dict[str, int] = {}
+    for model, count in _GPU_GRES.findall(text or ""):
+        gpus[model] = gpus.get(model, 0) + int(count)
+    return gpus
+
+
+def parse_time(text: str) -> int | None:
+    """sinfo's %l ('infinite', '1-00:00:00', '2:00:00', '30:00') -> minutes (None = no limit)."""
+    text = text.strip().lower()
+    if text in ("infinite", "unlimited", "n/a", ""):
+        return None
+    days, _, rest = text.rpartition("-")
+    parts = [int(p) for p in rest.split(":")]
+    h, m, s = ([0] * (3 - len(parts)) + parts) if len(parts) > 1 else (0, parts[0], 0)
+    return (int(days or 0) * 24 + h) * 60 + m + (1 if s else 0)
+
+
+def _int(text: str) -> int:
+    return int(re.match(r"\d*", text.strip()).group() or 0)
+
+
+def parse_sinfo(text: str) -> list[Node]:
+    """Nodes from `sinfo -h -N -o SINFO_FORMAT` (one line per node and partition)."""
+    nodes = []
+    for line in text.splitlines():
+        f = line.strip().split("|")
+        if len(f) < 9:
+            continue
+        feats = tuple(x for x in f[8].split(",") if x and x != "(null)")
+        nodes.append(Node(name=f[0], partition=f[1].rstrip("*"), default=f[1].endswith("*"),
+                          cpus=_int(f[2]), mem_mb=_int(f[3]), gpus=parse_gres(f[4]),
+                          time_limit_min=parse_time(f[5]), available=f[6] == "up",
+                          state=f[7], features=feats))
+    return nodes
+
+
+def read_sinfo(timeout_s: float = 20) -> list[Node]:
+    exe = shutil.which("sinfo")
+    if exe is None:
+        raise SiteError("sinfo not found: run this on a Slurm login node")
+    try:
+        out = subprocess.run([exe, "-h", "-N", "-o", SINFO_FORMAT], capture_output=True,
+                             text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        raise SiteError(f"sinfo did not answer in {timeout_s:.0f} s") from exc
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or [f"exit code {out.returncode}"])[-1]
+        raise SiteError(f"sinfo failed ({last})")
+    nodes = parse_sinfo(out.stdout)
+    if not nodes:
+        raise SiteError("sinfo lists no nodes")
+    return nodes
+
+
+# -- fitting a request -----------------------------------------------------------------------
+def partitions(nodes: Iterable[Node]) -> dict[str, list[Node]]:
+    out: dict[str, list[Node]] = {}
+    for n in nodes:
+        out.setdefault(n.partition, []).append(n)
+    return out
+
+
+def default_partition(nodes: list[Node]) -> str:
+    return next((n.partition for n in nodes if n.default), nodes[0].partition if nodes else "")
+
+
+def gpu_models(nodes: Iterable[Node]) -> dict[str, set[str]]:
+    """GPU model -> partitions that have it."""
+    out: dict[str, set[str]] = {}
+    for n in nodes:
+        for model in n.gpus:
+            if model:
+                out.setdefault(model, set()).add(n.partition)
+    return out
+
+
+def _models_text(nodes: list[Node]) -> str:
+    models = gpu_models(nodes)
+    if not models:
+        return "this cluster lists no typed GPUs (use gpu_model: '')"
+    return "GPU models here: " + ", ".join(
+        f"{m} (partition {', '.join(sorted(p))})" for m, p in sorted(models.items()))
+
+
+def fit_problems(slurm: dict[str, Any], nodes: list[Node], needs_gpu: bool) -> list[str]:
+    """What in a `slurm:` block no node can satisfy (empty list: it fits). A partition list
+    ('gpu,debug': Slurm takes the first that can run the job) fits if one of them does."""
+    parts = partitions(nodes)
+    names = (slurm.get("partition") or default_partition(nodes)).split(",")
+    unknown = [p for p in names if p not in parts]
+    if unknown:
+        return [f"slurm.partition: {', '.join(map(repr, unknown))} does not exist; "
+                f"partitions: {', '.join(parts)}"]
+    each = [_fit_partition(slurm, p, parts[p], nodes, needs_gpu) for p in names]
+    return [] if any(not e for e in each) else [x for e in each for x in e]
+
+
+def _fit_partition(slurm: dict[str, Any], part: str, cands: list[Node], nodes: list[Node],
+                   needs_gpu: bool) -> list[str]:
+    model = slurm.get("gpu_model") or ""
+    if needs_gpu:
+        cands = [n for n in cands if (n.gpus.get(model, 0) if model else n.n_gpus) > 0]
+        if not cands:
+            if model:
+                where = sorted(gpu_models(nodes).get(model, ()))
+                return [f"slurm.gpu_model: no node of partition {part!r} has GPU model "
+                        f"{model!r}" + (f" (partition {', '.join(where)} has)" if where
+                                        else "; " + _models_text(nodes))]
+            with_gpus = sorted({n.partition for n in nodes if n.n_gpus})
+            return [f"slurm.partition: {part!r} has no GPUs; partitions with GPUs: "
+                    f"{', '.join(with_gpus) or 'none'}"]
+    problems = []
+    what = f"partition {part!r}" + (f" with GPU model {model!r}" if needs_gpu and model else "")
+    for key, attr, unit in (("cpus_per_task", "cpus", "CPUs"), ("mem_mb", "mem_mb", "MB")):
+        want, most = slurm.get(key), max(getattr(n, attr) for n in cands)
+        if want and want > most:
+            problems.append(f"slurm.{key}: {want} but the largest node of {what} has "
+                            f"{most} {unit}")
+    if not problems and not any(n.cpus >= slurm.get("cpus_per_task", 0)
+                                and n.mem_mb >= slurm.get("mem_mb", 0) for n in cands):
+        problems.append(f"slurm.cpus_per_task and slurm.mem_mb: no single node of {what} has "
+                        "both")
+    feature = slurm.get("constraint") or ""
+    if re.fullmatch(r"[\w.-]+", feature) and not any(feature in n.features for n in cands):
+        have = sorted({f for n in cands for f in n.features})
+        problems.append(f"slurm.constraint: no node of {what} has feature {feature!r}; "
+                        f"features there: {', '.join(have) or 'none'}")
+    limits = [n.time_limit_min for n in cands]
+    runtime = slurm.get("runtime_min")
+    if runtime and None not in limits and runtime > max(limits):
+        problems.append(f"slurm.runtime_min: {runtime} but partition {part!r} allows at most "
+                        f"{max(limits)} minutes")
+    return problems
+
+
+# -- suggesting a block ----------------------------------------------------------------------
+def suggest(nodes: list[Node], current: dict[str, Any]) -> dict[str, Any]:
+    """A `slurm:` block that fits: the default partition if it has GPUs (else the first
+    that does), its most common GPU model, and the current sizes capped at its nodes."""
+    parts = partitions(nodes)
+    gpu_parts = [p for p, ns in parts.items() if any(n.n_gpus for n in ns)]
+    default = default_partition(nodes)
+    part = default if default in gpu_parts or not gpu_parts else gpu_parts[0]
+    ns = [n for n in parts[part] if n.n_gpus] or parts[part]
+    counts: dict[str, int] = {}
+    for n in ns:
+        for m, c in n.gpus.items():
+            counts[m] = counts.get(m, 0) + c
+    model = max(sorted(counts), key=lambda m: counts[m]) if counts else ""
+    if model:
+        ns = [n for n in ns if n.gpus.get(model)]
+    limits = [n.time_limit_min for n in ns if n.time_limit_min is not None]
+    runtime = current.get("runtime_min", 60)
+    return {
+        "partition": part,
+        "account": current.get("account", ""),
+        "gpu_model": model,
+        "runtime_min": min([runtime, *limits]),
+        "mem_mb": min(current.get("mem_mb", 16000), min(n.mem_mb for n in ns)),
+        "cpus_per_task": min(current.get("cpus_per_task", 4), min(n.cpus for n in ns)),
+        "modules": list(current.get("modules", [])),
+    }
+
+
+def table_lines(nodes: list[Node]) -> list[str]:
+    rows = [("partition", "avail", "time limit", "nodes", "CPUs", "memory MB", "GPUs")]
+    for part, ns in partitions(nodes).items():
+        limit = ns[0].time_limit_min
+        gpus = sorted({f"{m or 'gpu'}:{c}" for n in ns for m, c in n.gpus.items()})
+        rows.append((part + ("*" if ns[0].default else ""), "up" if ns[0].available else "down",
+                     "none" if limit is None else f"{limit} min", str(len(ns)),
+                     _span(n.cpus for n in ns), _span(n.mem_mb for n in ns),
+                     ", ".join(gpus) or "-"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+
+
+def _span(values: Iterable[int]) -> str:
+    v = sorted(set(values))
+    return str(v[0]) if len(v) == 1 else f"{v[0]}-{v[-1]}"
+
+
+def block_yaml(block: dict[str, Any]) -> list[str]:
+    import yaml
+
+    text = yaml.safe_dump({"slurm": block}, sort_keys=False, default_flow_style=None)
+    return text.rstrip().splitlines()
+
+
+# -- used by `cudalab plan` and the workflow -------------------------------------------------
+def needs_gpu(config: dict[str, Any]) -> bool:
+    from cudalab.config import enabled_experiments
+    from cudalab.experiments import REGISTRY
+
+    return any(p.gpu for e in enabled_experiments(config) for p in REGISTRY[e].grid(config))
+
+
+def plan_lines(config: dict[str, Any], nodes: list[Node] | None = None,
+               quiet: bool = False) -> list[str]:
+    """Whether the jobs' request fits a node (nothing where sinfo is absent, or fails and
+    quiet is set)."""
+    if nodes is None:
+        if shutil.which("sinfo") is None:
+            return []
+        try:
+            nodes = read_sinfo(timeout_s=10)
+        except SiteError as exc:
+            return [] if quiet else [f"  Slurm request not checked: {exc}"]
+    problems = fit_problems(config["slurm"], nodes, needs_gpu(config))
+    if not problems:
+        part = config["slurm"]["partition"] or default_partition(nodes)
+        return [f"  Slurm request (sinfo): fits partition {part!r}"]
+    return ["  Slurm request (sinfo) does not fit, the jobs would wait for ever:"] + [
+        f"    - {p}" for p in problems] + ["    see `cudalab site` for what this cluster has"]
+
+
+# -- `cudalab site` ----------------------------------------------------------------------------
+def cmd_site(a: argparse.Namespace) -> int:
+    from cudalab import config as cfg
+
+    try:
+        nodes = parse_sinfo(Path(a.sinfo).read_text()) if a.sinfo else read_sinfo()
+    except (SiteError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        config = cfg.load(a.config) if Path(a.config).is_file() else None
+    except cfg.ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    current = config["slurm"] if config else {}
+    print("Slurm partitions (sinfo; * = default):")
+    print("\n".join("  " + line for line in table_lines(nodes)))
+    print(f"  {_models_text(nodes)}")
+    print("\nSuggested block for config.yaml (the sizes of one experiment job, capped at the "
+          "partition's nodes; add modules such as cuda/12.4 if nvcc needs `module load`):\n")
+    print("\n".join(block_yaml(suggest(nodes, current))))
+    if config is None:
+        return 0
+    problems = fit_problems(current, nodes, needs_gpu(config))
+    if problems:
+        print(f"\n{a.config}: its slurm: request does not fit any node:")
+        print("\n".join(f"  - {p}" for p in problems))
+        return 1
+    print(f"\n{a.config}: its slurm: request fits.")
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    s = sub.add_parser("site", help="read sinfo; suggest a slurm: block; check the config's")
+    s.add_argument("config", nargs="?", default="config.yaml")
+    s.add_argument("--sinfo", help=f"read a saved `sinfo -h -N -o '{SINFO_FORMAT}'` instead")
+    s.set_defaults(fn=cmd_site)

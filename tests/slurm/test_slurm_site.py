@@ -1,0 +1,158 @@
+"""Fitting a real site, on the real one-node Slurm (gres fake:2 + h100:1) with Debian's Lmod:
+
+  modules   slurm.modules: [cuda/99.9] (a modulefile of ours putting a marked nvcc on PATH):
+            the doctor job and the measure job load it (envmodules, --sdm env-modules from
+            the profile) and the doctor's table names the marked nvcc
+  badmod    slurm.modules: [cuda/0.0-missing]: the doctor's table names it with Lmod's error,
+            the run stops, no measure job is submitted
+  pending   cpus_per_task 64 on a 4-CPU node: Slurm keeps the job PENDING (PartitionConfig)
+            and the watcher says so while Snakemake waits (stopped with SIGINT)
+plus `cudalab site` and `cudalab plan` reading the real sinfo.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from lmod_modules import LMOD_INIT, write_module
+from test_slurm import ROOT, Run, run_all, snakemake_cmd, submitted
+
+LMOD_PROFILE = Path("/etc/profile.d/lmod.sh")  # what a login shell sources: exports BASH_ENV
+
+
+def site_config(workdir: Path, variants=("cpu",), **slurm) -> Path:
+    cfg = yaml.safe_load((ROOT / "tests" / "data" / "config.cpu.yaml").read_text())
+    cfg["experiments"]["matmul"]["variants"] = list(variants)
+    cfg["slurm"] = {"runtime_min": 10, "mem_mb": 512, "cpus_per_task": 1, "gpu_model": "fake",
+                    **slurm}
+    path = workdir / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def with_lmod(cmd: list[str], modulepath: Path) -> list[str]:
+    """Run cmd as from a login shell with Lmod: the profile exports BASH_ENV (so every
+    non-interactive bash, e.g. Snakemake's in the job, has `module`) and MODULEPATH."""
+    script = (f'. {LMOD_PROFILE} && export MODULEPATH="$1:$MODULEPATH" && shift && '
+              'exec "$@"')
+    return ["bash", "-c", script, "_", str(modulepath), *cmd]
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cudalab.cli", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+@pytest.fixture(scope="module")
+def site_runs(slurm_cluster, tmp_path_factory) -> dict[str, Run]:
+    if not (LMOD_INIT.is_file() and LMOD_PROFILE.is_file()):
+        if os.environ.get("CUDALAB_REQUIRE_SLURM"):
+            pytest.fail("Lmod is not installed (apt-get install lmod) and CI requires it")
+        pytest.skip("Lmod not installed (apt-get install lmod)")
+    mods = tmp_path_factory.mktemp("lmod")
+    nvcc = write_module(mods, "cuda/99.9")
+    specs = {}
+    for name, slurm, limit_s in [
+        ("modules", {"modules": ["cuda/99.9"]}, 150),
+        ("badmod", {"modules": ["cuda/0.0-missing"]}, 150),
+        ("nogpu", {}, 150),  # a GPU grid (naive) where no GPU can run it (no pycuda/GPU)
+        ("pending", {"cpus_per_task": 64}, 45),  # stopped by SIGINT after 45 s
+    ]:
+        workdir = tmp_path_factory.mktemp(f"site-{name}")
+        variants = ("cpu", "naive") if name == "nogpu" else ("cpu",)
+        config = site_config(workdir, variants, **slurm)
+        cmd = snakemake_cmd(workdir, config, limit_s=limit_s)
+        specs[name] = (with_lmod(cmd, mods / "modulefiles"), workdir)
+    os.environ["CUDALAB_PENDING_POLL_S"] = "2"  # inherited by the snakemake processes
+    try:
+        runs = run_all(specs)
+    finally:
+        del os.environ["CUDALAB_PENDING_POLL_S"]
+    runs["modules"].nvcc = nvcc  # type: ignore[attr-defined]
+    return runs
+
+
+@pytest.mark.slurm
+def test_modules_loaded_in_the_jobs(site_runs):
+    out = site_runs["modules"]
+    assert out.returncode == 0, out.log
+    doctor_jobs, measure_jobs = submitted(out.log, "doctor"), submitted(out.log, "measure")
+    assert len(doctor_jobs) == 1 and len(measure_jobs) == 1, out.log
+    table = (out.workdir / "results" / "doctor" / "doctor.md").read_text()
+    assert table.startswith("cudalab doctor: ok"), table
+    assert "| ok | module cuda/99.9 | loaded in this job" in table, table
+    assert f"| ok | nvcc | {out.nvcc} (CUDA " in table, f"the marked nvcc\n{table}"
+    assert "| ok | Slurm allocation | job " in table, table
+    for _, log in doctor_jobs + measure_jobs:
+        assert "Activating environment modules: cuda/99.9" in Path(log).read_text(), log
+    assert not (out.workdir / "results" / "doctor" / "ok").exists(), "temp flag removed"
+    assert (out.workdir / "results" / "report.html").is_file()
+    assert int(doctor_jobs[0][0]) < int(measure_jobs[0][0]), "the doctor ran first"
+    # run again: nothing to do (the doctor's flag is temp() and ancient(): no rerun)
+    cmd = with_lmod(snakemake_cmd(out.workdir, out.workdir / "config.yaml"),
+                    out.nvcc.parents[2] / "modulefiles")
+    again = subprocess.run(cmd, cwd=out.workdir, capture_output=True, text=True, timeout=200)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "Nothing to be done" in again.stdout + again.stderr, again.stdout + again.stderr
+    assert not submitted(again.stdout + again.stderr, ""), "nothing submitted"
+
+
+@pytest.mark.slurm
+def test_doctor_stops_a_gpu_grid_without_gpu(site_runs):
+    """This machine has fake GPU device files and no CUDA: the GPU grid must not start."""
+    out = site_runs["nogpu"]
+    assert out.returncode != 0, out.log
+    assert len(submitted(out.log, "doctor")) == 1 and submitted(out.log, "measure") == []
+    table = (out.workdir / "results" / "doctor" / "doctor.md").read_text()
+    assert table.startswith("cudalab doctor: FAILED"), table
+    assert "| FAIL | pycuda |" in table or "| FAIL | GPU(s) |" in table, table
+    assert "gres gres:gpu:fake:1" in table, f"the doctor asked for a measure job's GPU\n{table}"
+    assert "no measure job was submitted" in out.log, out.log
+
+
+@pytest.mark.slurm
+def test_missing_module_stops_before_the_grid(site_runs):
+    out = site_runs["badmod"]
+    assert out.returncode != 0, out.log
+    assert len(submitted(out.log, "doctor")) == 1, out.log
+    assert submitted(out.log, "measure") == [], f"no grid job may be submitted\n{out.log}"
+    assert "Error in rule doctor" in out.log, out.log
+    # the table printed at the end names the module and Lmod's error
+    assert "| FAIL | module cuda/0.0-missing | `module load cuda/0.0-missing` failed" in out.log
+    assert "unknown" in out.log and "no measure job was submitted" in out.log, out.log
+    assert "results/logs/doctor.log" in out.log
+
+
+@pytest.mark.slurm
+def test_stuck_pending_job_is_reported(site_runs):
+    out = site_runs["pending"]
+    assert out.returncode != 0, "stopped by SIGINT"
+    assert "does not fit" in out.log and "cpus_per_task: 64" in out.log, "plan's sinfo check"
+    assert "is PENDING, reason PartitionConfig" in out.log, out.log
+    assert "rule_doctor" in out.log and "will not start by itself" in out.log, out.log
+    assert out.log.count("is PENDING, reason PartitionConfig") == 1, "one line per stuck job"
+
+
+@pytest.mark.slurm
+def test_site_and_plan_read_real_sinfo(slurm_cluster, tmp_path):
+    p = cli("site", "--sinfo", "", cwd=tmp_path)  # '' -> ask sinfo itself
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "fake:2" in p.stdout and "h100:1" in p.stdout
+    assert "GPU models here: fake (partition gpu), h100 (partition gpu)" in p.stdout
+    assert "slurm:\n  partition: gpu\n" in p.stdout and "gpu_model: fake" in p.stdout
+    cfg = site_config(tmp_path, variants=("cpu", "naive"), gpu_model="a100")
+    p = cli("site", str(cfg), cwd=tmp_path)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "no node of partition 'gpu' has GPU model 'a100'" in p.stdout
+    assert "GPU models here: fake" in p.stdout
+    p = cli("plan", str(cfg), cwd=tmp_path)
+    assert "does not fit" in p.stdout and "'a100'" in p.stdout and "h100" in p.stdout, p.stdout
+    ok = cli("plan", str(site_config(tmp_path, variants=("cpu", "naive"), gpu_model="h100")),
+             cwd=tmp_path)
+    assert "Slurm request (sinfo): fits partition 'gpu'" in ok.stdout, ok.stdout

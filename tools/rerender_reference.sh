@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Redraw the figures and the report of a stored reference run with the current code, from
+# its recorded results (no GPU needed):
+#   bash tools/rerender_reference.sh reports/reference/NVIDIA-H100-80GB-HBM3
+# results.csv is rebuilt from the raw records, the figures and report.html are rewritten;
+# SVG copies are dropped as in save_reference.sh.
+set -euo pipefail
+ref=$(readlink -f "$1")
+cd "$(dirname "$0")/.."
+python -m cudalab.cli aggregate --results "$ref" --out "$ref/results.csv"
+rm -f "$ref/results.parquet"
+exps=$(python -c "import pandas as pd, sys; from cudalab.experiments import REGISTRY; \
+d = pd.read_csv(sys.argv[1]); print(' '.join(n for n, e in REGISTRY.items() \
+if e.figures and (d['experiment'] == n).any()))" "$ref/results.csv")
+for e in $exps; do
+  python -m cudalab.cli figures "$e" --table "$ref/results.csv" --out "$ref/figures"
+done
+python -m cudalab.cli report --table "$ref/results.csv" --figures "$ref/figures" \
+  --results "$ref" --out "$ref/report.html"
+find "$ref/figures" "$ref/telemetry" -name '*.svg' -delete
