@@ -200,17 +200,14 @@ class Matmul(Experiment):
             r, b, k = rt["rt"], rt["bt"], rt["bk"]
             key = f"register_tiles[{i}]"
             threads = register_threads(r, b)
+            gives = f"{key}: rt={r}, bt={b} gives ({b}/{r})^2 = {threads} threads per block; "
             if threads > MAX_THREADS:
-                msgs.append(
-                    f"{key}: rt={r}, bt={b} gives ({b}/{r})^2 = {threads} threads per block; "
-                    f"at most {MAX_THREADS} are allowed: bt/rt <= 32, so for bt={b} use "
-                    f"rt >= {max(b // 32, 1)} (allowed rt: {RT})")
+                msgs.append(gives + f"at most {MAX_THREADS} are allowed: bt/rt <= 32, so for "
+                            f"bt={b} use rt >= {max(b // 32, 1)} (allowed rt: {RT})")
             if threads < MIN_THREADS:
-                msgs.append(
-                    f"{key}: rt={r}, bt={b} gives ({b}/{r})^2 = {threads} threads per block; "
-                    f"at least {MIN_THREADS} are needed (bt/rt >= 8): smaller blocks leave "
-                    f"warps partly empty and their unrolled tile loads spill registers; "
-                    f"for rt={r} use bt >= {8 * r}")
+                msgs.append(gives + f"at least {MIN_THREADS} are needed (bt/rt >= 8): smaller "
+                            "blocks leave warps partly empty and their unrolled tile loads "
+                            f"spill registers; for rt={r} use bt >= {8 * r}")
             smem = register_smem_bytes(b, k)
             if smem > MAX_STATIC_SMEM:
                 msgs.append(
