@@ -12,6 +12,7 @@ import difflib
 import hashlib
 import json
 import math
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -250,6 +251,15 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep)
 
+
+
+# YAML 1.1 (PyYAML) reads 1e-6 (no dot) as the string '1e-6', and Python's json.dumps writes
+# small floats that way (results/config.json): read them as numbers, as YAML 1.2 and JSON do.
+# add_implicit_resolver copies the resolver table for this class, SafeLoader is unchanged.
+_UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
 
 def read_mapping(path: str | Path) -> dict[str, Any]:
     """Read a YAML config file into a dict; every way it can be unreadable is a ConfigError

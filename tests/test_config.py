@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import pytest
@@ -169,3 +170,19 @@ def test_notes_say_what_could_not_be_checked(monkeypatch):
     assert not any("GPU memory" in n for n in notes)  # no GPU point: nothing to check
     cfg.validate({"experiments": {"vector_add": {}}}, notes=notes)
     assert any("GPU memory not checked" in n for n in notes)
+
+
+def test_exponent_floats_without_a_dot_are_numbers(tmp_path, validated):
+    """YAML 1.1 reads 1e-6 as a string; json.dumps writes small floats that way, and the
+    workflow's jobs read results/config.json through the same loader."""
+    from cudalab import config as cfg
+
+    (tmp_path / "c.yaml").write_text(
+        "experiments:\n  vector_add:\n    sizes: [1000]\n    tolerance: 1e-6\n")
+    c = cfg.load(tmp_path / "c.yaml")
+    assert c["experiments"]["vector_add"]["tolerance"] == 1e-6
+    full = validated(c)
+    (tmp_path / "config.json").write_text(json.dumps(full))
+    again = cfg.load(tmp_path / "config.json")
+    assert again == full  # the jobs read exactly what the workflow validated
+    assert isinstance(again["experiments"]["vector_add"]["tolerance"], float)

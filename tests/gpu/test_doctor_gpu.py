@@ -17,7 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_doctor_passes_on_a_gpu_machine(tmp_path):
     p = subprocess.run([sys.executable, "-m", "cudalab.cli", "doctor", "--config", "",
                         "--json", str(tmp_path / "d.json")], capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600)
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                           filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))},
+                       timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "cudalab doctor: ok: GPU experiments can run here" in p.stdout, p.stdout
     checks = {c["name"]: c for c in json.loads((tmp_path / "d.json").read_text())["checks"]}
