@@ -77,11 +77,12 @@ def full_schema() -> dict[str, Any]:
 
 def _grid_axes_unique(block_schema: dict[str, Any]) -> dict[str, Any]:
     """Every list-valued key of an experiment block is a grid axis: a value listed twice
-    would be counted twice by the plan and measured once, so each must be unique."""
+    would be counted twice by the plan and measured once, so each must be unique (unless
+    the axis says `uniqueItems: false`: its points are told apart by position)."""
     block_schema = copy.deepcopy(block_schema)
     for sub in block_schema.get("properties", {}).values():
         if sub.get("type") == "array":
-            sub["uniqueItems"] = True
+            sub.setdefault("uniqueItems", True)
     return block_schema
 
 

@@ -115,7 +115,7 @@ class GpuSession:
         drv = self.cuda.get_driver_version()
         return {
             "gpu_name": self.device.name(),
-            "gpu_uuid": _uuid(self.device),
+            "gpu_uuid": _uuid(self.device) or _nvml_uuid(self.device.pci_bus_id()),
             "gpu_pci_bus_id": self.device.pci_bus_id(),
             "compute_capability": f"{cc[0]}.{cc[1]}",
             "cuda_driver_api": f"{drv // 1000}.{(drv % 1000) // 10}",
@@ -310,6 +310,22 @@ def _uuid(device: Any) -> str:
         return ""
     h = raw.hex() if isinstance(raw, (bytes, bytearray)) else str(raw)
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def _nvml_uuid(pci_bus_id: str) -> str:
+    """The UUID from NVML, by PCI bus id: pycuda has no Device.get_uuid, and the UUID keys
+    the point cache, so it must not depend on telemetry.nvml being on."""
+    try:
+        import pynvml as nvml
+
+        nvml.nvmlInit()
+        try:
+            uuid = nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id.encode()))
+        finally:
+            nvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no NVML library, or no such device: unknown
+        return ""
+    return uuid.decode() if isinstance(uuid, bytes) else str(uuid)
 
 
 _SESSION: GpuSession | None = None

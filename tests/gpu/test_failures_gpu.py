@@ -23,7 +23,7 @@ HERE = Path(__file__).resolve().parent
 class Faulty(Experiment):
     name = "faulty"
     title = "test-only failures"
-    schema = {"type": "object", "properties": {"plan": {"type": "array"}},
+    schema = {"type": "object", "properties": {"plan": {"type": "array", "uniqueItems": False}},
               "additionalProperties": False}
 
     def points(self, block):

@@ -27,7 +27,9 @@ def test_nvidia_smi_memory_matches_the_driver():
 @pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="needs nvidia-smi")
 def test_points_are_refused_exactly_when_they_do_not_fit():
     mem = guards.nvidia_smi_memory()
-    block = {"sizes": [4096, 65536], "variants": ["tiled"], "tiles": [32]}
+    # 46 000^2 floats: the largest edge the 32-bit-indexed kernels allow (~51 GB counted):
+    # refused on a 40 GB card, accepted on an 80 GB one
+    block = {"sizes": [4096, 46000], "variants": ["tiled"], "tiles": [32]}
     c = {"experiments": {"matmul": block}}
     pts = REGISTRY["matmul"].points(cfg.validate({"gpu_memory_gb": 1e6, **c})["experiments"]
                                     ["matmul"])
