@@ -2,6 +2,7 @@
 # Redraw the figures and the report of a stored reference run with the current code, from
 # its recorded results (no GPU needed):
 #   bash tools/rerender_reference.sh reports/reference/NVIDIA-H100-80GB-HBM3
+#   REPORT_CONFIG=cfg.yaml bash tools/rerender_reference.sh DIR   (e.g. report.baselines)
 # results.csv is rebuilt from the raw records, the figures and report.html are rewritten;
 # SVG copies are dropped as in save_reference.sh.
 set -euo pipefail
@@ -15,6 +16,6 @@ if e.figures and (d['experiment'] == n).any()))" "$ref/results.csv")
 for e in $exps; do
   python -m cudalab.cli figures "$e" --table "$ref/results.csv" --out "$ref/figures"
 done
-python -m cudalab.cli report --table "$ref/results.csv" --figures "$ref/figures" \
+python -m cudalab.cli report ${REPORT_CONFIG:+--config "$REPORT_CONFIG"} --table "$ref/results.csv" --figures "$ref/figures" \
   --results "$ref" --out "$ref/report.html"
 find "$ref/figures" "$ref/telemetry" -name '*.svg' -delete
