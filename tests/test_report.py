@@ -166,6 +166,8 @@ def test_try_this_and_questions_are_rendered(rendered):
 
 # -- print and projector: the committed reference report in a real Chromium ------------------
 REFERENCE_HTML = ROOT / "reports" / "reference" / "NVIDIA-H100-80GB-HBM3" / "report.html"
+# every committed reference report is checked in print and on a narrow screen
+REFERENCE_REPORTS = sorted((ROOT / "reports" / "reference").glob("*/report.html"))
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 MM = 96 / 25.4  # CSS px per millimetre
@@ -205,13 +207,14 @@ def _pdf_pages(data: bytes) -> tuple[int, set[float]]:
 
 @pytest.mark.browser
 @pytest.mark.parametrize("paper", list(PAPERS))
-def test_reference_report_prints_without_clipping(paper, tmp_path):
+@pytest.mark.parametrize("ref", REFERENCE_REPORTS, ids=lambda p: p.parent.name)
+def test_reference_report_prints_without_clipping(paper, ref, tmp_path):
     exe, sync_playwright = _browser()
     page_pt, width = PAPERS[paper]
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": width, "height": 1000})
-        page.goto(REFERENCE_HTML.as_uri(), wait_until="load")
+        page.goto(ref.as_uri(), wait_until="load")
         page.emulate_media(media="print")
         fit = page.evaluate(FITS_JS, width)
         pdf = page.pdf(format=paper, print_background=True)
@@ -224,10 +227,11 @@ def test_reference_report_prints_without_clipping(paper, tmp_path):
 
 
 @pytest.mark.browser
-@pytest.mark.parametrize("which", ["reference", "rendered"])
+@pytest.mark.parametrize("which", [*(p.parent.name for p in REFERENCE_REPORTS), "rendered"])
 def test_report_has_no_horizontal_overflow_at_400_px(which, rendered):
     exe, sync_playwright = _browser()
-    path = REFERENCE_HTML if which == "reference" else rendered[0]
+    refs = {p.parent.name: p for p in REFERENCE_REPORTS}
+    path = refs[which] if which in refs else rendered[0]
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 400, "height": 800})
