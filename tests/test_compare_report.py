@@ -132,3 +132,24 @@ def test_workflow_checks_baselines_at_start_up(tmp_path):
     assert proc.returncode != 0
     assert "report.baselines: folder old/results does not exist" in out, out
     assert "Traceback" not in out
+
+
+H200 = ROOT / "reports" / "reference" / "NVIDIA-H200"
+
+
+@pytest.mark.skipif(not H200.is_dir(), reason="no H200 reference committed")
+def test_two_real_gpu_runs_compare_point_by_point(tmp_path):
+    """The committed H100 and H200 references (same grid, two real GPUs): every point is
+    matched, both sides are named by their GPU, and the H200 report's comparison block is
+    built with the H100 as its baseline."""
+    [base] = compare.load_runs(REFERENCE)
+    [h200] = compare.load_runs(H200)
+    cmp = compare.compare_runs(base, [h200])
+    assert not cmp["verdict"].isin(["only baseline", "only this", "not ok"]).any()
+    timed = cmp[cmp["verdict"].isin(["faster", "slower", "same"])]
+    assert len(timed) > 300 and set(timed["verdict"]) >= {"faster", "same"}
+    df = results.read_table(H200 / "results.csv")
+    assert set(df["gpu_name"].dropna()) == {"NVIDIA H200"}
+    ctx = compare.report_context(df, _config(baselines=[str(REFERENCE)]))
+    [row] = ctx["comparison"]["summary"]
+    assert row["baseline"] == str(REFERENCE) and row["faster"] > 0
