@@ -209,3 +209,72 @@ def test_plot_of_nothing_is_none():
     assert EXP.plot("bandwidth", df[df["status"] == "nope"]) is None
     with pytest.raises(KeyError):
         EXP.plot("latency", df)
+
+
+class _RecordingCuda:
+    """The pieces of pycuda.driver transfer.measure() calls, copying for real on the host
+    and naming each call, so a test sees which copy the timed function uses."""
+
+    def __init__(self):
+        self.calls: list[str] = []
+
+    def mem_alloc(self, size):
+        return np.zeros(size, np.uint8)
+
+    def pagelocked_empty(self, shape, dtype):
+        return np.empty(shape, dtype)
+
+    def memset_d8(self, dev, value, size):
+        dev[:size] = value
+
+    def _copy(self, name, dst, src):
+        self.calls.append(name)
+        dst[:] = src
+
+    def memcpy_htod(self, dev, src):
+        self._copy("memcpy_htod", dev, src)
+
+    def memcpy_dtoh(self, dst, dev):
+        self._copy("memcpy_dtoh", dst, dev)
+
+    def memcpy_htod_async(self, dev, src, stream=None):
+        self._copy("memcpy_htod_async", dev, src)
+
+    def memcpy_dtoh_async(self, dst, dev, stream=None):
+        self._copy("memcpy_dtoh_async", dst, dev)
+
+
+@pytest.mark.parametrize("memory, direction, timed_call, queued", [
+    ("pinned", "h2d", "memcpy_htod_async", True),
+    ("pinned", "d2h", "memcpy_dtoh_async", True),
+    ("pageable", "h2d", "memcpy_htod", False),
+    ("pageable", "d2h", "memcpy_dtoh", False),
+])
+def test_pinned_copies_are_queued_pageable_ones_are_not(monkeypatch, memory, direction,
+                                                        timed_call, queued):
+    """Pinned copies are enqueued (async calls: the harness may queue a batch behind a held
+    stream, so the host's call cost stays out); a pageable copy is staged by the host and
+    must be timed one synchronous call at a time."""
+    from types import SimpleNamespace
+
+    fake = _RecordingCuda()
+    gpu = SimpleNamespace(cuda=fake, synchronize=lambda: None, event_timer=lambda: None,
+                          index=0, info={})
+    seen = {}
+
+    def verify_then_time(ctx, launch, check, **kw):
+        c = check()
+        fake.calls.clear()
+        launch()
+        seen.update(kw, calls=list(fake.calls))
+        return c, None
+
+    monkeypatch.setattr(EXP, "verify_then_time", verify_then_time)
+    ctx = RunContext(gpu=gpu, harness=Harness(Settings()), rng=np.random.default_rng(1),
+                     config={}, block={})
+    ctx.cache["nvml"] = None
+    res = EXP.measure(ctx, EXP.points({"min_bytes": 4096, "max_bytes": 4096, "step": 4,
+                                       "directions": [direction], "memory": [memory]})[0])
+    assert res.check.passed
+    assert seen["calls"] == [timed_call]
+    assert seen["asynchronous"] is queued
