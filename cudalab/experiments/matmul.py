@@ -313,8 +313,10 @@ class Matmul(Experiment):
         try:
             cuda.memcpy_htod(a_d, a)
             cuda.memcpy_htod(b_d, b)
+            queued = True
             if point.variant == "cublas":
                 launch, timer, sync, extra = _cublas_launcher(gpu, a_d, b_d, c_d, m, k, n)
+                queued = extra["queued"]
             else:
                 func = kernel.function(f"matmul_{point.variant}")
                 func.prepare("PPPiii")
@@ -326,11 +328,9 @@ class Matmul(Experiment):
 
                 timer, sync = gpu.event_timer(), gpu.synchronize
 
-            # cuBLAS through CuPy may allocate a workspace: not declared asynchronous
             check, timing = self.verify_then_time(
                 ctx, launch, lambda out: check_product(out, ref, tol),
-                output=(c_d, c), timer=timer, sync=sync,
-                asynchronous=point.variant != "cublas")
+                output=(c_d, c), timer=timer, sync=sync, asynchronous=queued)
             sync()
             phases, metrics = {}, {"kernel_s": timing.stats()["median"]}
             if ctx.block["end_to_end"] and point.variant == "tiled":
@@ -619,7 +619,13 @@ class CupyEventTimer:
 def _cublas_launcher(gpu, a_d, b_d, c_d, m, k, n):
     """cublasSgemm on the job's pycuda buffers, on the job's (primary) context.
 
-    Returns (launch, timer, sync, extra). The device buffers are wrapped, not copied, so
+    Returns (launch, timer, sync, extra). On the legacy default stream (CuPy's unless
+    CUPY_CUDA_PTDS=1) cuBLAS runs on the very stream pycuda's events and hold kernel use, and
+    gemm with `out` given only enqueues the GEMM (its workspace is set up by the warm call
+    before timing), so it is timed queued like the kernels (extra["queued"]); a stall there
+    (a cudaFree inside cuBLAS) ends the hold by its timeout and the harness falls back, saying
+    so. On another stream CuPy's own events time it, one call after the other.
+    The device buffers are wrapped, not copied, so
     cuBLAS reads the very inputs the kernels read and writes the poisoned output.
     cupy.cublas.gemm calls cublasSgemm directly: CUPY_TF32 (which switches cupy.matmul to
     CUBLAS_COMPUTE_32F_FAST_TF32) does not apply to it, and the handle's math mode is set to
@@ -644,6 +650,7 @@ def _cublas_launcher(gpu, a_d, b_d, c_d, m, k, n):
     if mode_before != cublas.CUBLAS_DEFAULT_MATH:
         cublas.setMathMode(handle, cublas.CUBLAS_DEFAULT_MATH)
     stream = cp.cuda.get_current_stream()
+    queued = int(stream.ptr) == 0
 
     def launch() -> None:
         gemm("N", "N", a, b, out=c)
@@ -662,8 +669,9 @@ def _cublas_launcher(gpu, a_d, b_d, c_d, m, k, n):
         "stream": int(stream.ptr),
         "context": f"{here:#x}",
         "same_context_as_pycuda": None if ours is None else here == int(ours),
+        "queued": queued,
     }
-    return launch, CupyEventTimer(cp), sync, extra
+    return launch, gpu.event_timer() if queued else CupyEventTimer(cp), sync, extra
 
 
 # -- expected effects: thresholds ----------------------------------------------------------
