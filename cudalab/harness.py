@@ -6,10 +6,12 @@ or at `max_samples`. Every sample is kept; samples of a chunk an observer flagge
 throttled are left out of the statistics (nvbench's rule) and counted.
 
 Samples shorter than `min_sample_s` are taken as a batch of launches and the mean per launch
-is recorded (CUDA events resolve about 0.5 us). For an `asynchronous` fn (it only enqueues
-GPU work) the harness times the batch with the launches already queued behind a held stream
-(gpu.QueuedEventTimer), so the host's launch cost (~12 us per pycuda launch) stays out of
-the kernel time; where that cannot be done it says why in the timing's `method_note`.
+is recorded (CUDA events resolve about 0.5 us); work timed one call after the other (not
+queued) is batched up to `min_sample_sync_s`, so the host's jitter averages out.
+For an `asynchronous` fn (it only enqueues GPU work) the harness times the batch with the
+launches already queued behind a held stream (gpu.QueuedEventTimer), so the host's launch
+cost (~12 us per pycuda launch) stays out of the kernel time; where that cannot be done it
+says why in the timing's `method_note`.
 """
 
 from __future__ import annotations
@@ -36,6 +38,11 @@ class Settings:
     target_cv: float = 0.02
     budget_s: float = 0.5
     min_sample_s: float = 1e-4
+    # Shortest sample of work timed one call after the other (not queued): the host's jitter
+    # (a pageable copy's staging, a CPU matmul, a launch) is in every call, and a longer
+    # batch averages it. Seen on an H100: pageable copies' run-to-run agreement within 5 %
+    # went from 4 to 14 of 20 points, their median sample CV from 10.7 % to 2.9 %.
+    min_sample_sync_s: float = 2e-3
     cold_l2: bool = False
 
     @classmethod
@@ -190,23 +197,24 @@ class Harness:
         wall0 = time.perf_counter()
         chosen, note = choose_timer(timer, asynchronous)
         try:
-            t = self._measure_with(fn, chosen, batchable, s)
+            t = self._measure_with(fn, chosen, batchable, s, queued=chosen is not timer)
         except HoldTimeout as exc:
             # the void sample is discarded with its measurement: methods are never mixed
-            t = self._measure_with(fn, timer, batchable, s)
+            t = self._measure_with(fn, timer, batchable, s, queued=False)
             note = f"queued timing fell back to {timer.name}: {exc}"
         t.method_note = note
         t.wall_s = time.perf_counter() - wall0
         return t
 
     def _measure_with(self, fn: Callable[[], Any], timer: Timer, batchable: bool,
-                      s: Settings) -> Timing:
+                      s: Settings, queued: bool) -> Timing:
         cold = s.cold_l2 and self.flush_l2 is not None
         for _ in range(s.warmup):
             fn()
         batch = 1
         if batchable and not cold and s.min_sample_s > 0:
-            batch = self._calibrate(fn, timer, s.min_sample_s)
+            shortest = s.min_sample_s if queued else max(s.min_sample_s, s.min_sample_sync_s)
+            batch = self._calibrate(fn, timer, shortest)
         t = Timing(samples_s=[], batch=batch, timer=timer.name, stop_reason="max_samples",
                    settings=s.as_dict(), min_samples=s.min_samples)
         t_start = time.perf_counter()

@@ -72,12 +72,37 @@ def test_budget_stops_noisy_measurement():
 
 def test_short_samples_are_batched_and_reported_per_launch():
     timer = FakeTimer([1e-6])  # 1 us per launch, min sample 100 us -> batch 128
-    h = Harness(Settings(warmup=0, min_samples=3, min_sample_s=1e-4))
+    h = Harness(Settings(warmup=0, min_samples=3, min_sample_s=1e-4, min_sample_sync_s=0))
     t = h.measure(lambda: None, timer)
     assert t.batch == 128
     assert math.isclose(t.stats()["median"], 1e-6)
     t2 = h.measure(lambda: None, FakeTimer([1e-6]), batchable=False)
     assert t2.batch == 1
+
+
+class FakeQueuedTimer(FakeTimer):
+    """A timer whose queued variant is another FakeTimer (as gpu.EventTimer offers one)."""
+
+    def __init__(self, durations):
+        super().__init__(durations)
+        self.q = FakeTimer(durations)
+        self.q.name = "fake_queued"
+
+    def queued(self):
+        return self.q, ""
+
+
+def test_work_timed_call_by_call_gets_longer_samples_than_queued_work():
+    """Host jitter is in every call of work that is not queued: it is batched up to
+    min_sample_sync_s (2 ms: 2048 launches of 1 us); queued work up to min_sample_s."""
+    h = Harness(Settings(warmup=0, min_samples=3, min_sample_s=1e-4, min_sample_sync_s=2e-3))
+    sync = h.measure(lambda: None, FakeQueuedTimer([1e-6]))
+    queued = h.measure(lambda: None, FakeQueuedTimer([1e-6]), asynchronous=True)
+    assert (sync.timer, sync.batch) == ("fake", 2048)
+    assert (queued.timer, queued.batch) == ("fake_queued", 128)
+    off = Harness(Settings(warmup=0, min_samples=3, min_sample_s=0)).measure(
+        lambda: None, FakeQueuedTimer([1e-6]))
+    assert off.batch == 1  # min_sample_s 0 switches batching off for both
 
 
 def test_cold_runs_flush_before_every_sample_and_disable_batching():

@@ -522,6 +522,18 @@ finally:
 """
 
 
+def _pid_written(path: Path, timeout_s: float = 20.0) -> int:
+    """The fake nvidia-smi writes its pid once it runs, which on a loaded machine can be
+    after the sampler's before_job() has returned (Popen does not wait for the exec)."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        text = path.read_text() if path.exists() else ""
+        if text.strip():
+            return int(text)
+        time.sleep(0.02)
+    raise AssertionError(f"the fake nvidia-smi never wrote {path}")
+
+
 @pytest.mark.parametrize("mode", ["kill", "term", "exit"])
 def test_no_nvidia_smi_outlives_its_job(mode, fake_smi, tmp_path):
     if mode == "kill" and not telemetry._pdeathsig_prefix():
@@ -532,7 +544,7 @@ def test_no_nvidia_smi_outlives_its_job(mode, fake_smi, tmp_path):
     child = subprocess.Popen([sys.executable, str(script), mode], stdout=subprocess.PIPE,
                              text=True, env=os.environ.copy())
     assert child.stdout.readline().strip() == "started"
-    pid = int((tmp_path / "smi.pid").read_text())
+    pid = _pid_written(tmp_path / "smi.pid")
     if mode == "term":
         assert _alive(pid)
         child.send_signal(signal.SIGTERM)
