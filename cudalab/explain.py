@@ -69,6 +69,11 @@ def ncu(d: pd.DataFrame, prefix: str) -> pd.Series:
     return out
 
 
+def pct_range(lo: float, hi: float) -> str:
+    """'68–70 %': one unit for both ends."""
+    return f"{fmt.percent(lo)[:-2]}–{fmt.percent(hi)}"
+
+
 def _largest(d: pd.DataFrame, col: str = "flops") -> pd.DataFrame:
     v = _col(d, col)
     return d[v == v.max()] if v.notna().any() else d.iloc[:0]
@@ -81,7 +86,7 @@ def _ref(c: Ceilings, level: str = "dram") -> tuple[float, str]:
 
 def _size(d: pd.DataFrame) -> str:
     m, k, n = (_col(d, f"p_{x}").iloc[0] for x in "mkn")
-    return f"{int(m)}x{int(k)}.{int(k)}x{int(n)}" if len({m, k, n}) > 1 else f"{int(n)}^3"
+    return f"{int(m)}x{int(k)}.{int(k)}x{int(n)}" if len({m, k, n}) > 1 else f"{int(n)}³"
 
 
 # -- matmul ----------------------------------------------------------------------------------
@@ -155,8 +160,8 @@ def occupancy_achieved(d: pd.DataFrame, c: Ceilings) -> str | None:
     for v, g in d.groupby("variant", sort=True):
         ratio = g["achieved"] / g["theory"]
         worst = g.loc[ratio.idxmin()]
-        parts.append(f"{v}: achieved {fmt.percent(100 * ratio.min())}-"
-                     f"{fmt.percent(100 * ratio.max())} of theoretical over {len(g)} block "
+        parts.append(f"{v}: achieved {pct_range(100 * ratio.min(), 100 * ratio.max())} of "
+                     f"theoretical over {len(g)} block "
                      f"sizes, least at {int(worst['p_block_size'])} threads "
                      f"({fmt.percent(worst['achieved'])} of {fmt.percent(worst['theory'])})")
     low = d[d["achieved"] < OCCUPANCY_GAP * d["theory"]]
@@ -189,7 +194,7 @@ def occupancy_knee(d: pd.DataFrame, c: Ceilings) -> str | None:
     if len(slow):
         sizes = ", ".join(str(int(b)) for b in sorted(slow["p_block_size"]))
         s += (f"; yet {len(slow)} block sizes with at least that occupancy stay below it "
-              f"({sizes} threads: {fmt.bandwidth(slow['gbps'].min())}-"
+              f"({sizes} threads: {fmt.sig(slow['gbps'].min())}–"
               f"{fmt.bandwidth(slow['gbps'].max())}): occupancy is not what limits them")
     return s + "."
 
@@ -206,7 +211,7 @@ def coalescing_vs_ceiling(d: pd.DataFrame, c: Ceilings) -> str | None:
         g = g[g["memory_level"] != "l2"] if (g["memory_level"] != "l2").any() else g
         lo, hi = 100 * g["gbps"].min() / dram, 100 * g["gbps"].max() / dram
         parts.append(f"{v} {fmt.percent(hi)}" if len(g) == 1 or round(lo) == round(hi)
-                     else f"{v} {fmt.percent(lo)}-{fmt.percent(hi)}")
+                     else f"{v} {pct_range(lo, hi)}")
     return (f"Against the {what} (DRAM-resident points): " + ", ".join(parts) + ".")
 
 
@@ -219,7 +224,7 @@ def coalescing_transpose_l2(d: pd.DataFrame, c: Ceilings) -> str | None:
     above = tr[tr["gbps"] > dram]
     if above.empty:
         return None
-    parts = [f"{r['variant']} at {int(r['p_size'])}^2 ({fmt.bandwidth(r['gbps'])}, working "
+    parts = [f"{r['variant']} at {int(r['p_size'])}² ({fmt.bandwidth(r['gbps'])}, working "
              f"set {fmt.nbytes(r['working_set_bytes'])}"
              + (", L2-resident" if r["memory_level"] == "l2" else "") + ")"
              for _, r in above.iterrows()]
@@ -257,7 +262,7 @@ def sobel_caches(d: pd.DataFrame, c: Ceilings) -> str | None:
     if not {"global", "shared"} <= set(best.index):
         return None
     g, s = best["global"], best["shared"]
-    out = (f"At {int(big['p_width'].iloc[0])}^2 the global kernel reaches "
+    out = (f"At {int(big['p_width'].iloc[0])}² the global kernel reaches "
            f"{fmt.bandwidth(g)}, the shared-tile kernel {fmt.bandwidth(s)} (best block "
            "shape each)")
     out += (": the nine re-reads per pixel of the global kernel are served by L1/L2 as well "
@@ -386,7 +391,7 @@ def _coalescing_offset_flat(d: pd.DataFrame, c: Ceilings) -> Verdict:
         return None, "fewer than two offsets"
     lo, hi = off["gbps"].min(), off["gbps"].max()
     return (lo >= (1 - FLAT_LOSS) * hi,
-            f"offsets {fmt.bandwidth(lo)}-{fmt.bandwidth(hi)} (the worst loses "
+            f"offsets {fmt.sig(lo)}–{fmt.bandwidth(hi)} (the worst loses "
             f"{fmt.percent(100 * (1 - lo / hi))}; threshold {FLAT_LOSS:.0%})")
 
 
@@ -398,7 +403,7 @@ def _sobel_close_to_bandwidth(d: pd.DataFrame, c: Ceilings) -> Verdict:
         return None, "no image or no DRAM ceiling"
     g = big["gbps"].max()
     return (g >= LARGE_FRACTION * dram,
-            f"best {fmt.bandwidth(g)} at {int(big['p_width'].iloc[0])}^2: "
+            f"best {fmt.bandwidth(g)} at {int(big['p_width'].iloc[0])}²: "
             f"{fmt.percent(100 * g / dram)} of the {what} (threshold {LARGE_FRACTION:.0%})")
 
 

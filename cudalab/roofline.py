@@ -146,17 +146,17 @@ def _truthy(v: Any) -> bool:
     return v is True or str(v).strip().lower() in ("true", "1", "yes")
 
 
-def annotate(df: pd.DataFrame) -> pd.DataFrame:
+def annotate(df: pd.DataFrame, c: Ceilings | None = None) -> pd.DataFrame:
     """df with the memory-level columns of the contract filled: working_set_bytes,
     memory_level ('dram' | 'l2' | ''), pct_ceil_gbps, pct_ceil_gflops, suspect (bool),
     plus cold_l2 (from the harness column), intensity (FLOP/byte) and suspect_why (text).
     Columns the table has are kept; missing ones are derived by the contract's rules.
-    Annotate the whole table, then select: the L2 size of old tables is on device_query's
-    row. An annotated frame is returned as it is."""
+    Annotate the whole table, then select (the L2 size of old tables is on device_query's
+    row), or give the whole table's ceilings as c. An annotated frame is returned as is."""
     if "suspect_why" in df.columns:
         return df
     out = df.copy()
-    c = ceilings_of(df)
+    c = c or ceilings_of(df)
     out["cold_l2"] = (out["harness"].map(cold_l2) if "harness" in out
                       else pd.Series(None, index=out.index, dtype=object))
     if "working_set_bytes" not in out:
@@ -260,7 +260,7 @@ def hot_cold_note(df: pd.DataFrame, c: Ceilings | None = None) -> str:
     """Whether a section's bandwidth numbers were taken hot or cold, and how many of them
     measured L2 ('' where the section has no device-memory bandwidth). c: the run's
     ceilings (its L2 size), where df is one section of the table."""
-    d = annotate(df)
+    d = annotate(df, c)
     d = d[(d["status"] == "ok") & (d["memory_level"] != "") & np.isfinite(_num(d, "gbps"))]
     if d.empty:
         return ""
