@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from cudalab import fmt, results, timing_report
+from cudalab import explain, fmt, results, roofline, timing_report
 from cudalab.compare import report_context as compare_context
 from cudalab.experiments import REGISTRY
 
@@ -23,11 +23,17 @@ TEMPLATES = ROOT / "reports" / "templates"
 # The columns every experiment's results table shows (after its parameters); m_ metric
 # columns follow on screen and are left out of print (class "metric"): they are in
 # results.csv and in the raw record each row links to.
+# memory_level and the % of the measured ceiling of that level stand beside every GB/s
+# (roofline.annotate fills them in for tables older than those columns).
 TABLE_COLS = ["variant", "status", "time_median_s", "spread", "n_samples", "gflops",
-              "pct_peak_gflops", "gbps", "pct_peak_gbps", "error", "reason"]
+              "pct_peak_gflops", "pct_ceil_gflops", "gbps", "memory_level", "pct_peak_gbps",
+              "pct_ceil_gbps", "error", "reason"]
 HEADERS = {"time_median_s": "median time", "spread": "spread (IQR · CV)",
            "n_samples": "samples", "gflops": "FLOP rate", "pct_peak_gflops": "% FP32 peak",
-           "gbps": "bandwidth", "pct_peak_gbps": "% DRAM peak", "raw": "raw record"}
+           "pct_ceil_gflops": "% FP32 ceiling", "gbps": "bandwidth",
+           "memory_level": "level", "pct_peak_gbps": "% DRAM peak",
+           "pct_ceil_gbps": "% ceiling of level", "raw": "raw record"}
+SUSPECT_MARK = "⚠"  # beside a speed above the ceiling it is compared with
 
 
 def data_uri(path: Path) -> str:
@@ -60,7 +66,18 @@ def _cell(col: str, row: pd.Series) -> str:
     if col == "reason":  # long text: a tooltip, the cell stays narrow
         r = "" if fmt.missing(row.get(col)) else str(row[col])
         return f'<span title="{html.escape(r)}">{html.escape(r[:60])}</span>'
-    return html.escape(fmt.cell(col, row.get(col)))
+    if col in ("pct_ceil_gbps", "pct_ceil_gflops"):
+        return html.escape(fmt.percent(row.get(col)))
+    text = html.escape(fmt.cell(col, row.get(col)))
+    if col in ("gbps", "gflops") and text and _suspect(row):
+        why = html.escape(str(row.get("suspect_why") or "above its ceiling"))
+        return f'{text} <span class="suspect-mark" title="{why}">{SUSPECT_MARK}</span>'
+    return text
+
+
+def _suspect(row: pd.Series) -> bool:
+    v = row.get("suspect")
+    return not fmt.missing(v) and bool(v)
 
 
 def table_html(df: pd.DataFrame, cols: list[str], max_rows: int, raw_href: str = "raw") -> str:
@@ -75,7 +92,9 @@ def table_html(df: pd.DataFrame, cols: list[str], max_rows: int, raw_href: str =
         f"<th{cls[c]}>{html.escape(HEADERS.get(c, fmt.header(c)))}</th>" for c in cols)
     body = []
     for _, row in df.head(max_rows).iterrows():
-        st = f' class="st-{row["status"]}"' if "status" in row else ""
+        st = " ".join([f"st-{row['status']}"] * ("status" in row)
+                      + ["suspect"] * _suspect(row))
+        st = f' class="{st}"' if st else ""
         link = raw_link(str(row["experiment"]), str(row["point_id"]), raw_href)
         tds = "".join(f"<td{cls[c]}>{_cell(c, row)}</td>" for c in cols)
         body.append(f'<tr{st}><td class="metric">{link}</td>{tds}</tr>')
@@ -129,13 +148,23 @@ def _figures(name: str, exp: Any, figures_dir: Path) -> list[dict[str, str]]:
     return figs
 
 
+def _roofline_figure(rooflines: dict[str, dict[str, str]], name: str) -> dict[str, str] | None:
+    fig = rooflines.get(name)
+    if fig is None or not Path(fig["png"]).exists():
+        return None
+    return {"src": data_uri(Path(fig["png"])), "caption": fig["caption"]}
+
+
 def _section(name: str, exp: Any, sub: pd.DataFrame, figures_dir: Path, max_rows: int,
-             raw_href: str) -> dict[str, Any]:
-    """One experiment's part of the report."""
+             raw_href: str, df: pd.DataFrame,
+             rooflines: dict[str, dict[str, str]]) -> dict[str, Any]:
+    """One experiment's part of the report (df: the whole annotated table, whose ceilings
+    and L2 size the explanations read)."""
     not_ok = sub[sub["status"] != "ok"]
     cols = _param_cols(sub) + TABLE_COLS + _metric_cols(sub)
     expectations = exp.expectations(sub)
     summary = exp.summary_table(sub) if hasattr(exp, "summary_table") else ""
+    claims = explain.check_caption(name, exp.caption, df)
     return {
         "name": name, "title": exp.title, "caption": exp.caption,
         "figures": _figures(name, exp, figures_dir),
@@ -152,6 +181,13 @@ def _section(name: str, exp: Any, sub: pd.DataFrame, figures_dir: Path, max_rows
         "table": "" if summary else table_html(sub.drop(columns=["params"]), cols, max_rows,
                                                raw_href),
         "throttle_note": throttle_note(sub),
+        # issue 10: what this run's data says, the caption's claims, where GB/s came from
+        "explanations": explain.explain(name, df),
+        "claims": claims,
+        "claim_warnings": [c for c in claims if c.supported is False],
+        "memory_note": roofline.hot_cold_note(sub, roofline.ceilings_of(df)),
+        "distrust": roofline.distrust(sub),
+        "roofline": _roofline_figure(rooflines, name),
     }
 
 
@@ -171,12 +207,26 @@ def provenance_summary(prov: pd.DataFrame, show: int = 3) -> dict[str, str]:
     return out
 
 
+def roofline_context(df: pd.DataFrame, rooflines: dict[str, dict[str, str]]
+                     ) -> dict[str, Any]:
+    """The report's roofline section: the run's figure, the ceilings measured beside the
+    theoretical ones, and every measurement to distrust with why."""
+    c = roofline.ceilings_of(df)
+    return {"figure": _roofline_figure(rooflines, roofline.RUN_FIGURE),
+            "ceilings": roofline.ceilings_rows(c), "measured": c.measured,
+            "distrust": roofline.distrust(df)}
+
+
 def build_context(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any],
                   telemetry: list[dict[str, Any]] | None = None, raw_href: str = "raw",
-                  telemetry_summary: dict[str, Any] | None = None) -> dict[str, Any]:
+                  telemetry_summary: dict[str, Any] | None = None,
+                  rooflines: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
+    """The template's context. rooflines: roofline.draw_all's figures (none if not given)."""
     max_rows = config["report"]["max_table_rows"]
+    df = roofline.annotate(df)
+    rooflines = rooflines or {}
     sections = [_section(name, exp, df[df["experiment"] == name], figures_dir, max_rows,
-                         raw_href)
+                         raw_href, df, rooflines)
                 for name, exp in REGISTRY.items() if (df["experiment"] == name).any()]
     prov_cols = [c for c in results.PROVENANCE_KEYS if c in df.columns]
     gpu_rows = df[df["gpu_name"].notna()] if "gpu_name" in df else df[:0]
@@ -194,6 +244,7 @@ def build_context(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any],
         "telemetry_summary": telemetry_summary or {},
         # issue 8: convergence and launch overhead (cudalab/timing_report.py)
         "timing": timing_report.context(df, config["measurement"]["target_cv"]),
+        "roofline": roofline_context(df, rooflines),
         "config_json": json.dumps(config, indent=1, sort_keys=True),
     }
 
@@ -212,7 +263,8 @@ def render(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any], out: Pat
 
         raw_href = Path(os.path.relpath(Path(results_dir) / "raw", out.parent)).as_posix()
         summary = telemetry_report.run_summary(Path(results_dir))
-    ctx = build_context(df, figures_dir, config, telemetry, raw_href, summary)
+    rooflines = roofline.draw_all(df, figures_dir) if len(df) else {}
+    ctx = build_context(df, figures_dir, config, telemetry, raw_href, summary, rooflines)
     ctx.update(compare_context(df, config))  # issue 9: course table + baselines (compare.py)
     page = env.get_template("report.html.j2").render(**ctx)
     out.parent.mkdir(parents=True, exist_ok=True)

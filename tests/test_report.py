@@ -7,6 +7,7 @@ import re
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from cudalab import config as cfg
@@ -33,7 +34,8 @@ def test_report_is_self_contained(rendered):
     # nothing to fetch: no external scripts, styles or images
     assert not re.search(r'(src|href)="(https?:)?//', html)
     assert "<script" not in html
-    assert html.count("data:image/png;base64,") == 2
+    # matmul's two figures, the run's roofline and matmul's own
+    assert html.count("data:image/png;base64,") == 4
 
 
 def test_report_has_summary_device_sections_and_checks(rendered):
@@ -118,7 +120,7 @@ def test_report_loads_in_headless_chromium_without_errors(rendered, tmp_path):
         page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
         browser.close()
     assert errors == []
-    assert len(images) == 2
+    assert len(images) == 4
     for img in images:
         assert img["ok"] and img["w"] > 100 and img["h"] > 100, img
 
@@ -263,3 +265,91 @@ def test_a_failed_check_is_flagged_as_contradicting_the_caption(tmp_path):
     assert by["matmul"]["contradictions"] == []
     page = report.render(df, tmp_path, config, tmp_path / "r.html").read_text()
     assert page.count("This run contradicts the caption") == 1
+
+
+# -- issue 10: roofline, memory levels, explanations, caption checks ------------------------
+def test_reference_report_without_the_new_columns(tmp_path):
+    """The committed H100 results.csv has no ceilings, memory level or ncu columns: the
+    report still builds, derives the memory levels, says the ceilings are theoretical and
+    flags the transpose above the DRAM peak."""
+    df = results.read_table(REFERENCE_HTML.parent / "results.csv")
+    assert "memory_level" not in df and "ceil_dram_gbps" not in df
+    config = cfg.validate({"experiments": {n: {} for n in ["matmul", "coalescing", "sobel",
+                                                           "vector_add", "device_query"]}})
+    page = report.render(df, tmp_path, config, tmp_path / "r.html").read_text()
+    assert '<section id="roofline">' in page and 'alt="roofline of the run"' in page
+    for name in ("matmul", "coalescing", "sobel", "vector_add"):
+        assert f'alt="{name}: roofline"' in page, name
+    assert "No ceilings were measured for this run" in page
+    assert "<td>not measured</td><td>3,352 GB/s</td>" in page  # DRAM: theoretical only
+    # the list of measurements to distrust, and the marker in coalescing's table
+    distrust = page[page.index('id="distrust"'):]
+    assert "transpose_padded-size2048" in distrust[:3000]
+    assert "32 MiB fits the 50 MiB L2" in distrust[:3000]
+    assert page.count('<tr class="st-ok suspect">') == 1
+    assert "3,837 GB/s <span class=\"suspect-mark\"" in page
+    # memory levels beside GB/s; hot runs said so
+    assert "<th>level</th>" in page and "<td>l2</td>" in page and "<td>dram</td>" in page
+    assert "Bandwidth measured hot: L2 not flushed" in page
+    # data-driven explanations and the caption check
+    assert "served by the L1 and L2 caches" in page
+    assert page.count("Caption claim not supported by this run") >= 1
+    assert "close to the memory bandwidth at large images" in page
+
+
+def _with_new_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """The reference table with the ceilings and profiler columns of the contract, as the
+    ceilings and ncu steps would add them (ceilings here: made-up round numbers)."""
+    df = df.copy()
+    gpu = df["peak_mem_gbps"].notna()
+    ceil = {"ceil_dram_gbps": 3000.0, "ceil_dram_memcpy_gbps": 2900.0, "ceil_l2_gbps": 9000.0,
+            "ceil_smem_gbps": 30000.0, "ceil_fp32_gflops": 60000.0,
+            "peak_fp32_gflops": 66908.16, "peak_smem_gbps": 33000.0, "peak_l2_gbps": float("nan"),
+            "l2_bytes": 50.0 * 2 ** 20}
+    for k, v in ceil.items():
+        df[k] = df["peak_mem_gbps"].where(~gpu, v).where(gpu)
+    df["working_set_bytes"] = df["bytes"]
+    fits = (df["working_set_bytes"] <= df["l2_bytes"])
+    df["memory_level"] = fits.map({True: "l2", False: "dram"}).where(gpu, "")
+    level_ceiling = df["memory_level"].map({"l2": 9000.0, "dram": 3000.0})
+    df["pct_ceil_gbps"] = 100 * df["gbps"] / level_ceiling
+    df["pct_ceil_gflops"] = 100 * df["gflops"] / df["ceil_fp32_gflops"]
+    df["suspect"] = (df["pct_ceil_gbps"] > 100) | (df["pct_ceil_gflops"] > 100)
+    naive = df["variant"] == "naive"
+    df["m_ncu_status"] = naive.map({True: "ok", False: "not profiled: not selected"})
+    df["m_ncu_l2_hit_rate_pct"] = df["variant"].map({"naive": 91.0})
+    return df
+
+
+def test_report_from_a_table_with_every_new_column(tmp_path):
+    df = _with_new_columns(results.read_table(REFERENCE_HTML.parent / "results.csv"))
+    df = df[df["experiment"].isin(["matmul", "coalescing", "vector_add", "device_query"])]
+    config = cfg.validate({"experiments": {"matmul": {}, "coalescing": {}, "vector_add": {}}})
+    ctx = report.build_context(df, tmp_path, config)
+    assert ctx["roofline"]["measured"]
+    rows = {r["level"].split(" ")[0]: r for r in ctx["roofline"]["ceilings"]}
+    assert rows["DRAM"]["measured"] == "3,000 GB/s" and rows["L2"]["measured"] == "9,000 GB/s"
+    # against its level: the L2-resident transpose is no longer suspect, DRAM copies above
+    # the (made-up) 3,000 GB/s are
+    flagged = {d["point_id"] for d in ctx["roofline"]["distrust"]}
+    assert "transpose_padded-size2048" not in flagged
+    assert flagged == set(df.loc[df["suspect"], "point_id"])
+    page = report.render(df, tmp_path, config, tmp_path / "r.html").read_text()
+    assert "<th>% ceiling of level</th>" in page and "<th>% FP32 ceiling</th>" in page
+    assert "Solid lines: ceilings measured on this GPU" in page
+    assert "(Nsight Compute: L2 hit rate 91 %)" in page
+    assert "measured DRAM ceiling 3,000 GB/s could feed it 750 GFLOP/s" in page
+
+
+def test_a_contradicted_caption_claim_is_shown_under_the_caption(tmp_path):
+    df = results.read_table(REFERENCE_HTML.parent / "results.csv")
+    df = df[df["experiment"].isin(["sobel", "device_query"])].copy()
+    config = cfg.validate({"experiments": {"sobel": {}}})
+    page = report.render(df, tmp_path, config, tmp_path / "r.html").read_text()
+    sobel = page[page.index('<section id="sobel">'):]
+    warn = sobel.index("Caption claim not supported by this run")
+    assert sobel.index('<p class="caption">') < warn
+    assert "18 % of the theoretical DRAM ceiling 3,352 GB/s" in sobel[warn:warn + 500]
+    df["gbps"] = df["gbps"] * 4  # now close to the bandwidth: nothing to warn about
+    page = report.render(df, tmp_path, config, tmp_path / "r.html").read_text()
+    assert "Caption claim not supported" not in page

@@ -1,0 +1,257 @@
+"""Explanations and caption checks on synthetic data: every branch of every lesson, and the
+registry of caption claims kept in step with the captions."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from cudalab import explain, results, roofline
+from cudalab.experiments import REGISTRY
+
+ROOT = Path(__file__).resolve().parent.parent
+REFERENCE = ROOT / "reports" / "reference" / "NVIDIA-H100-80GB-HBM3" / "results.csv"
+MiB = 1 << 20
+HOT = '{"cold_l2": false}'
+
+
+def pt(experiment: str, variant: str, seconds: float, flops: float = math.nan,
+       nbytes: float = 1e9, **extra) -> dict:
+    gbps = nbytes / seconds / 1e9
+    return {"experiment": experiment, "variant": variant, "status": "ok",
+            "point_id": f"{variant}-{'-'.join(f'{k}{v}' for k, v in extra.items())}",
+            "timer": "cuda_event_queued", "harness": HOT, "flops": flops, "bytes": nbytes,
+            "time_median_s": seconds, "gbps": gbps, "gflops": flops / seconds / 1e9,
+            "peak_mem_gbps": 3352.0, "pct_peak_gflops": 100 * flops / seconds / 1e9 / 66900,
+            "l2_bytes": 50.0 * MiB, **extra}
+
+
+def table(rows: list[dict], ceilings: bool = True) -> pd.DataFrame:
+    df = pd.DataFrame(rows)
+    if ceilings:
+        df["ceil_dram_gbps"], df["ceil_fp32_gflops"] = 3000.0, 60000.0
+    return df
+
+
+def matmul(naive_tflops: float = 5.0, **ncu) -> pd.DataFrame:
+    n, fl, by = 4096, 2.0 * 4096 ** 3, 12.0 * 4096 ** 2
+    size = {"p_m": n, "p_k": n, "p_n": n}
+    rows = [pt("matmul", "naive", fl / naive_tflops / 1e12, fl, by, **size,
+               **ncu.get("naive", {})),
+            pt("matmul", "cublas", fl / 50e12, fl, by, **size),
+            pt("matmul", "cpu", 10.0, fl, by, **size) | {"timer": "perf_counter"}]
+    for tile, con, pad in ((32, 9.0e6, 0.0), (16, 4.0e6, 0.0)):
+        rows += [pt("matmul", "tiled_conflict", fl / 2e12, fl, by, p_tile=tile, **size,
+                    **({"m_ncu_smem_bank_conflicts_ld": con, "m_ncu_status": "ok"}
+                       if ncu.get("conflicts") else {})),
+                 pt("matmul", "tiled_padded", fl / 8e12, fl, by, p_tile=tile, **size,
+                    **({"m_ncu_smem_bank_conflicts_ld": pad, "m_ncu_status": "ok"}
+                       if ncu.get("conflicts") else {}))]
+    return table(rows)
+
+
+def test_naive_matmul_served_by_caches_with_l2_hit_rate():
+    say = explain.matmul_naive_caches
+    df = roofline.annotate(matmul(5.0))
+    c = roofline.ceilings_of(df)
+    s = say(df, c)
+    assert "could feed it 750 GFLOP/s" in s and "5.00 TFLOP/s, 6.7x more" in s
+    assert "served by the L1 and L2 caches" in s and "hit rate" not in s
+    hit = matmul(5.0, naive={"m_ncu_l2_hit_rate_pct": 93.5, "m_ncu_status": "ok"})
+    s = say(roofline.annotate(hit), c)
+    assert s.endswith("(Nsight Compute: L2 hit rate 94 %).")
+    skipped = matmul(5.0, naive={"m_ncu_l2_hit_rate_pct": 93.5,
+                                 "m_ncu_status": "not profiled: ncu missing"})
+    assert "hit rate" not in say(roofline.annotate(skipped), c)
+
+
+def test_naive_matmul_fed_by_dram_and_absent():
+    df = roofline.annotate(matmul(0.5))
+    s = explain.matmul_naive_caches(df, roofline.ceilings_of(df))
+    assert "did come from DRAM" in s
+    no_naive = df[df["variant"] != "naive"]
+    assert explain.matmul_naive_caches(no_naive, roofline.ceilings_of(df)) is None
+
+
+def test_theoretical_ceiling_is_named_when_nothing_was_measured():
+    df = roofline.annotate(matmul(5.0).drop(columns=["ceil_dram_gbps", "ceil_fp32_gflops"]))
+    s = explain.matmul_naive_caches(df, roofline.ceilings_of(df))
+    assert "theoretical DRAM ceiling 3,352 GB/s" in s
+
+
+def test_bank_conflicts_only_with_profiler_counts():
+    plain = roofline.annotate(matmul())
+    assert explain.matmul_bank_conflicts(plain, roofline.ceilings_of(plain)) is None
+    df = roofline.annotate(matmul(conflicts=True))
+    s = explain.matmul_bank_conflicts(df, roofline.ceilings_of(df))
+    assert s == ("Shared-memory bank conflicts counted by Nsight Compute at 4096³: tile 32: "
+                 "9,000,000 conflicting vs 0 padded; tile 16: 4,000,000 conflicting vs 0 "
+                 "padded.")
+
+
+def test_best_matmul_against_the_fp32_roof():
+    df = roofline.annotate(matmul())
+    s = explain.matmul_best_vs_roof(df, roofline.ceilings_of(df))
+    assert "cublas, reaches 50.0 TFLOP/s: 83 % of the measured FP32 ceiling" in s
+    assert "at 683 FLOP/byte" in s  # 2n^3 / 12n^2 = n / 6
+
+
+def occupancy(ncu: bool) -> pd.DataFrame:
+    rows = []
+    for bs, occ, gbps in ((32, 0.5, 600.0), (64, 1.0, 1200.0), (128, 1.0, 2500.0),
+                          (256, 1.0, 2600.0), (1024, 0.75, 2450.0)):
+        extra = {"m_ncu_achieved_occupancy_pct": 100 * occ * 0.7 if bs == 1024
+                 else 100 * occ * 0.95, "m_ncu_status": "ok"} if ncu else {}
+        rows.append(pt("occupancy", "vec_mul", 1e9 / gbps / 1e9, 1e6, 1e9, p_block_size=bs,
+                       m_occupancy_theory=occ, **extra))
+    return table(rows)
+
+
+def test_occupancy_achieved_vs_theoretical():
+    plain = roofline.annotate(occupancy(ncu=False))
+    assert explain.occupancy_achieved(plain, roofline.ceilings_of(plain)) is None
+    df = roofline.annotate(occupancy(ncu=True))
+    s = explain.occupancy_achieved(df, roofline.ceilings_of(df))
+    assert "vec_mul: achieved 70–95 % of theoretical over 5 block sizes" in s
+    assert "least at 1024 threads (52 % of 75 %)" in s
+    assert "1 points stay below 80% of their theoretical occupancy" in s
+
+
+def test_occupancy_knee_and_what_occupancy_does_not_explain():
+    df = roofline.annotate(occupancy(ncu=False))
+    s = explain.occupancy_knee(df, roofline.ceilings_of(df))
+    assert "within 10% of its best 2,600 GB/s from 75 % theoretical occupancy up" in s
+    assert "below that it drops to 600 GB/s" in s
+    assert "yet 1 block sizes with at least that occupancy stay below it (64 threads" in s
+
+
+def coalescing() -> pd.DataFrame:
+    return table([
+        pt("coalescing", "copy", 512 * MiB / 2.4e12, nbytes=512.0 * MiB),
+        pt("coalescing", "stride", 512 * MiB / 0.3e12, nbytes=512.0 * MiB, p_stride=32),
+        pt("coalescing", "stride", 512 * MiB / 2.3e12, nbytes=512.0 * MiB, p_stride=1),
+        pt("coalescing", "transpose_padded", 32 * MiB / 3.8e12, nbytes=32.0 * MiB,
+           p_size=2048),
+        pt("coalescing", "transpose_padded", 512 * MiB / 2.7e12, nbytes=512.0 * MiB,
+           p_size=8192),
+    ])
+
+
+def test_coalescing_share_of_the_copy_ceiling_leaves_out_l2_points():
+    df = roofline.annotate(coalescing())
+    s = explain.coalescing_vs_ceiling(df, roofline.ceilings_of(df))
+    assert s == ("Against the measured DRAM ceiling 3,000 GB/s (DRAM-resident points): "
+                 "copy 80 %, stride 10–77 %, transpose_padded 90 %.")
+
+
+def test_transpose_above_the_dram_ceiling_is_called_l2_resident():
+    df = roofline.annotate(coalescing())
+    s = explain.coalescing_transpose_l2(df, roofline.ceilings_of(df))
+    assert "transpose_padded at 2048² (3,800 GB/s, working set 32 MiB, L2-resident)" in s
+    assert "fits the 50 MiB L2" in s and "8192" not in s
+    below = df[df["p_size"] != 2048]
+    assert explain.coalescing_transpose_l2(below, roofline.ceilings_of(df)) is None
+
+
+def test_vector_add_share_and_l2_sizes():
+    df = roofline.annotate(table([
+        pt("vector_add", "gpu", 805e6 / 2.7e12, 2.0 ** 26, 805e6, p_n=2 ** 26, p_threads=256),
+        pt("vector_add", "gpu", 805e6 / 0.6e12, 2.0 ** 26, 805e6, p_n=2 ** 26, p_threads=32),
+        pt("vector_add", "gpu", 12e6 / 3.2e12, 1e6, 12e6, p_n=10 ** 6, p_threads=256)]))
+    s = explain.vector_add_share(df, roofline.ceilings_of(df))
+    assert s.startswith("At n = 67,108,864 (768 MiB moved, dram) the best block size, 256 "
+                        "threads, reaches 2,700 GB/s = 90 % of the measured DRAM ceiling")
+    assert "n = 1,000,000 fit L2 on this hot run" in s
+
+
+@pytest.mark.parametrize("shared_gbps, says", [(400.0, "served by L1/L2"),
+                                                (900.0, "explicit tile pays off")])
+def test_sobel_caches_either_way(shared_gbps, says):
+    df = roofline.annotate(table([
+        pt("sobel", "global", 1 / 600, p_width=8192),
+        pt("sobel", "shared", 1 / shared_gbps, p_width=8192),
+        pt("sobel", "shared", 1 / 2000, p_width=512)]))
+    assert says in explain.sobel_caches(df, roofline.ceilings_of(df))
+
+
+def test_fast_math_sides_of_the_ridge():
+    rows = [pt("fast_math", v, t, fl, 128.0 * MiB, p_iterations=it, p_n=2 ** 24)
+            for it, fl in ((1, 3.2e8), (256, 8.2e10)) for v, t in (("precise", 1e-3),
+                                                                 ("fast_math", 5e-4))]
+    df = roofline.annotate(table(rows))
+    s = explain.fast_math_ridge(df, roofline.ceilings_of(df))
+    assert s.startswith("The measured ridge point is at 20 FLOP/byte")
+    assert "1 iteration(s) sit left of it" in s and "256 iterations right of it" in s
+
+
+def test_explain_reads_the_whole_table_and_skips_absent_experiments():
+    df = pd.concat([matmul(), coalescing()], ignore_index=True)
+    assert len(explain.explain("matmul", df)) == 2  # no ncu: no bank-conflict sentence
+    assert explain.explain("sobel", df) == []
+    assert explain.explain("transfer", df) == []
+
+
+# -- caption claims ------------------------------------------------------------------------
+def test_every_claim_is_in_its_caption():
+    for claim in explain.CAPTION_CLAIMS:
+        assert claim.phrase in REGISTRY[claim.experiment].caption, claim
+
+
+def _verdict(name: str, df: pd.DataFrame) -> list[bool | None]:
+    return [r.supported for r in explain.check_caption(name, REGISTRY[name].caption, df)]
+
+
+def test_claims_supported_and_contradicted():
+    assert _verdict("matmul", matmul()) == [True]
+    slow = matmul()
+    slow.loc[slow["variant"] == "cublas", "gflops"] = 1000.0
+    assert _verdict("matmul", slow) == [False]
+    assert _verdict("coalescing", coalescing()) == [None]  # no offset points
+    flat = table([pt("coalescing", "offset", 1 / 2300, p_offset=o) for o in range(3)])
+    assert _verdict("coalescing", flat) == [True]
+    flat.loc[1, "gbps"] = 1000.0
+    assert _verdict("coalescing", flat) == [False]
+
+
+def test_occupancy_claim_uses_points_above_half():
+    df = occupancy(ncu=False)
+    assert _verdict("occupancy", df) == [False]  # 64 threads: 100 %, 1,200 GB/s
+    assert _verdict("occupancy", df[df["p_block_size"] != 64]) == [True]
+
+
+def test_vector_add_claims():
+    rows = [pt("vector_add", "gpu", 1 / g, p_n=2 ** 26, p_threads=t)
+            for t, g in ((32, 600.0), (256, 2700.0))]
+    assert _verdict("vector_add", table(rows)) == [True, True]
+    rows = [pt("vector_add", "gpu", 1 / g, p_n=2 ** 26, p_threads=t)
+            for t, g in ((32, 1000.0), (256, 1100.0))]
+    assert _verdict("vector_add", table(rows)) == [False, False]
+
+
+def test_sobel_and_fast_math_claims():
+    assert _verdict("sobel", table([pt("sobel", "global", 1 / 600, p_width=8192)])) == [False]
+    assert _verdict("sobel", table([pt("sobel", "global", 1 / 2500, p_width=8192)])) == [True]
+    one = [pt("fast_math", "precise", 1e-3, 1e6, p_iterations=1, p_n=2 ** 24),
+           pt("fast_math", "fast_math", 5e-4, 1e6, p_iterations=1, p_n=2 ** 24)]
+    assert _verdict("fast_math", table(one)) == [False]
+    one[1]["time_median_s"] = 0.95e-3
+    assert _verdict("fast_math", table(one)) == [True]
+
+
+def test_a_phrase_no_longer_in_the_caption_is_not_checked():
+    assert explain.check_caption("matmul", "a caption without the claim", matmul()) == []
+
+
+def test_reference_run_explanations():
+    """The committed H100 run: naive matmul served by caches, the 2048² padded transpose
+    L2-resident, sobel's 'close to the memory bandwidth' not supported."""
+    df = results.read_table(REFERENCE)
+    mm = " ".join(explain.explain("matmul", df))
+    assert "served by the L1 and L2 caches" in mm
+    co = " ".join(explain.explain("coalescing", df))
+    assert "transpose_padded at 2048²" in co and "L2-resident" in co
+    sob = explain.check_caption("sobel", REGISTRY["sobel"].caption, df)
+    assert [r.supported for r in sob] == [False]
