@@ -293,8 +293,9 @@ def test_reference_report_without_the_new_columns(tmp_path):
     assert "Bandwidth measured hot: L2 not flushed" in page
     # data-driven explanations and the caption check
     assert "served by the L1 and L2 caches" in page
-    assert page.count("Caption claim not supported by this run") >= 1
-    assert "close to the memory bandwidth at large images" in page
+    # every caption claim holds on the H100 (the captions were reworded where the data
+    # contradicted them: occupancy, sobel, fast_math); test_explain checks the warnings
+    assert "Caption claim not supported by this run" not in page
 
 
 def _with_new_columns(df: pd.DataFrame) -> pd.DataFrame:
@@ -346,10 +347,10 @@ def test_a_contradicted_caption_claim_is_shown_under_the_caption(tmp_path):
     df = df[df["experiment"].isin(["sobel", "device_query"])].copy()
     config = cfg.validate({"experiments": {"sobel": {}}})
     page = report.render(df, tmp_path, config, tmp_path / "r.html").read_text()
+    assert "Caption claim not supported" not in page  # 18 % of DRAM: far from it, as claimed
+    df["gbps"] = df["gbps"] * 4  # now close to the bandwidth: the caption's claim fails
+    page = report.render(df, tmp_path, config, tmp_path / "r.html").read_text()
     sobel = page[page.index('<section id="sobel">'):]
     warn = sobel.index("Caption claim not supported by this run")
     assert sobel.index('<p class="caption">') < warn
-    assert "18 % of the theoretical DRAM ceiling 3,352 GB/s" in sobel[warn:warn + 500]
-    df["gbps"] = df["gbps"] * 4  # now close to the bandwidth: nothing to warn about
-    page = report.render(df, tmp_path, config, tmp_path / "r.html").read_text()
-    assert "Caption claim not supported" not in page
+    assert "of the theoretical DRAM ceiling 3,352 GB/s (far: below 60%)" in sobel[warn:warn + 500]

@@ -57,9 +57,11 @@ class Occupancy(Experiment):
         "most block sizes and dipping where the block slots or the warp count do not divide "
         "evenly; the register-heavy kernel capped far lower and unable to launch at all with "
         "the largest blocks; the shared-memory kernel starved at small blocks, where the "
-        "per-block shared memory, not the threads, fills the SM. Time follows occupancy only "
-        "while too few warps are resident to hide memory latency: above roughly half "
-        "occupancy a memory-bound kernel is at full bandwidth anyway. The project's "
+        "per-block shared memory, not the threads, fills the SM. Theoretical occupancy is an "
+        "upper bound, not a prediction: the smallest blocks reach full occupancy on paper "
+        "yet run slower, because blocks that start and retire within microseconds leave "
+        "warp slots empty (the achieved occupancy, read by Nsight Compute with "
+        "profile.ncu on, is far lower). The project's "
         "calculator must agree with the CUDA driver at every point."
     )
     schema = block_schema({

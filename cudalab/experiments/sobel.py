@@ -46,11 +46,12 @@ class Sobel(Experiment):
         "block's tile plus a one-pixel halo once and reads the neighbours from shared "
         "memory; the constant-memory kernel takes the two 3 x 3 masks from __constant__ "
         "memory (set from the host) instead of the arithmetic. All three must match the "
-        "numpy reference pixel for pixel. Look for: GB/s (image in + edges out) close to "
-        "the memory bandwidth at large images; the course expects the tiled kernel to be at "
-        "least as fast as the global one - on GPUs with large L1 caches the cache already "
-        "does the tiling's job and the difference may vanish or reverse; block shapes wide "
-        "in x (32 x 8) coalesce rows better than narrow ones."
+        "numpy reference pixel for pixel. Look for: GB/s (image in + edges out) far from "
+        "the DRAM bandwidth even at large images (nine loads and the gradient arithmetic "
+        "per pixel, served by L1, limit it before DRAM does); the course expects the "
+        "tiled kernel to be at least as fast as the global one - on GPUs with large L1 "
+        "caches the cache already does the tiling's job and the difference may vanish or "
+        "reverse; block shapes wide in x (32 x 8) coalesce rows better than narrow ones."
     )
     schema = block_schema({
             "sizes": {
