@@ -283,7 +283,7 @@ def test_levels_are_the_plateaus_inside_each_level():
     assert set(lv) == {"l1", "l2", "dram", "shared", "constant", "constant_big"}
     assert lv["l1"].cycles == 35 and "global, 1 KiB - 64 KiB (7 working sets)" == lv["l1"].where
     assert lv["l2"].cycles == 270 and lv["l2"].where.startswith("global_cg, 1 KiB - 8 MiB")
-    assert lv["dram"].cycles == 820 and lv["dram"].where == "global, 512 MiB (1 working sets)"
+    assert lv["dram"].cycles == 820 and lv["dram"].where == "global, 512 MiB (1 working set)"
     assert lv["dram"].ns == pytest.approx(820 / CLOCK_GHZ) and lv["dram"].course == 500
     assert lv["shared"].cycles == 30 and lv["constant"].cycles == 12
     assert lv["constant_big"].cycles == 80 and lv["constant_big"].course is None
@@ -564,3 +564,34 @@ def _entries(ptx: str):
             lines.append(line)
     if name:
         yield name, lines
+
+
+def test_a_chain_too_large_for_its_memory_frees_what_was_allocated():
+    from cudalab.experiments.latency import Chaser
+
+    gpu = _fake_gpu()
+    gpu.global_sizes["latency_constant_chain"] = 1024
+    kernel = gpu.compile("latency.cu")
+    chain = ChainData(make_chain(16, np.random.default_rng(0)), 128)  # 2 KiB
+    with pytest.raises(ValueError, match="does not fit the 1024-byte __constant__ array"):
+        Chaser(gpu, kernel, "constant", chain, 1024, capacity=4)
+    assert gpu.cuda.allocs and all(a.freed for a in gpu.cuda.allocs)
+
+
+def test_timed_records_are_the_last_launches_less_throttled_ones():
+    from cudalab.experiments.latency import Chaser
+
+    gpu = _fake_gpu()
+    kernel = gpu.compile("latency.cu")
+    chain = ChainData(make_chain(8, np.random.default_rng(0)), 128)
+    chaser = Chaser(gpu, kernel, "shared", chain, 1024, capacity=3)
+    for warm in (8, 0, 0, 0, 0):  # the ring keeps the last three
+        chaser.launch(warm)
+    assert chaser.check().passed and "3 launches" in chaser.check().detail
+    recs, first = chaser.records()
+    assert first == 2 and [int(r[0]) for r in recs[1:]] == [int(r[1]) for r in recs[:-1]]
+    assert len(chaser.timed([False, True, False])) == 2
+    assert np.array_equal(chaser.timed([False, True, False]), recs[[0, 2]])
+    assert len(chaser.timed([True, True])) == 2  # all throttled: all kept, as the harness does
+    chaser.free()
+    assert all(a.freed for a in gpu.cuda.allocs)

@@ -185,6 +185,8 @@ class Latency(Experiment):
         prime = point.variant in GLOBAL and ws <= PRIME_L2_FACTOR * gpu.l2_bytes
         kernel = self.kernel_for(ctx, point)
         s = ctx.harness.settings
+        # every launch keeps its record: the check's, and the harness's (twice as many where
+        # a queued measurement falls back to plain events and starts again)
         chaser = Chaser(gpu, kernel, point.variant, chain, steps,
                         capacity=2 * (s.warmup + s.max_samples) + 2)
         try:
@@ -452,24 +454,35 @@ class Chaser:
         self.capacity, self.count, self.warms = capacity, 0, []
         self.func = kernel.function(f"chase_{variant}")
         self._allocs: list[Any] = []
-        self.state = self._alloc(8)
-        self.slots = self._alloc(8 * SLOT_WORDS * capacity)
+        # one thread chases; the shared variant's block first copies the chain in
+        self.args: tuple[Any, ...] = ()
+        self.grid, self.block = (1, 1), (1, 1, 1)
         self.first = 0  # the chain is walked from node 0's offset
-        self.cuda.memcpy_htod(self.state, np.array([self.first], np.uint64))
-        self.args: tuple[Any, ...]
+        try:
+            self.state = self._alloc(8)
+            self.slots = self._alloc(8 * SLOT_WORDS * capacity)
+            self.cuda.memcpy_htod(self.state, np.array([self.first], np.uint64))
+            self._load(kernel)
+        except BaseException:
+            self.free()
+            raise
+
+    def _load(self, kernel: Any) -> None:
+        """Put the chain where the variant reads it; set the launch's arguments."""
+        chain, variant = self.chain, self.variant
         if variant in GLOBAL:
             self.func.prepare("PPPiii")
             data = self._alloc(chain.n * chain.stride)
             self.cuda.memcpy_htod(data, chain_words(chain.nxt, chain.stride, np.uint64,
                                                     base=int(data)))
-            self.args, self.grid, self.block = (data, self.state, self.slots), (1, 1), (1, 1, 1)
+            self.args = (data, self.state, self.slots)
         elif variant == "shared":
             self.func.prepare("PiPPiii")
             words = chain_words(chain.nxt, chain.stride, np.uint32)
             data = self._alloc(words.nbytes)
             self.cuda.memcpy_htod(data, words)
             self.args = (data, np.int32(words.size), self.state, self.slots)
-            self.grid, self.block = (1, 1), (SHARED_COPY_THREADS, 1, 1)
+            self.block = (SHARED_COPY_THREADS, 1, 1)
         else:
             self.func.prepare("PPiii")
             ptr, size = kernel.module.get_global("latency_constant_chain")
@@ -478,7 +491,7 @@ class Chaser:
                 raise ValueError(f"a {words.nbytes}-byte chain does not fit the {size}-byte "
                                  "__constant__ array")
             self.cuda.memcpy_htod(ptr, words)
-            self.args, self.grid, self.block = (self.state, self.slots), (1, 1), (1, 1, 1)
+            self.args = (self.state, self.slots)
 
     def _alloc(self, nbytes: int) -> Any:
         a = self.cuda.mem_alloc(nbytes)
@@ -545,7 +558,8 @@ def _level(key: str, name: str, sub: pd.DataFrame, course: float | None) -> Leve
         return None
     sizes = sorted(sub["ws"].astype(int).unique())
     span = bytes_label(sizes[0]) + (f" - {bytes_label(sizes[-1])}" if len(sizes) > 1 else "")
-    return Level(key, name, f"{sub['variant'].iloc[0]}, {span} ({len(sizes)} working sets)",
+    count = f"{len(sizes)} working set" + ("s" if len(sizes) > 1 else "")
+    return Level(key, name, f"{sub['variant'].iloc[0]}, {span} ({count})",
                  float(sub["cycles"].median()), float(sub["ns"].median()), course)
 
 
