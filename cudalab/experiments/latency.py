@@ -119,14 +119,13 @@ class Latency(Experiment):
     }
     vs_device_peak = False  # a latency is no bandwidth: no % of peak
     try_this = [
-        ("latency.stride: 32", "four nodes share a 128-byte line: in L1 and L2 nothing "
-         "changes much, but beyond L2 a quarter of the steps find their line already fetched "
-         "by a neighbour, so the DRAM plateau drops"),
         ("measurement.cold_l2: true", "the L2 is flushed before every timed launch: chains "
-         "between the L1 and L2 sizes now come from DRAM, and the L2 plateau disappears "
-         "(L1-sized chains are still warmed inside the launch)"),
-        ("latency.max_bytes: 2147483648", "working sets of 1-2 GiB: more TLB misses, so the "
-         "DRAM latency keeps rising slowly past the L2 size"),
+         "from 2 MiB up to the L2 size now come from DRAM; only chains of at most 8192 nodes "
+         "(1 MiB) keep their L1 or L2 latency, because each launch walks them whole, "
+         "untimed, before the clock starts"),
+        ("latency.max_bytes: 2147483648", "two more points past 8x the L2, where the caches "
+         "are long exhausted: if the latency still rises from 512 MiB to 2 GiB, address "
+         "translation (TLB misses on the 2 MiB pages) is what adds to it"),
     ]
     questions = [
         "Why must each load's address depend on the previous load's value to measure "
