@@ -254,7 +254,7 @@ def synthetic_record(variant, ws, cycles, status="ok"):
         "timing": {"samples_s": [t] * 3, "median": t, "iqr": 0.0, "cv": 0.0, "min": t,
                    "mean": t, "std": 0.0, "n": 3, "batch": 1, "timer": "cuda_event_queued",
                    "stop_reason": "converged", "n_throttled": 0},
-        "work": {"flops": 0.0, "bytes": math.nan},
+        "work": {"flops": math.nan, "bytes": math.nan},
         "check": {"error": 0 if status == "ok" else 1, "tolerance": 0,
                   "metric": "launches_off_the_chain", "passed": status == "ok", "detail": ""},
         "metrics": {"cycles_per_load": cycles, "ns_per_load": cycles / CLOCK_GHZ,
@@ -463,7 +463,7 @@ def test_smoke_grid_through_the_runner_on_a_fake_gpu(tmp_path, monkeypatch):
     assert (df["status"] == "ok").all(), df[["point_id", "reason"]].to_string()
     assert len(df) == len(EXP.points(validate(dict(EXP.smoke))))
     assert (df["error_metric"] == "launches_off_the_chain").all()
-    assert df["bytes"].isna().all() and df["gbps"].isna().all()
+    assert df["bytes"].isna().all() and df["gbps"].isna().all() and df["gflops"].isna().all()
     assert df["pct_peak_gbps"].isna().all()
     for _, r in df.iterrows():  # the kernel's counters, per load, are the metrics
         ws = int(r["p_working_set"])

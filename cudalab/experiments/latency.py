@@ -204,7 +204,8 @@ class Latency(Experiment):
         metrics = {**launch_stats(timed, steps), "nodes": chain.n, "stride": stride,
                    "warm_steps": warm, "primed": prime, "steps": steps,
                    "l2_bytes": gpu.l2_bytes, "l1_bytes": l1_bytes(gpu.info["compute_capability"])}
-        return Result(timing, 0.0, float("nan"), check, metrics, kernel=kernel)
+        # no FLOP rate and no bandwidth: NaN keeps both columns out of the report's table
+        return Result(timing, float("nan"), float("nan"), check, metrics, kernel=kernel)
 
     # -- figure ----------------------------------------------------------------------------
     def _frame(self, df: pd.DataFrame) -> pd.DataFrame:
