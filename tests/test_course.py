@@ -24,12 +24,16 @@ def rows(h100):
     return {r["lesson"]: r for r in course.course_table(h100)}
 
 
-def test_every_lesson_matches_a_point_of_the_default_grid(rows):
-    missing = [name for name, r in rows.items() if r["this"] is None]
+def test_every_lesson_matches_a_point_of_the_default_grid(rows, h100):
+    # an experiment newer than the reference run is matched against its grid in its own tests
+    measured = set(h100["experiment"])
+    missing = [name for name, r in rows.items()
+               if r["this"] is None and r["experiment"] in measured]
     assert not missing, missing
     for r in rows.values():
         assert r["why"] and "{" not in r["why"], r
-        assert r["check"] in ("", "seen", "not seen", "n/a"), r
+        assert r["check"] in (("", "seen", "not seen", "n/a") if r["experiment"] in measured
+                              else ("", "not checked in this run")), r
 
 
 def test_numbers_from_the_h100_run(rows):

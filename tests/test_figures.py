@@ -38,6 +38,8 @@ def _check(fig) -> None:
 
 @pytest.mark.parametrize("name, fig_name", FIGS, ids=[f"{n}/{f}" for n, f in FIGS])
 def test_figure_text_never_collides(ref, name, fig_name):
+    if not (ref["experiment"] == name).any():  # newer than the reference: its own tests draw it
+        pytest.skip(f"{name} is not in the reference run")
     fig = REGISTRY[name].plot(fig_name, ref[ref["experiment"] == name])
     assert fig is not None
     _check(fig)
