@@ -509,13 +509,15 @@ from pathlib import Path
 from cudalab.telemetry import NvidiaSmiSampler
 s = NvidiaSmiSampler(Path({out!r}), "0", 50, exe={exe!r})
 s.before_job()
-print("started", flush=True)
 mode = sys.argv[1]
 if mode == "kill":
+    print("started", flush=True)
     os.kill(os.getpid(), signal.SIGKILL)
 elif mode == "exit":
+    print("started", flush=True)
     sys.exit(3)  # no after_job: the atexit hook must stop nvidia-smi
 try:
+    print("started", flush=True)  # inside try: a SIGTERM from now on runs the finally
     time.sleep(60)
 finally:
     s.after_job()
