@@ -63,7 +63,10 @@ L2_SHIFT_F4 = 1024  # the rotation of each pass, in float4s (16 KiB: stays 128-b
 MIN_L2 = 1 << 20  # sizing floor where the driver reports no L2
 SMEM_ITERS = 256  # 4 float4 reads per iteration per thread
 FMA_ITERS = 128  # x FMA_UNROLL chain steps
-FMA_M, FMA_C = np.float32(0.9999), np.float32(0.01)  # x -> x m + c converges to c / (1 - m)
+# x -> x m + c converges to L = c / (1 - m) = 100; m = 1 - 2^-11 (1 - 1 / steps) keeps m^steps
+# near 1/e, so the result still depends on the step count (16 steps fewer move it ~9 x the
+# tolerance) while rounding errors stay small. Both are exact in float32.
+FMA_M, FMA_C = np.float32(1 - 2.0 ** -11), np.float32(100 * 2.0 ** -11)
 POISON = 0xFFFFFFFF  # never an iota value (buffers hold < 2^32 words)
 CHECK_CHUNK = 1 << 24  # words compared per numpy step on the host
 
@@ -129,15 +132,18 @@ def rotation_words(n_words: int, reps: int, shift_f4: int) -> int:
 
 def count_iota_mismatches(out: np.ndarray, rotation: int = 0) -> int:
     """Words of `out` that differ from iota rotated by `rotation` ((i + rotation) % n),
-    compared chunk by chunk (no full-size reference is made)."""
+    compared chunk by chunk (no full-size reference is made): out[:n - rotation] must
+    count up from `rotation`, the rest from 0."""
     out = np.asarray(out).view(np.uint32).reshape(-1)
     n = out.size
+    rotation %= max(n, 1)
+    split = n - rotation
     bad = 0
-    for a in range(0, n, CHECK_CHUNK):
-        b = min(a + CHECK_CHUNK, n)
-        want = np.arange(a + rotation, b + rotation, dtype=np.int64)
-        want[want >= n] -= n
-        bad += int(np.count_nonzero(out[a:b] != want.astype(np.uint32)))
+    for start, stop, first in ((0, split, rotation), (split, n, 0)):
+        for a in range(start, stop, CHECK_CHUNK):
+            b = min(a + CHECK_CHUNK, stop)
+            want = np.arange(first + a - start, first + b - start, dtype=np.uint32)
+            bad += int(np.count_nonzero(out[a:b] != want))
     return bad
 
 

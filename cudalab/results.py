@@ -462,10 +462,10 @@ def read_table(path: Path) -> pd.DataFrame:
             df[c] = df[c].map({True: True, False: False, "True": True, "False": False}).astype(
                 "boolean"
             )
-    for c in CEILING_COLUMNS:
-        if c not in df:
-            df[c] = pd.Series([None] * len(df), index=df.index, dtype="object").astype(
-                COLUMNS[c][0])
+    missing = {c: pd.Series([None] * len(df), index=df.index, dtype="object").astype(
+        COLUMNS[c][0]) for c in CEILING_COLUMNS if c not in df}
+    if missing:
+        df = pd.concat([df, pd.DataFrame(missing, index=df.index)], axis=1)
     df["memory_level"] = df["memory_level"].fillna("")  # CSV writes '' as an empty cell
     if "peak_mem_gbps" not in df and "m_peak_gbps" in df:
         # a table aggregated before the peak had its own column (the H100 reference): the
