@@ -1,5 +1,7 @@
-// Global-memory coalescing: copy kernels with different access patterns, and matrix
-// transpose (naive against shared-memory tiled, with and without padding).
+// Global-memory coalescing: copy kernels with different access patterns (one float or one
+// float4 per thread, shifted, strided), and matrix transpose (naive against shared-memory
+// tiled, with and without padding). The experiment also times cudaMemcpy device to device of
+// the same bytes: the ceiling every copy here is compared with.
 //
 // A warp's 32 loads are served in 32-byte sectors. When neighbouring threads read
 // neighbouring floats (copy, offset 0, stride 1) one warp needs 4 sectors = 128 bytes, all
@@ -24,6 +26,23 @@ extern "C" __global__ void copy_coalesced(float* __restrict__ a,
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
         a[i] = b[i];
+}
+
+// a[i] = b[i], four floats per access: one 16-byte load and store per thread and step, over
+// a grid that fills the chip once (grid-stride loop: the launch needs only SMs x blocks per
+// SM blocks, whatever n). The last n % 4 floats are copied one by one.
+extern "C" __global__ void copy_vec4(float* __restrict__ a, const float* __restrict__ b,
+                                     unsigned int n)
+{
+    const unsigned int n4 = n / 4;
+    const unsigned int stride = gridDim.x * blockDim.x;
+    const unsigned int first = blockIdx.x * blockDim.x + threadIdx.x;
+    const float4* __restrict__ b4 = reinterpret_cast<const float4*>(b);
+    float4* __restrict__ a4 = reinterpret_cast<float4*>(a);
+    for (unsigned int i = first; i < n4; i += stride)
+        a4[i] = b4[i];
+    if (first < n - 4 * n4)
+        a[4 * n4 + first] = b[4 * n4 + first];
 }
 
 // a[i] = b[(i + offset) % n]: reads start `offset` floats past an aligned boundary.

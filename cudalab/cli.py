@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -114,7 +115,19 @@ def cmd_aggregate(a: argparse.Namespace) -> int:
         return 1
     for p in results.write_table(df, Path(a.out)):
         print(f"wrote {p} ({len(df)} rows)")
+    _write_ceilings(manifests, Path(a.out).parent / "ceilings.csv")
     return 0
+
+
+def _write_ceilings(manifests: list[dict[str, Any]], path: Path) -> None:
+    """results/ceilings.csv: the measured and theoretical ceilings of every GPU job."""
+    from cudalab import ceilings
+
+    table = ceilings.ceilings_table(manifests)
+    tmp = path.with_name(f".{path.name}.tmp")
+    table.to_csv(tmp, index=False)
+    os.replace(tmp, path)
+    print(f"wrote {path} ({len(table)} GPU jobs)")
 
 
 def cmd_figures(a: argparse.Namespace) -> int:

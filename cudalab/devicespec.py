@@ -275,3 +275,44 @@ def device_peaks(gpu: Any) -> dict[str, float]:
         except KeyError:
             pass
     return out
+
+
+def smem_bytes_per_clock(cc: Any) -> int:
+    """Bytes the shared memory of one SM delivers per clock: 32 banks of 4 bytes (128 B);
+    Kepler (cc 3.x) has 8-byte banks in its 64-bit mode (256 B). CUDA C++ Programming Guide,
+    "Shared Memory" of each compute capability."""
+    return 32 * (8 if spec(cc).major == 3 else 4)
+
+
+def peak_smem_gbps(cc: Any, sm_count: int, sm_clock_khz: float) -> float:
+    """SMs x shared-memory bytes per clock (32 banks x 4 B) x SM clock, in GB/s (H100 SXM:
+    132 x 128 B x 1980 MHz = 33 454 GB/s)."""
+    return smem_bytes_per_clock(cc) * int(sm_count) * float(sm_clock_khz) * 1e3 / 1e9
+
+
+def memory_peaks(gpu: Any) -> dict[str, float]:
+    """Theoretical shared-memory and L2 bandwidth and the L2 size of an open device (as
+    device_peaks: anything with attr(NAME) -> int); NaN where the driver does not say.
+
+    peak_l2_gbps is always NaN: NVIDIA documents neither the L2's clock (the driver does not
+    report it) nor its bytes per clock per slice for recent architectures, and figures
+    derived from the SM clock disagree with measurements by large factors, so no formula
+    here would be reliable. The measured ceil_l2_gbps stands alone."""
+    def attr(name: str) -> int | None:
+        try:
+            return int(gpu.attr(name))
+        except Exception:  # noqa: BLE001 - attribute missing in this pycuda / driver
+            return None
+
+    out = {"peak_smem_gbps": math.nan, "peak_l2_gbps": math.nan, "l2_bytes": math.nan}
+    major, minor = attr("COMPUTE_CAPABILITY_MAJOR"), attr("COMPUTE_CAPABILITY_MINOR")
+    sms, clock = attr("MULTIPROCESSOR_COUNT"), attr("CLOCK_RATE")
+    if major and minor is not None and sms and clock and sms > 0 and clock > 0:
+        try:
+            out["peak_smem_gbps"] = peak_smem_gbps(f"{major}.{minor}", sms, clock)
+        except KeyError:
+            pass
+    l2 = attr("L2_CACHE_SIZE")
+    if l2 and l2 > 0:
+        out["l2_bytes"] = float(l2)
+    return out

@@ -65,6 +65,30 @@ COLUMNS: dict[str, tuple[str, str]] = {
                         "(empty for CPU points and PCIe experiments)"),
     "peak_mem_gbps": ("float64", "the GPU's theoretical DRAM bandwidth, GB/s (empty for CPU "
                       "points and PCIe experiments)"),
+    "peak_fp32_gflops": ("float64", "the GPU's theoretical FP32 peak, GFLOP/s (empty for CPU "
+                         "points and PCIe experiments)"),
+    "ceil_dram_gbps": ("float64", "measured DRAM ceiling of the job's GPU, GB/s: the better "
+                       "of a float4 streaming copy and cudaMemcpy device to device over 16 x "
+                       "the L2 (empty where not measured)"),
+    "ceil_l2_gbps": ("float64", "measured L2 ceiling, GB/s: a float4 copy over a hot working "
+                     "set of half the L2 (empty where not measured)"),
+    "ceil_smem_gbps": ("float64", "measured shared-memory read ceiling, GB/s (empty where not "
+                       "measured)"),
+    "ceil_fp32_gflops": ("float64", "measured FP32 ceiling, GFLOP/s: independent FMA chains "
+                         "(empty where not measured)"),
+    "l2_bytes": ("float64", "L2 cache size of the GPU, bytes (empty for CPU points and PCIe "
+                 "experiments)"),
+    "working_set_bytes": ("float64", "device memory one launch touches, bytes (declared by "
+                          "the experiment; else its bytes)"),
+    "memory_level": ("string", "where the working set lives: l2 (it fits in the L2 and the "
+                     "L2 was not flushed), dram (otherwise), empty for CPU points, PCIe "
+                     "experiments and records without the L2 size"),
+    "pct_ceil_gbps": ("float64", "gbps as % of the measured ceiling of its memory level "
+                      "(ceil_l2_gbps or ceil_dram_gbps)"),
+    "pct_ceil_gflops": ("float64", "gflops as % of the measured FP32 ceiling"),
+    "suspect": ("boolean", "faster than the ceiling it is compared with (above 100 % of "
+                "ceil_* of its memory level, or of the theoretical peak where no ceiling was "
+                "measured): the number needs explaining (empty: nothing to compare with)"),
     "error": ("float64", "error against the CPU reference (metric in error_metric)"),
     "tolerance": ("float64", "largest error that passes"),
     "error_metric": ("string", "how error is measured (e.g. rel_fro: ||C-R||_F / ||R||_F)"),
@@ -94,6 +118,12 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "config_hash": ("string", "hash of the experiment's config block"),
     "timestamp": ("string", "ISO 8601 UTC time of the measurement"),
 }
+
+# Columns added with the measured ceilings: a table aggregated before them (the committed
+# references) reads back with them empty.
+CEILING_COLUMNS = ("peak_fp32_gflops", "ceil_dram_gbps", "ceil_l2_gbps", "ceil_smem_gbps",
+                   "ceil_fp32_gflops", "l2_bytes", "working_set_bytes", "memory_level",
+                   "pct_ceil_gbps", "pct_ceil_gflops", "suspect")
 
 PROVENANCE_KEYS = [k for k in list(COLUMNS)[list(COLUMNS).index("gpu_name"):]]
 
@@ -268,6 +298,63 @@ def _safe_div(a: Any, b: Any) -> float:
     return a / b if b > 0 and not math.isnan(a) else math.nan
 
 
+def _num(v: Any) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def memory_level(working_set: float, l2_bytes: float, cold_l2: bool) -> str:
+    """'l2' when the working set fits in the L2 and the harness did not flush it before each
+    sample, 'dram' otherwise; '' where either size is unknown (CPU points, PCIe experiments,
+    records from before the L2 size was recorded)."""
+    if not (math.isfinite(working_set) and math.isfinite(l2_bytes) and l2_bytes > 0):
+        return ""
+    return "l2" if working_set <= l2_bytes and not cold_l2 else "dram"
+
+
+def ceiling_columns(work: dict[str, Any], timing: dict[str, Any], median: float
+                    ) -> dict[str, Any]:
+    """The measured-ceiling columns of a row, from its record's work (declared work, the
+    device's peaks and the job's measured ceilings), its timing's cold_l2 setting and the
+    median time (NaN for rows that are not ok: they carry no speed)."""
+    flops, nbytes = _num(work.get("flops")), _num(work.get("bytes"))
+    ws = _num(work.get("working_set"))
+    ws = ws if math.isfinite(ws) else nbytes
+    cold = bool((timing.get("harness") or {}).get("cold_l2", False))
+    level = memory_level(ws, _num(work.get("l2_bytes")), cold)
+    med = _num(median)
+    gbps, gflops = _safe_div(nbytes, med) / 1e9, _safe_div(flops, med) / 1e9
+    ceil_gbps = _num(work.get({"l2": "ceil_l2_gbps", "dram": "ceil_dram_gbps"}.get(level, "")))
+    ceil_gflops = _num(work.get("ceil_fp32_gflops"))
+    pct_gbps = 100 * _safe_div(gbps, ceil_gbps)
+    pct_gflops = 100 * _safe_div(gflops, ceil_gflops)
+    return {
+        "peak_fp32_gflops": _num(work.get("peak_fp32_gflops")),
+        "ceil_dram_gbps": _num(work.get("ceil_dram_gbps")),
+        "ceil_l2_gbps": _num(work.get("ceil_l2_gbps")),
+        "ceil_smem_gbps": _num(work.get("ceil_smem_gbps")),
+        "ceil_fp32_gflops": ceil_gflops,
+        "l2_bytes": _num(work.get("l2_bytes")),
+        "working_set_bytes": ws,
+        "memory_level": level,
+        "pct_ceil_gbps": pct_gbps,
+        "pct_ceil_gflops": pct_gflops,
+        "suspect": _suspect(
+            pct_gbps if math.isfinite(ceil_gbps) or level != "dram"
+            else 100 * _safe_div(gbps, work.get("peak_mem_gbps")),
+            pct_gflops if math.isfinite(ceil_gflops)
+            else 100 * _safe_div(gflops, work.get("peak_fp32_gflops"))),
+    }
+
+
+def _suspect(*pcts: float) -> bool | None:
+    """True if any compared percentage is above 100, None if none could be compared."""
+    known = [p for p in pcts if math.isfinite(p)]
+    return any(p > 100 for p in known) if known else None
+
+
 def record_to_row(rec: dict[str, Any]) -> dict[str, Any]:
     t = rec.get("timing") or {}
     check = rec.get("check") or {}
@@ -303,6 +390,7 @@ def record_to_row(rec: dict[str, Any]) -> dict[str, Any]:
         "pct_peak_gflops": 100 * _safe_div(_safe_div(work.get("flops"), med) / 1e9,
                                            work.get("peak_fp32_gflops")),
         "peak_mem_gbps": work.get("peak_mem_gbps", math.nan),
+        **ceiling_columns(work, t, med),
         "error": check.get("error", math.nan),
         "tolerance": check.get("tolerance", math.nan),
         "error_metric": check.get("metric"),
@@ -374,6 +462,11 @@ def read_table(path: Path) -> pd.DataFrame:
             df[c] = df[c].map({True: True, False: False, "True": True, "False": False}).astype(
                 "boolean"
             )
+    missing = {c: pd.Series([None] * len(df), index=df.index, dtype="object").astype(
+        COLUMNS[c][0]) for c in CEILING_COLUMNS if c not in df}
+    if missing:
+        df = pd.concat([df, pd.DataFrame(missing, index=df.index)], axis=1)
+    df["memory_level"] = df["memory_level"].fillna("")  # CSV writes '' as an empty cell
     if "peak_mem_gbps" not in df and "m_peak_gbps" in df:
         # a table aggregated before the peak had its own column (the H100 reference): the
         # memory experiments reported it as a metric then

@@ -33,6 +33,7 @@ from cudalab.harness import Harness, Settings
 from cudalab.provenance import job_provenance, now_iso, nvidia_driver_version, source_hash
 
 if TYPE_CHECKING:
+    from cudalab.ceilings import Ceilings
     from cudalab.gpu import GpuSession
     from cudalab.telemetry import NvmlClockObserver
 
@@ -148,6 +149,7 @@ class Job:
     blocked: str = ""  # set: GPU points fail with this reason (prepare failed, context lost)
     statuses: dict[str, str] = field(default_factory=dict)
     phases: list[dict[str, Any]] = field(default_factory=list)
+    ceilings: Ceilings | None = None  # measured once per GPU job (cudalab.ceilings)
 
     @property
     def block(self) -> dict[str, Any]:
@@ -230,6 +232,7 @@ def run_experiment(config: dict[str, Any], name: str, results_dir: Path) -> dict
     t_job = time.time()
     try:
         _prepare(job, ctx)
+        _measure_ceilings(job, ctx)
         _walk(job, ctx, t_job)
     finally:
         for src in job.sources:
@@ -317,10 +320,39 @@ def _prepare(job: Job, ctx: RunContext) -> None:
         log(f"{job.name}: preparing failed: {job.blocked}")
 
 
+def _measure_ceilings(job: Job, ctx: RunContext) -> None:
+    """The GPU's measured ceilings, once per GPU job whose experiment is compared with the
+    device (vs_device_peak) and could prepare; they go into every GPU record's work and the
+    manifest. A failure never stops the job: the ceilings are NaN and the log says why."""
+    if job.gpu is None or job.blocked or not job.exp.vs_device_peak:
+        return
+    from cudalab import ceilings
+
+    t0 = time.time()
+    if not job.config.get("measurement", {}).get("ceilings", True):
+        job.ceilings = ceilings.not_measured(job.gpu, "measurement.ceilings is false")
+    else:
+        try:
+            job.ceilings = ceilings.measure(job.gpu, ctx.harness)
+        except Exception as exc:  # noqa: BLE001 - the job goes on without ceilings
+            job.ceilings = ceilings.not_measured(job.gpu, f"{gpu_error_kind(exc)}: {exc}")
+            job.ceilings.errors.append(exc)
+    log(f"{job.name}: ceilings ({time.time() - t0:.1f} s): {job.ceilings.summary()}")
+    cuda_kinds = {kind for _, kind in _PYCUDA_KINDS}
+    if any(gpu_error_kind(e) in cuda_kinds for e in job.ceilings.errors):
+        from cudalab.gpu import context_alive
+
+        if not context_alive(job.gpu):
+            job.blocked = ("skipped: the CUDA context was lost while measuring the ceilings "
+                           f"({job.ceilings.note})")
+
+
 def _walk(job: Job, ctx: RunContext, t_job: float) -> None:
     """Every point in grid order, each written to disk as soon as it is done."""
     peaks = (devicespec.device_peaks(job.gpu)
              if job.gpu is not None and job.exp.vs_device_peak else {})
+    if peaks and job.ceilings is not None:
+        peaks |= job.ceilings.values
     done = 0
     for i, point in enumerate(job.points, 1):
         rec, note = _one_point(job, ctx, point, peaks)
@@ -416,6 +448,9 @@ def _write_manifest(job: Job, t_job: float) -> dict[str, Any]:
         "fingerprint": job_fingerprint(job.config, job.name),
         "counts": {s: statuses.count(s) for s in results.STATUSES},
     }
+    if job.ceilings is not None:
+        manifest |= {"ceilings": job.ceilings.values, "ceilings_note": job.ceilings.note,
+                     "ceilings_detail": job.ceilings.detail}
     if job.gpu is not None:
         results.write_json_atomic(job.telemetry_dir / "phases.json", manifest)
     results.write_json_atomic(job.raw_dir / "_manifest.json", manifest)
@@ -487,7 +522,8 @@ def record_body(result: Result, env: dict[str, Any], key: str,
         "status": status, "reason": reason, "cache_key": key,
         "timing": timing,
         "phases": phases,
-        "work": {"flops": result.flops, "bytes": result.bytes, **(peaks or {})},
+        "work": {"flops": result.flops, "bytes": result.bytes,
+                 "working_set": result.working_set, **(peaks or {})},
         "check": result.check.as_dict() if result.check else None,
         "metrics": result.metrics, "extra": result.extra, "provenance": prov,
     }

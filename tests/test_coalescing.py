@@ -10,6 +10,7 @@ import math
 
 import matplotlib
 import numpy as np
+import pandas as pd
 import pytest
 
 from cudalab import config as cfg
@@ -56,13 +57,15 @@ def synthetic_record(variant, params, gbps, *, nbytes, metrics=None, status="ok"
     }
 
 
-def synthetic_frame(transpose=None, wrong=(), n=1 << 26):
+def synthetic_frame(transpose=None, wrong=(), n=1 << 26, memcpy=3000, vec4=2850):
     """SYNTHETIC: GB/s = 3000 x 8 / (4 written + sectors read) bytes per element."""
     def gbps(sectors):
         return 3000 * 8 / (4 + sectors)
 
-    recs = [synthetic_record("copy", {"n": n}, 3000, nbytes=8.0 * n,
-                             metrics={"read_sectors": 4})]
+    recs = [synthetic_record("memcpy", {"n": n}, memcpy, nbytes=8.0 * n),
+            synthetic_record("copy", {"n": n}, 2400, nbytes=8.0 * n,
+                             metrics={"read_sectors": 4}),
+            synthetic_record("copy_vec4", {"n": n}, vec4, nbytes=8.0 * n)]
     for o in range(33):
         sec = read_sectors(offset=o)
         recs.append(synthetic_record("offset", {"n": n, "offset": o}, gbps(sec), nbytes=8.0 * n,
@@ -75,7 +78,7 @@ def synthetic_frame(transpose=None, wrong=(), n=1 << 26):
     transpose = transpose or {"transpose_naive": 900, "transpose_tiled": 1500,
                               "transpose_padded": 2600}
     for size in (1000, 2048, 4096, 4100, 8192):
-        for v, g in transpose.items():
+        for v, g in (transpose | {"memcpy": 2900}).items():
             recs.append(synthetic_record(v, {"size": size}, g * (0.6 if size == 1000 else 1),
                                          nbytes=8.0 * size * size))
     return results.build_table(recs)
@@ -107,6 +110,7 @@ def test_bad_blocks_name_the_key(block, where, says):
 def test_smoke_block_is_small():
     pts = EXP.points(validate(dict(EXP.smoke)))
     assert 0 < len(pts) <= 16
+    assert {"memcpy", "copy_vec4"} <= {p.variant for p in pts}
 
 
 # -- grid -----------------------------------------------------------------------------------
@@ -115,10 +119,12 @@ def test_points():
     pts = EXP.points(b)
     got = [(p.variant, p.params) for p in pts]
     n = b["n"]
-    assert got[:4] == [("copy", {"n": n}), ("offset", {"n": n, "offset": 0}),
-                       ("offset", {"n": n, "offset": 1}), ("stride", {"n": n, "stride": 2})]
-    assert [(v, p["size"]) for v, p in got[4:]] == [
-        (t, s) for s in (33, 64) for t in TRANSPOSE_VARIANTS]
+    # memcpy first at every size: the points after it are compared with its time
+    assert got[:6] == [("memcpy", {"n": n}), ("copy", {"n": n}), ("copy_vec4", {"n": n}),
+                       ("offset", {"n": n, "offset": 0}), ("offset", {"n": n, "offset": 1}),
+                       ("stride", {"n": n, "stride": 2})]
+    assert [(v, p["size"]) for v, p in got[6:]] == [
+        (t, s) for s in (33, 64) for t in ("memcpy", *TRANSPOSE_VARIANTS)]
     assert len({p.point_id for p in pts}) == len(pts)
     only = EXP.points(validate({"variants": ["transpose_naive"], "transpose_sizes": [8]}))
     assert [p.variant for p in only] == ["transpose_naive"]
@@ -170,7 +176,7 @@ def test_transpose_grid_covers_the_matrix(size):
 # -- expectations and figures on SYNTHETIC frames ---------------------------------------------
 def test_expectations_pass_on_plausible_synthetic_data():
     ex = EXP.expectations(synthetic_frame())
-    assert len(ex) == 6
+    assert len(ex) == 7
     assert all(e.passed for e in ex), [(e.claim, e.evidence) for e in ex]
     assert "offset 0" in ex[1].claim and "stride 32" in ex[1].claim
 
@@ -202,3 +208,173 @@ def test_plots_without_their_variants_are_none():
     assert EXP.plot("stride", df[df["variant"] != "stride"]) is None
     with pytest.raises(KeyError):
         EXP.plot("bank_conflicts", df)
+
+
+def test_memcpy_alone_draws_no_transpose_figure():
+    df = synthetic_frame()
+    assert EXP.plot("transpose", df[df["variant"] == "memcpy"]) is None
+
+
+# -- the memcpy ceiling -------------------------------------------------------------------------
+def _memcpy_claim(ex):
+    return next(e for e in ex if "cudaMemcpy" in e.claim)
+
+
+def test_the_best_copy_kernel_is_judged_against_memcpy():
+    e = _memcpy_claim(EXP.expectations(synthetic_frame(memcpy=3000, vec4=2850)))
+    assert e.passed and "copy_vec4 2850 GB/s = 95% of cudaMemcpy 3000 GB/s" in e.evidence
+    e = _memcpy_claim(EXP.expectations(synthetic_frame(memcpy=3000, vec4=2600)))
+    assert e.passed is False and "copy_vec4 2600 GB/s = 87%" in e.evidence
+    # the plain copy wins when it is the faster one
+    e = _memcpy_claim(EXP.expectations(synthetic_frame(memcpy=2500, vec4=2000)))
+    assert e.passed and e.evidence.startswith("copy 2400 GB/s = 96%")
+
+
+def test_without_memcpy_rows_there_is_no_memcpy_claim():
+    df = synthetic_frame()
+    assert not any("cudaMemcpy" in e.claim
+                   for e in EXP.expectations(df[df["variant"] != "memcpy"]))
+
+
+def test_memcpy_lines_and_bars_in_the_figures():
+    import matplotlib.pyplot as plt
+
+    df = synthetic_frame()
+    f = EXP.plot("offset", df)
+    assert any("cudaMemcpy" in t.get_text() for t in f.axes[0].get_legend().get_texts())
+    plt.close(f)
+    f = EXP.plot("transpose", df)
+    labels = [t.get_text() for t in f.axes[0].get_legend().get_texts()]
+    assert "cudaMemcpy (same bytes)" in labels
+    plt.close(f)
+
+
+def test_vec4_grid_is_one_full_wave():
+    from cudalab.experiments.coalescing import vec4_grid
+
+    assert vec4_grid(132, 256, 2048) == 132 * 8
+    assert vec4_grid(132, 1024, 1536) == 132
+    assert vec4_grid(0, 256, 2048) == 8
+
+
+# -- measure() through the runner on an emulated GPU -----------------------------------------------
+def _f32(dev, n):
+    return dev.buf[: 4 * n].view(np.float32)
+
+
+def _emu_copy(kernel, grid, block, a, b, n):
+    covered = min(n, grid[0] * block[0])
+    _f32(a, n)[:covered] = _f32(b, n)[:covered]
+
+
+def _emu_vec4(kernel, grid, block, a, b, n):
+    threads = grid[0] * block[0]
+    n4 = n // 4
+    steps = -(-n4 // threads)  # the grid-stride loop covers every float4
+    _f32(a, n)[: 4 * min(n4, steps * threads)] = _f32(b, n)[: 4 * n4]
+    tail = min(n - 4 * n4, threads)
+    _f32(a, n)[4 * n4: 4 * n4 + tail] = _f32(b, n)[4 * n4: 4 * n4 + tail]
+
+
+def _emu_offset(kernel, grid, block, a, b, n, offset):
+    _f32(a, n)[:] = _f32(b, n)[gather_index(n, offset=offset)]
+
+
+def _emu_stride(kernel, grid, block, a, b, n, stride, mask):
+    _f32(a, n)[:] = _f32(b, n)[gather_index(n, stride=stride)]
+
+
+def _emu_transpose(kernel, grid, block, out, inp, rows, cols):
+    _f32(out, rows * cols)[:] = _f32(inp, rows * cols).reshape(rows, cols).T.ravel()
+
+
+def _fake_gpu():
+    from test_fast_math import FakeCuda, FakeGpu
+
+    class Cuda(FakeCuda):
+        def memcpy_dtod_async(self, dst, src, nbytes):
+            self._mem(dst).buf[:nbytes] = self._mem(src).buf[:nbytes]
+
+    class Gpu(FakeGpu):
+        def attr(self, name):
+            return {"MULTIPROCESSOR_COUNT": 2, "MAX_THREADS_PER_MULTIPROCESSOR": 2048}[name]
+
+    gpu = Gpu({"copy_coalesced": _emu_copy, "copy_vec4": _emu_vec4, "copy_offset": _emu_offset,
+               "copy_stride": _emu_stride, **{t: _emu_transpose for t in TRANSPOSE_VARIANTS}})
+    gpu.cuda = Cuda()
+    return gpu
+
+
+SMALL = {"n": 100_003, "offsets": [0, 5], "strides": [3], "transpose_sizes": [40]}
+
+
+def run_on_fake_gpu(name, block, gpu, tmp_path, monkeypatch):
+    """The real runner with `gpu` as the device (the job keeps its last buffer set: the
+    process ends with it, so unlike test_fast_math's helper, nothing checks it was freed)."""
+    from cudalab import gpu as gpumod
+    from cudalab.runner import run_experiment
+
+    monkeypatch.setattr(gpumod, "open_session", lambda index=0: gpu)
+    config = cfg.validate({
+        "measurement": {"warmup": 1, "min_samples": 2, "max_samples": 3, "budget_s": 0.01,
+                        "min_sample_s": 0, "ceilings": False},
+        "telemetry": {"nvidia_smi": False, "nvml": False},
+        "experiments": {name: dict(block)}})
+    run_experiment(config, name, tmp_path)
+    df = results.build_table(results.iter_records(tmp_path / "raw"))
+    assert results.check_table(df) == []
+    # buffers of a size the job moved on from are freed
+    assert sum(not a.freed for a in gpu.cuda.allocs) <= 2
+    return df
+
+
+def _count_memcpy_timings(monkeypatch) -> list[int]:
+    """Counts of Coalescing._memcpy_timed calls (a checked and timed cudaMemcpy)."""
+    calls = []
+    real = type(EXP)._memcpy_timed
+
+    def counted(self, ctx, bufs, count):
+        calls.append(count)
+        return real(self, ctx, bufs, count)
+
+    monkeypatch.setattr(type(EXP), "_memcpy_timed", counted)
+    return calls
+
+
+def test_every_variant_is_correct_on_an_emulated_gpu(tmp_path, monkeypatch):
+    gpu = _fake_gpu()
+    timed = _count_memcpy_timings(monkeypatch)
+    df = run_on_fake_gpu(NAME, SMALL, gpu, tmp_path, monkeypatch)
+    assert (df["status"] == "ok").all(), df[["point_id", "reason"]].to_string()
+    d = df.set_index("point_id")
+    assert set(df["variant"]) == set(EXP.schema["properties"]["variants"]["default"])
+    assert d.loc["memcpy-n100003", "error_metric"] == "mismatched_elements"
+    # m_pct_of_memcpy on every point but memcpy itself, from the memcpy timed in the job
+    others = df[df["variant"] != "memcpy"]
+    assert others["m_pct_of_memcpy"].notna().all() and (others["m_pct_of_memcpy"] > 0).all()
+    assert df[df["variant"] == "memcpy"]["m_pct_of_memcpy"].isna().all()
+    # memcpy is timed once per size, by its own point: the other points reuse that time
+    assert timed == [100_003, 40 * 40]
+    # the working set is declared: both arrays
+    assert d.loc["copy_vec4-n100003", "working_set_bytes"] == 8 * 100_003
+    assert d.loc["transpose_padded-size40", "working_set_bytes"] == 8 * 40 * 40
+    assert "m_read_sectors" in d and pd.isna(d.loc["copy_vec4-n100003", "m_read_sectors"])
+
+
+def test_a_copy_without_its_memcpy_point_times_memcpy_itself(tmp_path, monkeypatch):
+    gpu = _fake_gpu()
+    timed = _count_memcpy_timings(monkeypatch)
+    block = SMALL | {"variants": ["copy_vec4", "offset", "transpose_naive"]}
+    df = run_on_fake_gpu(NAME, block, gpu, tmp_path, monkeypatch)
+    assert (df["status"] == "ok").all() and df["m_pct_of_memcpy"].notna().all()
+    assert timed == [100_003, 40 * 40]  # once per size, for the comparison
+
+
+def test_a_vec4_kernel_that_skips_the_tail_is_wrong(tmp_path, monkeypatch):
+    def no_tail(kernel, grid, block, a, b, n):
+        _f32(a, n)[: 4 * (n // 4)] = _f32(b, n)[: 4 * (n // 4)]
+
+    gpu = _fake_gpu()
+    gpu.emulators["copy_vec4"] = no_tail
+    df = run_on_fake_gpu(NAME, SMALL | {"variants": ["copy_vec4"]}, gpu, tmp_path, monkeypatch)
+    assert df.iloc[0]["status"] == "wrong" and "3 of 100003 elements" in df.iloc[0]["reason"]

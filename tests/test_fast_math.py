@@ -391,8 +391,9 @@ def run_on_fake_gpu(name, block, gpu, tmp_path, monkeypatch):
 
     monkeypatch.setattr(gpumod, "open_session", lambda index=0: gpu)
     config = cfg.validate({
+        # the fake device runs only this experiment's kernels: no measured ceilings
         "measurement": {"warmup": 1, "min_samples": 2, "max_samples": 3, "budget_s": 0.01,
-                        "min_sample_s": 0},
+                        "min_sample_s": 0, "ceilings": False},
         "telemetry": {"nvidia_smi": False, "nvml": False},
         "experiments": {name: dict(block)},
     })

@@ -100,6 +100,9 @@ class Result:
     extra: dict[str, Any] = field(default_factory=dict)  # free-form, kept in the raw record
     # Why this timed GPU result has no correctness check (else the runner refuses it).
     no_check_reason: str = ""
+    # Device memory one launch touches, bytes (results: working_set_bytes, memory_level);
+    # NaN: the declared bytes are the working set.
+    working_set: float = float("nan")
 
 
 @dataclass

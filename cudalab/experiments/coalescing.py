@@ -1,17 +1,23 @@
 """Global-memory coalescing: copies with shifted and strided reads, and matrix transpose.
 
-Copy variants (float32, n elements, one thread per element, reads b, writes a):
-  copy     a[i] = b[i]                      (coalesced: the reference)
-  offset   a[i] = b[(i + offset) % n]       offset 0 ... 32 floats
-  stride   a[i] = b[(i * stride) % n]       stride 1 ... 32 floats
+Copy variants (float32, n elements, reads b, writes a):
+  memcpy     cudaMemcpy device to device     (the ceiling a copy is compared with)
+  copy       a[i] = b[i]                     (one thread per element: the coalesced reference)
+  copy_vec4  a[i] = b[i], a float4 per access, grid-stride over one full wave of blocks
+  offset     a[i] = b[(i + offset) % n]      offset 0 ... 32 floats
+  stride     a[i] = b[(i * stride) % n]      stride 1 ... 32 floats
 Transpose variants (size x size float32): naive (coalesced reads, strided writes), tiled
 (through a 32 x 32 shared-memory tile: both coalesced, but 32-way bank conflicts when the
-tile is read by column) and padded (the tile is 32 x 33: no bank conflicts).
+tile is read by column) and padded (the tile is 32 x 33: no bank conflicts); memcpy of the
+same bytes at every transpose size.
 
 Declared work: the bytes the kernel asks for, 8 per element (4 read + 4 written), so GB/s is
 the *effective* bandwidth; sectors a warp's read touches (metric read_sectors) show how much
-more the memory system really moves. Every output is compared exactly (bit for bit) with the
-numpy gather / transpose of the same input, after poisoning it with NaN.
+more the memory system really moves. Every point also reports m_pct_of_memcpy: its GB/s as %
+of cudaMemcpy of the same bytes, timed in the same job. The working set (both arrays) is
+declared, so a matrix that fits in L2 is compared with the L2 ceiling. Every output is
+compared exactly (bit for bit) with the numpy gather / transpose of the same input, after
+poisoning it with NaN.
 """
 
 from __future__ import annotations
@@ -29,14 +35,15 @@ from cudalab.experiments.shared import all_correct, peak_line, peak_of, size_lab
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
 
-COPY_VARIANTS = ["copy", "offset", "stride"]
+COPY_VARIANTS = ["memcpy", "copy", "copy_vec4", "offset", "stride"]
 TRANSPOSE_VARIANTS = ["transpose_naive", "transpose_tiled", "transpose_padded"]
 VARIANTS = COPY_VARIANTS + TRANSPOSE_VARIANTS
 TRANSPOSE_LABEL = {"transpose_naive": "naive", "transpose_tiled": "shared-memory tile",
-                   "transpose_padded": "shared-memory tile + 1 padding"}
+                   "transpose_padded": "shared-memory tile + 1 padding",
+                   "memcpy": "cudaMemcpy (same bytes)"}
 TILE, BLOCK_ROWS = 32, 8  # transpose tile edge and thread rows per block
-KERNEL_NAME = {"copy": "copy_coalesced", "offset": "copy_offset", "stride": "copy_stride",
-               **{v: v for v in TRANSPOSE_VARIANTS}}
+KERNEL_NAME = {"copy": "copy_coalesced", "copy_vec4": "copy_vec4", "offset": "copy_offset",
+               "stride": "copy_stride", **{v: v for v in TRANSPOSE_VARIANTS}}
 MAX_N = 1 << 29  # 2 GiB per array
 
 
@@ -55,6 +62,16 @@ def read_sectors(offset: int = 0, stride: int = 1) -> int:
 def stride_mask(n: int) -> int:
     """n - 1 when n is a power of two (the kernel then wraps with AND), else 0 (modulo)."""
     return n - 1 if n & (n - 1) == 0 else 0
+
+
+def vec4_grid(sm_count: int, threads: int, max_threads_per_sm: int) -> int:
+    """Blocks of copy_vec4: one full wave (every SM holds max_threads_per_sm // threads)."""
+    return max(1, sm_count) * max(1, max_threads_per_sm // threads)
+
+
+def pct_of(gbps: float, ceiling_gbps: float) -> float:
+    """gbps as % of a ceiling; NaN where the ceiling is unknown."""
+    return 100.0 * gbps / ceiling_gbps if ceiling_gbps > 0 else math.nan
 
 
 def transpose_grid(size: int) -> tuple[int, int]:
@@ -77,7 +94,9 @@ class Coalescing(Experiment):
         "sectors, using 4 bytes of each 32) and staying low beyond, and, for the "
         "transpose, the shared-memory tile beating the naive kernel (whose writes are "
         "strided), with the padded tile (32 x 33) at least as fast as the unpadded one "
-        "(whose column reads hit the same shared-memory bank 32 times)."
+        "(whose column reads hit the same shared-memory bank 32 times). cudaMemcpy of the "
+        "same bytes is the ceiling: a good copy kernel (float4 accesses) comes within 10 % "
+        "of it, and m_pct_of_memcpy says how far each access pattern stays below it."
     )
     schema = block_schema({
             "n": {
@@ -113,7 +132,7 @@ class Coalescing(Experiment):
         })
     # n no power of two: the stride kernel's general modulo path (the default n takes the
     # power-of-two AND path) and a partial last block
-    smoke = {"n": 1_000_003, "offsets": [0, 1, 32], "strides": [1, 2, 3, 32],
+    smoke = {"n": 1_000_003, "offsets": [0, 1], "strides": [1, 3, 32],
              "transpose_sizes": [100, 256]}
     figures = {
         "offset": "Effective bandwidth of a[i] = b[(i + offset) % n] against the offset; "
@@ -121,7 +140,7 @@ class Coalescing(Experiment):
         "stride": "Effective bandwidth of a[i] = b[(i * stride) % n] against the stride, with "
         "the 32-byte sectors one warp's read touches.",
         "transpose": "Matrix transpose bandwidth by matrix size: naive, shared-memory tile, "
-        "and tile padded against bank conflicts.",
+        "and tile padded against bank conflicts, beside cudaMemcpy of the same bytes.",
     }
 
     # -- teaching (report) ----------------------------------------------------------------
@@ -150,10 +169,9 @@ class Coalescing(Experiment):
 
     # -- grid --------------------------------------------------------------------------
     def points(self, block: dict[str, Any]) -> list[Point]:
+        """memcpy first at each size: the other points of that size use its time."""
         v, n = block["variants"], block["n"]
-        pts = []
-        if "copy" in v:
-            pts.append(Point(self.name, "copy", {"n": n}))
+        pts = [Point(self.name, c, {"n": n}) for c in ("memcpy", "copy", "copy_vec4") if c in v]
         if "offset" in v:
             pts += [Point(self.name, "offset", {"n": n, "offset": o})
                     for o in sorted(block["offsets"])]
@@ -161,7 +179,8 @@ class Coalescing(Experiment):
             pts += [Point(self.name, "stride", {"n": n, "stride": s})
                     for s in sorted(block["strides"])]
         for size in sorted(block["transpose_sizes"]):
-            pts += [Point(self.name, t, {"size": size}) for t in TRANSPOSE_VARIANTS if t in v]
+            pts += [Point(self.name, t, {"size": size}) for t in ("memcpy", *TRANSPOSE_VARIANTS)
+                    if t in v]
         return pts
 
     def gpu_bytes(self, point: Point) -> int:
@@ -171,12 +190,58 @@ class Coalescing(Experiment):
 
     # -- measuring ---------------------------------------------------------------------
     def kernel_for(self, ctx: RunContext, point: Point) -> Any:
+        if point.variant == "memcpy":
+            return None  # the driver's copy: no kernel of ours
         return ctx.gpu.compile("coalescing.cu", {"TILE": TILE, "BLOCK_ROWS": BLOCK_ROWS})
 
     def measure(self, ctx: RunContext, point: Point) -> Result:
+        if point.variant == "memcpy":
+            return self._measure_memcpy(ctx, point)
         if point.variant in TRANSPOSE_VARIANTS:
             return self._measure_transpose(ctx, point)
         return self._measure_copy(ctx, point)
+
+    @staticmethod
+    def _buffer_key(point: Point) -> tuple[tuple[str, int], int]:
+        """The buffer set of a point (copies: n floats; transposes: size^2) and its count."""
+        p = point.params
+        if "size" in p:
+            return ("transpose", p["size"]), p["size"] ** 2
+        return ("copy", p["n"]), p["n"]
+
+    def _memcpy_timed(self, ctx: RunContext, bufs: dict[str, Any], count: int
+                      ) -> tuple[Check, Any]:
+        """cudaMemcpy device to device of the input into the output, checked, then timed."""
+        cuda = ctx.gpu.cuda
+
+        def launch() -> None:
+            cuda.memcpy_dtod_async(bufs["out_d"], bufs["in_d"], 4 * count)
+
+        return self._run_checked(ctx, bufs, count, launch, bufs["in"])
+
+    def _memcpy_gbps(self, ctx: RunContext, key: tuple[str, int], bufs: dict[str, Any],
+                     count: int) -> float:
+        """GB/s of cudaMemcpy of this buffer set in this job: the memcpy point's, or timed
+        here if that point was not measured in this job (cached, or not in the grid)."""
+        def make() -> float:
+            check, timing = self._memcpy_timed(ctx, bufs, count)
+            return _gbps(8.0 * count, timing) if check.passed else math.nan
+
+        return ctx.cache.keep(("memcpy_gbps", key), make)
+
+    def _measure_memcpy(self, ctx: RunContext, point: Point) -> Result:
+        key, count = self._buffer_key(point)
+        bufs = self._inputs(ctx, key, count)
+        check, timing = self._memcpy_timed(ctx, bufs, count)
+        if check.passed:
+            ctx.cache[("memcpy_gbps", key)] = _gbps(8.0 * count, timing)
+        return Result(timing, math.nan, 8.0 * count, check, working_set=8.0 * count)
+
+    def _vs_memcpy(self, ctx: RunContext, point: Point, bufs: dict[str, Any], timing: Any
+                   ) -> dict[str, float]:
+        key, count = self._buffer_key(point)
+        return {"pct_of_memcpy": pct_of(_gbps(8.0 * count, timing),
+                                        self._memcpy_gbps(ctx, key, bufs, count))}
 
     def _inputs(self, ctx: RunContext, key: tuple, count: int) -> dict[str, Any]:
         def make() -> dict[str, Any]:
@@ -210,9 +275,14 @@ class Coalescing(Experiment):
         threads = ctx.block["threads"]
         grid = (shared.grid_size(n, threads), 1)
         a_d, b_d = bufs["out_d"], bufs["in_d"]
-        if point.variant == "copy":
+        if point.variant == "copy_vec4":
             func.prepare("PPI")
             args: tuple = (a_d, b_d, n)
+            grid = (vec4_grid(ctx.gpu.attr("MULTIPROCESSOR_COUNT"), threads,
+                              ctx.gpu.attr("MAX_THREADS_PER_MULTIPROCESSOR")), 1)
+        elif point.variant == "copy":
+            func.prepare("PPI")
+            args = (a_d, b_d, n)
         elif point.variant == "offset":
             func.prepare("PPII")
             args = (a_d, b_d, n, offset)
@@ -228,8 +298,11 @@ class Coalescing(Experiment):
         else:  # copy / offset: a rotation, cheaper than a gather
             expected = np.roll(bufs["in"], -offset)
         check, timing = self._run_checked(ctx, bufs, n, launch, expected)
-        metrics = {"read_sectors": read_sectors(offset, stride)}
-        return Result(timing, math.nan, 8.0 * n, check, metrics, kernel=kernel)
+        metrics = self._vs_memcpy(ctx, point, bufs, timing)
+        if point.variant != "copy_vec4":  # its warps read 16-byte elements
+            metrics["read_sectors"] = read_sectors(offset, stride)
+        return Result(timing, math.nan, 8.0 * n, check, metrics, kernel=kernel,
+                      working_set=8.0 * n)
 
     def _measure_transpose(self, ctx: RunContext, point: Point) -> Result:
         size = point.params["size"]
@@ -245,7 +318,9 @@ class Coalescing(Experiment):
 
         expected = bufs["in"].reshape(size, size).T.ravel()
         check, timing = self._run_checked(ctx, bufs, size * size, launch, expected)
-        return Result(timing, math.nan, 8.0 * size * size, check, kernel=kernel)
+        return Result(timing, math.nan, 8.0 * size * size, check,
+                      self._vs_memcpy(ctx, point, bufs, timing), kernel=kernel,
+                      working_set=8.0 * size * size)
 
     # -- figures -----------------------------------------------------------------------
     def _frame(self, df: pd.DataFrame) -> pd.DataFrame:
@@ -268,9 +343,13 @@ class Coalescing(Experiment):
             if len(copy):
                 ax.axhline(copy["gbps"].iloc[0], color="C2", lw=1.5,
                            label=f"coalesced copy ({copy['gbps'].iloc[0]:.0f} GB/s)")
+            memcpy = _memcpy_gbps_at(d, n=int(sub["p_n"].iloc[0]))
+            if math.isfinite(memcpy):
+                ax.axhline(memcpy, color="C3", lw=1.5, ls="-.",
+                           label=f"cudaMemcpy device to device ({memcpy:.0f} GB/s)")
             peak_line(ax, d)
             ax.set_ylim(0, 1.12 * max(sub["gbps"].max(), peak_of(d) if math.isfinite(
-                peak_of(d)) else 0))
+                peak_of(d)) else 0, memcpy if math.isfinite(memcpy) else 0))
             what = "(i + offset) % n" if name == "offset" else "(i * stride) % n"
             ax.set(xlabel=f"{name} (floats)", ylabel="effective bandwidth (GB/s, 8 B/element)",
                    title=f"a[i] = b[{what}], n = {size_label(sub['p_n'].iloc[0])} floats")
@@ -288,15 +367,16 @@ class Coalescing(Experiment):
                 ax.legend(fontsize=8, loc="lower right")
             return fig
         if name == "transpose":
-            sub = d[d["variant"].isin(TRANSPOSE_VARIANTS)].copy()
-            if sub.empty:
+            if not d["variant"].isin(TRANSPOSE_VARIANTS).any():
                 return None
+            sub = d[d["variant"].isin(TRANSPOSE_VARIANTS)
+                    | ((d["variant"] == "memcpy") & d["p_size"].notna())].copy()
             sub["size"] = sub["p_size"].astype("int64")
             sub["kernel"] = sub["variant"].map(TRANSPOSE_LABEL)
             sub = sub.sort_values("size")
             fig, ax = plt.subplots(figsize=(9, 4.8))
             sns.barplot(data=sub, x="size", y="gbps", hue="kernel", ax=ax,
-                        hue_order=[TRANSPOSE_LABEL[v] for v in TRANSPOSE_VARIANTS
+                        hue_order=[TRANSPOSE_LABEL[v] for v in (*TRANSPOSE_VARIANTS, "memcpy")
                                    if v in set(sub["variant"])])
             copy = d[d["variant"] == "copy"]
             if len(copy):
@@ -364,6 +444,7 @@ class Coalescing(Experiment):
                     bool(r > PADDING_GAIN),
                     f"{big['transpose_padded']:.0f} vs {big['transpose_tiled']:.0f} GB/s "
                     f"({r:.2f}x) at {size} x {size}"))
+        out += _memcpy_expectation(d)
         peak = peak_of(d)
         copy = _gbps_at(d, "copy")
         if math.isfinite(peak) and math.isfinite(copy):
@@ -375,8 +456,15 @@ class Coalescing(Experiment):
 
 
 STRIDE_GAIN = 2.0  # coalesced vs stride 32 (a sector per element)
+MEMCPY_SHARE = 0.9  # the best copy kernel against cudaMemcpy of the same bytes
 TRANSPOSE_GAIN = 1.5  # tiled vs naive transpose
 PADDING_GAIN = 1.1  # padded vs unpadded transpose tile
+
+
+def _gbps(nbytes: float, timing: Any) -> float:
+    """GB/s of the median sample."""
+    med = timing.stats()["median"]
+    return nbytes / med / 1e9 if med > 0 else math.nan
 
 
 def mismatches(out: np.ndarray, expected: np.ndarray) -> int:
@@ -384,6 +472,33 @@ def mismatches(out: np.ndarray, expected: np.ndarray) -> int:
     o = np.ascontiguousarray(out, dtype=np.float32).view(np.uint32)
     e = np.ascontiguousarray(expected, dtype=np.float32).view(np.uint32)
     return int(np.count_nonzero(o != e))
+
+
+def _memcpy_gbps_at(d: pd.DataFrame, n: int | None = None, size: int | None = None
+                    ) -> float:
+    """GB/s of the memcpy row of copies of n floats, or of a size x size transpose."""
+    col, value = ("p_n", n) if n is not None else ("p_size", size)
+    if col not in d:
+        return math.nan
+    sub = d[(d["variant"] == "memcpy") & (pd.to_numeric(d[col], errors="coerce") == value)]
+    return float(sub["gbps"].iloc[0]) if len(sub) else math.nan
+
+
+def _memcpy_expectation(d: pd.DataFrame) -> list[Expectation]:
+    """The best copy kernel (copy, copy_vec4) against cudaMemcpy of the same n floats."""
+    copies = d[d["variant"].isin(["copy", "copy_vec4"])]
+    if copies.empty:
+        return []
+    best = copies.loc[copies["gbps"].idxmax()]
+    memcpy = _memcpy_gbps_at(d, n=int(best["p_n"]))
+    if not math.isfinite(memcpy):
+        return []
+    share = best["gbps"] / memcpy
+    return [Expectation(
+        f"the best copy kernel reaches at least {100 * MEMCPY_SHARE:.0f}% of cudaMemcpy "
+        "device to device of the same bytes", bool(share >= MEMCPY_SHARE),
+        f"{best['variant']} {best['gbps']:.0f} GB/s = {100 * share:.0f}% of cudaMemcpy "
+        f"{memcpy:.0f} GB/s at n = {size_label(best['p_n'])} floats")]
 
 
 def _gbps_at(d: pd.DataFrame, variant: str, value: int | None = None) -> float:
