@@ -205,7 +205,8 @@ class Latency(Experiment):
                    "warm_steps": warm, "primed": prime, "steps": steps,
                    "l2_bytes": gpu.l2_bytes, "l1_bytes": l1_bytes(gpu.info["compute_capability"])}
         # no FLOP rate and no bandwidth: NaN keeps both columns out of the report's table
-        return Result(timing, float("nan"), float("nan"), check, metrics, kernel=kernel)
+        return Result(timing, float("nan"), float("nan"), check, metrics, kernel=kernel,
+                      working_set=float(ws))
 
     # -- figure ----------------------------------------------------------------------------
     def _frame(self, df: pd.DataFrame) -> pd.DataFrame:
