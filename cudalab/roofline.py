@@ -159,10 +159,12 @@ def annotate(df: pd.DataFrame, c: Ceilings | None = None) -> pd.DataFrame:
     c = c or ceilings_of(df)
     out["cold_l2"] = (out["harness"].map(cold_l2) if "harness" in out
                       else pd.Series(None, index=out.index, dtype=object))
-    if "working_set_bytes" not in out:
+    # results.read_table gives an older table the new columns, empty: derive those as if
+    # they were absent
+    if not _filled(out, "working_set_bytes"):
         out["working_set_bytes"] = _num(out, "bytes")
     out["working_set_bytes"] = _num(out, "working_set_bytes")
-    if "memory_level" in df:
+    if _filled(out, "memory_level"):
         out["memory_level"] = out["memory_level"].map(lambda v: "" if fmt.missing(v)
                                                       else str(v))
     else:
@@ -173,12 +175,20 @@ def annotate(df: pd.DataFrame, c: Ceilings | None = None) -> pd.DataFrame:
     nbytes = _num(out, "bytes")
     out["intensity"] = np.where((flops > 0) & (nbytes > 0), flops / nbytes, np.nan)
     why = [_suspect_why(r, c) for _, r in out.iterrows()]
-    given = out["suspect"].map(_truthy) if "suspect" in df else pd.Series(False, out.index)
+    given = (out["suspect"].map(_truthy) if _filled(out, "suspect")
+             else pd.Series(False, out.index))
     out["suspect"] = [bool(g) or bool(w) for g, w in zip(given, why, strict=True)]
     out["suspect_why"] = [w or ("above 100 % of the peak or ceiling the results table "
                                 "compares it with" if s else "")
                           for w, s in zip(why, out["suspect"], strict=True)]
     return out
+
+
+def _filled(df: pd.DataFrame, col: str) -> bool:
+    """The table has the column with at least one value in it ('' counts as none)."""
+    if col not in df:
+        return False
+    return bool(df[col].map(lambda v: not fmt.missing(v) and str(v) != "").any())
 
 
 def on_device(experiment: Any, timer: Any) -> bool:
