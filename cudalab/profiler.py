@@ -114,7 +114,8 @@ def _grid_x(text: str) -> int:
 def parse_raw_csv(text: str) -> list[KernelRow]:
     """Kernel rows, in launch order, from ncu's `--csv --page raw` output: a header row
     ("ID", "Process ID", ..., "CC", then one column per metric), a units row (empty ID),
-    then one row per kernel. Other lines (==PROF==, ==ERROR==, the app's) are skipped."""
+    then one row per kernel. Other lines (==PROF==, ==ERROR==) are skipped, and so are
+    columns that are no metric (a metric is named unit__counter)."""
     lines = [ln for ln in text.splitlines() if ln.startswith('"')]
     header: list[str] = []
     units: dict[str, str] = {}
@@ -128,7 +129,7 @@ def parse_raw_csv(text: str) -> list[KernelRow]:
             units = dict(zip(header, cells))
         elif header and cells[0].strip().isdigit():
             row = dict(zip(header, cells))
-            metrics = [h for h in header[header.index("CC") + 1:]] if "CC" in header else []
+            metrics = [h for h in header if "__" in h]  # unit__counter: the metric columns
             rows.append(KernelRow(
                 name=row.get("Kernel Name", ""), grid_x=_grid_x(row.get("Grid Size", "")),
                 values={m: parse_number(row.get(m, "")) for m in metrics},
@@ -179,7 +180,7 @@ def point_counters(kernels: list[KernelRow]) -> dict[str, Any]:
         unit = main.units.get(metric, "")
         out[f"ncu_{short_name(metric)}"] = v * (UNIT_SCALE[unit] if unit.endswith("byte")
                                                 and unit in UNIT_SCALE else 1.0)
-    times = [k.time_us() for k in kernels]  # replaces the main kernel's alone
+    times = [k.time_us() for k in kernels]  # all kernels' time, in us (not the main one's)
     out["ncu_time_us"] = sum(times) if all(math.isfinite(t) for t in times) else math.nan
     ld, st = out.get("ncu_smem_bank_conflicts_ld"), out.get("ncu_smem_bank_conflicts_st")
     if ld is not None and st is not None:
@@ -247,16 +248,19 @@ def run_ncu(cmd: list[str], out_dir: Path, timeout_s: float) -> NcuRun:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     t0 = time.time()
-    timed_out = False
+    rc: int | None = None
     with open(out_dir / "child.log", "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
         try:
-            rc: int | None = proc.wait(timeout=timeout_s)
+            rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            rc, timed_out = None, True
+            pass
+        finally:
+            if proc.poll() is None:  # timed out, or the job itself is stopping (Ctrl-C)
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    timed_out = rc is None
     report = _read_json(out_dir / "report.json")
     return NcuRun(_read_text(out_dir / "ncu.log"), _read_text(out_dir / "child.log"),
                   report, rc, timed_out, time.time() - t0)

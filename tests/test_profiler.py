@@ -72,6 +72,14 @@ def test_parse_number_reads_separators_and_refuses_text():
     assert math.isnan(profiler.parse_number("n/a")) and math.isnan(profiler.parse_number(""))
 
 
+def test_columns_that_are_no_metric_are_not_read_as_counters():
+    text = ('"ID","Kernel Name","Grid Size","CC","Estimated Speedup","dram__bytes.sum"\n'
+            '"","","","","","byte"\n"0","k","(4, 1, 1)","9.0","12.5","2,048"\n')
+    (row,) = profiler.parse_raw_csv(text)
+    assert (row.values, row.units, row.grid_x) == ({"dram__bytes.sum": 2048.0},
+                                                   {"dram__bytes.sum": "byte"}, 4)
+
+
 def test_output_without_a_table_has_no_rows():
     perm = ("==PROF== Connected to process 1\n==ERROR== ERR_NVGPUCTRPERM - The user does not "
             "have permission to access NVIDIA GPU Performance Counters on the target device 0.")
