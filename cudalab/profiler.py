@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-MARKER_KERNEL = "cudalab_ncu_marker"
+MARKER_KERNEL = "cudalab_marker"
 MARKER_SOURCE = f'extern "C" __global__ void {MARKER_KERNEL}(void) {{}}\n'
 TIME_METRIC = "gpu__time_duration.sum"
 STALL_RE = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
@@ -169,12 +169,22 @@ def top_stalls(values: dict[str, float], n: int = TOP_STALLS) -> str:
     return ", ".join(f"{name} {v:.1f}" for name, v in stalls[:n])
 
 
-def point_counters(kernels: list[KernelRow]) -> dict[str, Any]:
-    """The ncu_* metrics of one point: the counters of its longest kernel ("the kernel"),
-    the summed kernel time, how many kernels ran and the top stall reasons."""
+def requested(values: dict[str, float], metrics: list[str]) -> dict[str, float]:
+    """The values of the metrics asked for: the raw page also prints every launch__ and
+    device__ attribute and .min/.max/.sum siblings of some metrics. A regex: entry keeps
+    every column it matches (partially, as ncu does)."""
+    patterns = [re.compile(m[len("regex:"):]) for m in metrics if m.startswith("regex:")]
+    return {k: v for k, v in values.items()
+            if k in metrics or any(p.search(k) for p in patterns)}
+
+
+def point_counters(kernels: list[KernelRow], metrics: list[str]) -> dict[str, Any]:
+    """The ncu_* metrics of one point: the requested counters of its longest kernel ("the
+    kernel"), the summed kernel time, how many kernels ran and the top stall reasons."""
     main = main_kernel(kernels)
+    values = requested(main.values, metrics)
     out: dict[str, Any] = {}
-    for metric, v in main.values.items():
+    for metric, v in values.items():
         if STALL_RE.match(metric):
             continue
         unit = main.units.get(metric, "")
@@ -185,7 +195,7 @@ def point_counters(kernels: list[KernelRow]) -> dict[str, Any]:
     ld, st = out.get("ncu_smem_bank_conflicts_ld"), out.get("ncu_smem_bank_conflicts_st")
     if ld is not None and st is not None:
         out["ncu_smem_bank_conflicts"] = ld + st
-    out["ncu_top_stall"] = top_stalls(main.values)
+    out["ncu_top_stall"] = top_stalls(values)
     out["ncu_kernel"] = re.sub(r"\(.*$", "", main.name).strip()
     out["ncu_kernels"] = len(kernels)
     return out
@@ -227,9 +237,13 @@ def ncu_version(ncu: str) -> str:
 
 def ncu_command(ncu: str, metrics: list[str], log_file: Path, child: list[str],
                 cold_l2: bool) -> list[str]:
-    """The ncu command line around the child. Kernel replay restores memory between the
-    passes; the caches are flushed before each pass only when the timings were taken cold
-    (measurement.cold_l2), and clocks are left as found, as the harness times them."""
+    """The ncu command line around the child. --clock-control none: by default ncu locks
+    the GPU's clocks to base while it profiles; this project never changes the card's
+    clocks, and the counters then belong to the clocks the timings ran at.
+    --cache-control none: the harness times hot (the L2 keeps what the warm-up left), so ncu
+    must not flush the caches between its passes either; only where the timings flush the
+    L2 before every sample (measurement.cold_l2) does ncu flush too (all). Kernel replay
+    saves and restores device memory between the passes of one kernel."""
     return [ncu, "--target-processes", "all", "--profile-from-start", "off", "--csv",
             "--page", "raw", "--print-units", "base", "--metrics", ",".join(metrics),
             "--replay-mode", "kernel", "--cache-control", "all" if cold_l2 else "none",
@@ -372,8 +386,9 @@ def _write_points(todo: list[tuple[Any, Path]], run: NcuRun, timeout_s: float,
         status = point_status(kernels, run.report.get(point.point_id, ""), job_reason)
         ran = kernels if status == "ok" and kernels else []
         extra = {"kernels": [k.name for k in ran],
-                 "values": main_kernel(ran).values if ran else {}}
-        write_counters(path, point_counters(ran) if ran else {}, status, info | extra)
+                 "values": requested(main_kernel(ran).values, info["metrics"]) if ran else {}}
+        write_counters(path, point_counters(ran, info["metrics"]) if ran else {}, status,
+                       info | extra)
         statuses.append(status)
     return statuses
 

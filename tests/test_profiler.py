@@ -23,23 +23,28 @@ from cudalab.harness import PROFILE_TIMER, Harness, Settings, WallTimer
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_NCU = ROOT / "tests" / "data" / "fake_ncu"
 STALL = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
+DEFAULTS = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())[
+    "properties"]["profile"]["properties"]["metrics"]["default"]
+# Real output of Nsight Compute 2025.3.1 on an H100 (a probe with this design: a marker
+# with grid = point + 1, then vadd; point 1 also runs scale), every column ncu printed.
+H100_CSV = ROOT / "tests" / "data" / "ncu_h100_sample_raw.csv"
 
 # Written by hand after the real format: ==PROF== lines, a header (11 fixed columns, then
 # the metrics), a units row, one row per kernel; values quoted, thousands separators, n/a.
 RAW_CSV = "\n".join([
     "==PROF== Connected to process 9157 (/usr/bin/python3.12)",
-    '==PROF== Profiling "cudalab_ncu_marker" - 0: 0%....50%....100% - 9 passes',
+    '==PROF== Profiling "cudalab_marker" - 0: 0%....50%....100% - 9 passes',
     '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",'
     '"Block Size","Grid Size","Device","CC","gpu__time_duration.sum",'
     '"launch__registers_per_thread","lts__t_sector_hit_rate.pct",'
     f'"{STALL.format("long_scoreboard")}","{STALL.format("selected")}",'
     f'"{STALL.format("barrier")}"',
     '"","","","","","","","","","","","nsecond","register/thread","%","","",""',
-    '"0","9157","python3.12","127.0.0.1","cudalab_ncu_marker","1","7","(1, 1, 1)",'
+    '"0","9157","python3.12","127.0.0.1","cudalab_marker","1","7","(1, 1, 1)",'
     '"(1, 1, 1)","0","9.0","1,632","4","0","0","1","0"',
     '"1","9157","python3.12","127.0.0.1","matmul_tiled","1","7","(16, 16, 1)",'
     '"(20, 10, 1)","0","9.0","8,064.5","38","93.71","3.05","1.00","1.52"',
-    '"2","9157","python3.12","127.0.0.1","cudalab_ncu_marker","1","7","(1, 1, 1)",'
+    '"2","9157","python3.12","127.0.0.1","cudalab_marker","1","7","(1, 1, 1)",'
     '"(2, 1, 1)","0","9.0","1,600","4","0","0","1","0"',
     '"3","9157","python3.12","127.0.0.1","void gemm<float, 128>(int, const float *, '
     'float *)","1","7","(256, 1, 1)","(1,024, 1, 1)","0","9.0","1,204,224","128","n/a",'
@@ -54,7 +59,7 @@ RAW_CSV = "\n".join([
 def test_raw_csv_rows_keep_launch_order_names_grids_and_values():
     rows = profiler.parse_raw_csv(RAW_CSV)
     assert [r.name.split("(")[0] for r in rows] == [
-        "cudalab_ncu_marker", "matmul_tiled", "cudalab_ncu_marker", "void gemm<float, 128>",
+        "cudalab_marker", "matmul_tiled", "cudalab_marker", "void gemm<float, 128>",
         "splitk_reduce"]
     assert [r.grid_x for r in rows] == [1, 20, 2, 1024, 64]
     gemm = rows[3]
@@ -111,7 +116,7 @@ def test_grouping_merges_a_point_that_opened_its_range_twice_and_drops_strays():
 # -- one point's counters -----------------------------------------------------------------
 def test_the_longest_kernel_gives_the_counters_and_the_times_add_up():
     groups = profiler.group_by_marker(profiler.parse_raw_csv(RAW_CSV), n_points=2)
-    c = profiler.point_counters(groups[1])
+    c = profiler.point_counters(groups[1], DEFAULTS)
     assert c["ncu_kernel"] == "void gemm<float, 128>"  # 1204 us beats 3.8 us
     assert c["ncu_kernels"] == 2
     assert c["ncu_time_us"] == pytest.approx(1204.224 + 3.776)
@@ -119,7 +124,7 @@ def test_the_longest_kernel_gives_the_counters_and_the_times_add_up():
     assert math.isnan(c["ncu_l2_hit_rate_pct"])
     # stall reasons: selected is no stall, the largest first, one decimal
     assert c["ncu_top_stall"] == "barrier 7.2, long_scoreboard 0.4"
-    single = profiler.point_counters(groups[0])
+    single = profiler.point_counters(groups[0], DEFAULTS)
     assert single["ncu_time_us"] == pytest.approx(8.0645)
     assert (single["ncu_l2_hit_rate_pct"], single["ncu_kernel"]) == (93.71, "matmul_tiled")
     assert single["ncu_top_stall"] == "long_scoreboard 3.0, barrier 1.5"
@@ -128,12 +133,33 @@ def test_the_longest_kernel_gives_the_counters_and_the_times_add_up():
 def test_bank_conflicts_add_loads_and_stores_and_unknown_metrics_get_a_column_name():
     ld, st = ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
               "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum")
-    row = _row("k", 1, **{ld: 1024.0, st: 3.0, "sm__inst_executed.avg.per_cycle_active": 1.5})
-    c = profiler.point_counters([row])
+    extra = "sm__inst_executed.avg.per_cycle_active"
+    row = _row("k", 1, **{ld: 1024.0, st: 3.0, extra: 1.5, "device__attribute_chip": 384.0})
+    c = profiler.point_counters([row], [ld, st, extra, profiler.TIME_METRIC])
     assert (c["ncu_smem_bank_conflicts_ld"], c["ncu_smem_bank_conflicts_st"]) == (1024.0, 3.0)
     assert c["ncu_smem_bank_conflicts"] == 1027.0
     assert c["ncu_sm_inst_executed_avg_per_cycle_active"] == 1.5
-    assert c["ncu_top_stall"] == ""
+    assert c["ncu_top_stall"] == "" and "ncu_device_attribute_chip" not in c
+
+
+def test_the_real_h100_output_gives_each_point_its_kernel_and_only_the_asked_counters():
+    rows = profiler.parse_raw_csv(H100_CSV.read_text())
+    assert len(rows[0].values) > 200  # the raw page prints every device__/launch__ attribute
+    groups = profiler.group_by_marker(rows, n_points=3)
+    assert {i: [k.name for k in ks] for i, ks in groups.items()} == {
+        0: ["vadd"], 1: ["vadd", "scale"], 2: ["vadd"]}
+    c = [profiler.point_counters(groups[i], profiler.metric_list(DEFAULTS)) for i in range(3)]
+    assert [x["ncu_time_us"] for x in c] == pytest.approx([6.304, 6.304 + 7.680, 6.144])
+    assert [x["ncu_kernel"] for x in c] == ["vadd", "scale", "vadd"]  # scale: 7.7 > 6.3 us
+    assert c[1] == pytest.approx({
+        "ncu_achieved_occupancy_pct": 43.73, "ncu_theoretical_occupancy_pct": 100.0,
+        "ncu_dram_throughput_pct": 16.42, "ncu_l2_hit_rate_pct": 56.84,
+        "ncu_l2_throughput_pct": 34.01, "ncu_smem_bank_conflicts_ld": 0.0,
+        "ncu_smem_bank_conflicts_st": 0.0, "ncu_smem_bank_conflicts": 0.0,
+        "ncu_registers": 16.0, "ncu_occupancy_limit_blocks": 32.0,
+        "ncu_occupancy_limit_registers": 32.0, "ncu_occupancy_limit_smem": 32.0,
+        "ncu_occupancy_limit_warps": 16.0, "ncu_time_us": 13.984,
+        "ncu_top_stall": "long_scoreboard 42.2", "ncu_kernel": "scale", "ncu_kernels": 2})
 
 
 def test_top_stalls_keeps_three_and_skips_zeros():
@@ -318,6 +344,14 @@ def test_counters_land_in_the_records_and_the_table(fake_job, capsys):
     assert recs["k-n1"]["profile"]["version"] == "2025.3.1.0"
     df = results.build_table(recs.values())
     assert results.check_table(df) == []
+    asked = {"achieved_occupancy_pct", "theoretical_occupancy_pct", "dram_throughput_pct",
+             "dram_bytes", "l2_hit_rate_pct", "l2_throughput_pct", "l1_hit_rate_pct",
+             "sm_throughput_pct", "smem_bank_conflicts_ld", "smem_bank_conflicts_st",
+             "registers", "occupancy_limit_registers", "occupancy_limit_smem",
+             "occupancy_limit_warps", "occupancy_limit_blocks", "time_us"}
+    derived = {"smem_bank_conflicts", "top_stall", "kernel", "kernels", "status"}
+    assert {c for c in df.columns if c.startswith("m_ncu_")} == {
+        f"m_ncu_{x}" for x in asked | derived}
     row = df.set_index("point_id").loc["k-n3"]
     assert row["m_ncu_achieved_occupancy_pct"] == 20.5 and row["m_ncu_status"] == "ok"
     assert m["profile"]["profiled"] == 3 and m["profile"]["status"] == "ok"
