@@ -256,22 +256,26 @@ def check_cuda(env: dict[str, str], gpu_index: int, need_gpu: bool) -> tuple[lis
 
 
 def check_ncu(env: dict[str, str], gpu_index: int, have_gpu: bool) -> Check:
+    """Nsight Compute: found? which version? may it read the counters (profile.ncu)?"""
     ncu = shutil.which("ncu", path=env.get("PATH", ""))
     if ncu is None:
         return Check("ncu (Nsight Compute)", INFO, "not found (optional: hardware counters)",
                      "load a module with Nsight Compute to profile")
+    rc, out = _run([ncu, "--version"], env)
+    m = re.search(r"Version\s+(\S+)", out)
+    where = f"{ncu} ({m.group(1) if m and rc == 0 else 'version unknown'})"
     if not have_gpu:
-        return Check("ncu (Nsight Compute)", INFO, f"{ncu}; counters not tried (no GPU)")
+        return Check("ncu (Nsight Compute)", INFO, f"{where}; counters not tried (no GPU)")
     cmd = [ncu, "--target-processes", "all", "--metrics", "sm__cycles_elapsed.sum",
            *_probe_cmd(gpu_index, kernel_only=True)]
     rc, out = _run(cmd, _child_env(env), timeout=180)
     if "ERR_NVGPUCTRPERM" in out:
-        return Check("ncu (Nsight Compute)", WARN, f"{ncu}: counters not permitted "
+        return Check("ncu (Nsight Compute)", WARN, f"{where}: counters not permitted "
                      "(ERR_NVGPUCTRPERM)", "ask the admins to allow profiling "
                      "(NVreg_RestrictProfilingToAdminUsers=0); timings do not need it")
     if rc == 0 and "sm__cycles_elapsed.sum" in out:
-        return Check("ncu (Nsight Compute)", OK, f"{ncu}: counters permitted")
-    return Check("ncu (Nsight Compute)", WARN, f"{ncu} failed (rc {rc}): {_short(out, 200)}",
+        return Check("ncu (Nsight Compute)", OK, f"{where}: counters permitted")
+    return Check("ncu (Nsight Compute)", WARN, f"{where} failed (rc {rc}): {_short(out, 200)}",
                  "profiling unavailable; timings do not need it")
 
 

@@ -12,6 +12,11 @@ For an `asynchronous` fn (it only enqueues GPU work) the harness times the batch
 launches already queued behind a held stream (gpu.QueuedEventTimer), so the host's launch
 cost (~12 us per pycuda launch) stays out of the kernel time; where that cannot be done it
 says why in the timing's `method_note`.
+
+Profile mode (a `Profiler` given to the Harness: cudalab.profiler's child under Nsight
+Compute) takes no timing at all: measure() runs fn once as warm-up, then once inside the
+profiler's range, and returns a one-sample Timing whose timer is PROFILE_TIMER. The
+parent job's timings are never taken under the profiler.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ import numpy as np
 # pending launches (~1000), else the launch call blocks behind the held stream.
 MAX_BATCH = 4096
 QUEUED_MAX_BATCH = 256
+# The timer name of a profile-mode Timing: one run under a profiler, not a measurement.
+PROFILE_TIMER = "profile_run"
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,17 @@ class Timer(Protocol):
     name: str
 
     def time(self, fn: Callable[[], Any], reps: int) -> float: ...
+
+
+class Profiler(Protocol):
+    """Brackets the profiled run of fn in profile mode. begin() opens the profiler's range
+    and returns whether this run is profiled (only a point's first measure() is: later ones,
+    such as a copy phase, would mix other work into its counters); end() closes it after
+    the run, and is called only when begin() returned True."""
+
+    def begin(self) -> bool: ...
+
+    def end(self) -> None: ...
 
 
 class HoldTimeout(RuntimeError):
@@ -174,10 +192,12 @@ class Harness:
         settings: Settings,
         observers: Sequence[Observer] = (),
         flush_l2: Callable[[], None] | None = None,
+        profiler: Profiler | None = None,
     ) -> None:
         self.settings = settings
         self.observers = list(observers)
         self.flush_l2 = flush_l2
+        self.profiler = profiler
 
     def measure(
         self,
@@ -194,6 +214,8 @@ class Harness:
         prepared_call, async copies; no host sync, no allocation, no pageable copy): it is
         then timed with its launches queued ahead (see gpu.QueuedEventTimer)."""
         s = settings or self.settings
+        if self.profiler is not None:
+            return self._profile_run(fn, timer, s, self.profiler)
         wall0 = time.perf_counter()
         chosen, note = choose_timer(timer, asynchronous)
         try:
@@ -205,6 +227,25 @@ class Harness:
         t.method_note = note
         t.wall_s = time.perf_counter() - wall0
         return t
+
+    @staticmethod
+    def _profile_run(fn: Callable[[], Any], timer: Timer, s: Settings,
+                     profiler: Profiler) -> Timing:
+        """Profile mode: fn once as warm-up (module load, first-touch, library handles stay
+        outside the profiled range), then once inside it, through the point's own timer
+        (its stream and synchronisation). The one sample is no timing and is discarded."""
+        wall0 = time.perf_counter()
+        fn()
+        profiled = profiler.begin()
+        try:
+            dt = timer.time(fn, 1)
+        finally:
+            if profiled:
+                profiler.end()
+        return Timing(samples_s=[dt], batch=1, timer=PROFILE_TIMER, stop_reason="profiled",
+                      settings=s.as_dict(), min_samples=1,
+                      wall_s=time.perf_counter() - wall0,
+                      method_note="profile mode: one run under the profiler, not a timing")
 
     def _measure_with(self, fn: Callable[[], Any], timer: Timer, batchable: bool,
                       s: Settings, queued: bool) -> Timing:

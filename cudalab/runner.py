@@ -150,6 +150,7 @@ class Job:
     statuses: dict[str, str] = field(default_factory=dict)
     phases: list[dict[str, Any]] = field(default_factory=list)
     ceilings: Ceilings | None = None  # measured once per GPU job (cudalab.ceilings)
+    profile: dict[str, Any] = field(default_factory=dict)  # the ncu step's summary, if it ran
 
     @property
     def block(self) -> dict[str, Any]:
@@ -164,8 +165,15 @@ def job_fingerprint(config: dict[str, Any], name: str) -> str:
     """What makes a measure job stale when it changes: its block, the blocks its grid reads,
     the measurement and telemetry settings (the workflow's rerun trigger; in the manifest)."""
     blocks = [config["experiments"].get(b) for b in REGISTRY[name].reads_blocks]
-    return block_hash([config["experiments"][name], *blocks, config["measurement"],
-                       config["telemetry"]])
+    parts = [config["experiments"][name], *blocks, config["measurement"], config["telemetry"]]
+    if profiling(config):  # turning counters on reruns the job (its timings are reused)
+        parts.append(config["profile"])
+    return block_hash(parts)
+
+
+def profiling(config: dict[str, Any]) -> bool:
+    """Whether the config asks for Nsight Compute counters (profile.ncu)."""
+    return bool((config.get("profile") or {}).get("ncu"))
 
 
 def rerun_reasons(results_dir: Path, name: str) -> list[str]:
@@ -237,6 +245,7 @@ def run_experiment(config: dict[str, Any], name: str, results_dir: Path) -> dict
     finally:
         for src in job.sources:
             _telemetry_hook(src, "after_job")
+    _profile(job, ctx)
     return _write_manifest(job, t_job)
 
 
@@ -347,6 +356,28 @@ def _measure_ceilings(job: Job, ctx: RunContext) -> None:
                            f"({job.ceilings.note})")
 
 
+def _profile(job: Job, ctx: RunContext) -> None:
+    """The ncu step (profile.ncu): after the timing walk and the telemetry, so no timing
+    and no telemetry sample is taken while the profiler runs. It never stops the job: what
+    went wrong is each point's m_ncu_status and one log line."""
+    if not profiling(job.config) or job.gpu is None:
+        return
+    from cudalab import profiler
+    from cudalab.experiments.base import free_all
+
+    for value in ctx.cache.values():  # the profiled child needs the GPU's memory
+        free_all(value)
+    ctx.cache.clear()
+    try:
+        job.profile = profiler.profile_job(job.config, job.name, job.points, job.raw_dir,
+                                           job.telemetry_dir / "ncu", job.seed)
+    except Exception as exc:  # noqa: BLE001 - counters are optional, the timings stand
+        job.profile = {"tool": "ncu", "status": f"not profiled: {type(exc).__name__}: {exc}",
+                       "line": f"ncu step failed: {type(exc).__name__}: {exc}\n"
+                               + traceback.format_exc(limit=5)}
+    log(f"{job.name}: {job.profile['line']}")
+
+
 def _walk(job: Job, ctx: RunContext, t_job: float) -> None:
     """Every point in grid order, each written to disk as soon as it is done."""
     peaks = (devicespec.device_peaks(job.gpu)
@@ -451,6 +482,8 @@ def _write_manifest(job: Job, t_job: float) -> dict[str, Any]:
     if job.ceilings is not None:
         manifest |= {"ceilings": job.ceilings.values, "ceilings_note": job.ceilings.note,
                      "ceilings_detail": job.ceilings.detail}
+    if job.profile:
+        manifest["profile"] = {k: v for k, v in job.profile.items() if k != "line"}
     if job.gpu is not None:
         results.write_json_atomic(job.telemetry_dir / "phases.json", manifest)
     results.write_json_atomic(job.raw_dir / "_manifest.json", manifest)

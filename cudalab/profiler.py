@@ -1,0 +1,512 @@
+"""Opt-in Nsight Compute (ncu) counters behind each GPU point (config `profile.ncu`).
+
+After a job's timing walk the runner calls profile_job(): ONE child process per job,
+
+    ncu --target-processes all --profile-from-start off --csv --page raw --metrics <list>
+        python -m cudalab.profiler <experiment> --config <json> --points <ids> ...
+
+walks the job's ok GPU points again, in grid order, with the harness in profile mode
+(harness.Profiler): each point's first Harness.measure() runs fn once as warm-up, then
+opens the profiler range (cuProfilerStart), launches the MARKER kernel with grid =
+point index + 1 blocks, runs fn once, synchronises and closes the range (cuProfilerStop).
+No timing is ever taken under the profiler: the child's numbers are thrown away.
+
+The parent reads ncu's CSV: rows in launch order, a marker row starts a point, the kernel
+rows up to the next marker are that point's (several: the longest is "the kernel", and the
+times are summed). The counters go into each point's raw record as `metrics` ncu_* (table
+columns m_ncu_*) with `ncu_status` 'ok' or 'not profiled: <reason>'; the timings are never
+touched, and a profiling failure (no ncu, counters not permitted, a time-out, a crash, a
+point missing from the CSV) never stops the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import ctypes
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+MARKER_KERNEL = "cudalab_marker"
+MARKER_SOURCE = f'extern "C" __global__ void {MARKER_KERNEL}(void) {{}}\n'
+TIME_METRIC = "gpu__time_duration.sum"
+STALL_RE = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
+# `selected` is the issuing warp, not a stall; the rest are reasons a warp waited.
+NOT_STALLS = frozenset({"selected"})
+TOP_STALLS = 3
+
+# ncu metric -> column short name (m_ncu_<short>); other metrics get their name, sanitised.
+SHORT_NAMES: dict[str, str] = {
+    "sm__warps_active.avg.pct_of_peak_sustained_active": "achieved_occupancy_pct",
+    "sm__maximum_warps_per_active_cycle_pct": "theoretical_occupancy_pct",
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed": "dram_throughput_pct",
+    "dram__bytes.sum": "dram_bytes",
+    "lts__t_sector_hit_rate.pct": "l2_hit_rate_pct",
+    "lts__throughput.avg.pct_of_peak_sustained_elapsed": "l2_throughput_pct",
+    "l1tex__t_sector_hit_rate.pct": "l1_hit_rate_pct",
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed": "sm_throughput_pct",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum": "smem_bank_conflicts_ld",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum": "smem_bank_conflicts_st",
+    "launch__registers_per_thread": "registers",
+    "launch__occupancy_limit_registers": "occupancy_limit_registers",
+    "launch__occupancy_limit_shared_mem": "occupancy_limit_smem",
+    "launch__occupancy_limit_warps": "occupancy_limit_warps",
+    "launch__occupancy_limit_blocks": "occupancy_limit_blocks",
+    TIME_METRIC: "time_us",
+}
+# Scale of a unit to the column's unit: time in microseconds, bytes in bytes. ncu runs
+# with --print-units base (ns, byte); the scaled spellings are read too.
+UNIT_SCALE: dict[str, float] = {
+    "ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3,
+    "s": 1e6, "second": 1e6,
+    "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12,
+}
+PERM_REASON = ("not profiled: ERR_NVGPUCTRPERM (GPU performance counters not permitted for "
+               "this user: see https://developer.nvidia.com/ERR_NVGPUCTRPERM)")
+
+
+# -- reading ncu's CSV (--csv --page raw) ---------------------------------------------------
+@dataclass
+class KernelRow:
+    """One profiled kernel launch: its name, grid (x) and metric values (floats; NaN for
+    n/a) with units as ncu printed them."""
+
+    name: str
+    grid_x: int
+    values: dict[str, float] = field(default_factory=dict)
+    units: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def is_marker(self) -> bool:
+        return MARKER_KERNEL in self.name
+
+    def time_us(self) -> float:
+        v = self.values.get(TIME_METRIC, math.nan)
+        return v * UNIT_SCALE.get(self.units.get(TIME_METRIC, ""), 1e-3)
+
+
+def parse_number(text: str) -> float:
+    """A metric value: thousands separators ("1,024") allowed; n/a and text are NaN."""
+    try:
+        return float(text.replace(",", "").strip())
+    except ValueError:
+        return math.nan
+
+
+def _grid_x(text: str) -> int:
+    """x of "(20, 10, 1)"; dimensions are split at ", " so "(1,024, 1, 1)" reads 1024."""
+    first = (text or "").strip().strip("()").split(", ")[0].replace(",", "").strip()
+    return int(first) if first.isdigit() else 0
+
+
+def parse_raw_csv(text: str) -> list[KernelRow]:
+    """Kernel rows, in launch order, from ncu's `--csv --page raw` output: a header row
+    ("ID", "Process ID", ..., "CC", then one column per metric), a units row (empty ID),
+    then one row per kernel. Other lines (==PROF==, ==ERROR==) are skipped, and so are
+    columns that are no metric (a metric is named unit__counter)."""
+    lines = [ln for ln in text.splitlines() if ln.startswith('"')]
+    header: list[str] = []
+    units: dict[str, str] = {}
+    rows: list[KernelRow] = []
+    for cells in csv.reader(lines):
+        if not cells:
+            continue
+        if cells[0] == "ID":
+            header, units = cells, {}
+        elif header and cells[0] == "":
+            units = dict(zip(header, cells))
+        elif header and cells[0].strip().isdigit():
+            row = dict(zip(header, cells))
+            metrics = [h for h in header if "__" in h]  # unit__counter: the metric columns
+            rows.append(KernelRow(
+                name=row.get("Kernel Name", ""), grid_x=_grid_x(row.get("Grid Size", "")),
+                values={m: parse_number(row.get(m, "")) for m in metrics},
+                units={m: units.get(m, "") for m in metrics}))
+    return rows
+
+
+def group_by_marker(rows: list[KernelRow], n_points: int) -> dict[int, list[KernelRow]]:
+    """Point index -> its kernel rows. A marker with grid x = i + 1 starts point i; the
+    kernels up to the next marker are its own (a point may open its range more than once:
+    consecutive markers of one point add up). Rows before any marker, or after a marker
+    out of range, belong to no point."""
+    out: dict[int, list[KernelRow]] = {}
+    current: int | None = None
+    for row in rows:
+        if row.is_marker:
+            i = row.grid_x - 1
+            current = i if 0 <= i < n_points else None
+            if current is not None:
+                out.setdefault(current, [])
+        elif current is not None:
+            out[current].append(row)
+    return out
+
+
+def short_name(metric: str) -> str:
+    return SHORT_NAMES.get(metric) or re.sub(r"[^A-Za-z0-9]+", "_", metric).strip("_")
+
+
+def top_stalls(values: dict[str, float], n: int = TOP_STALLS) -> str:
+    """The n largest stall reasons (warps stalled per issued instruction), as text:
+    'long_scoreboard 4.1, barrier 2.0, wait 1.1' ('' when none was counted)."""
+    stalls = [(m.group(1), v) for k, v in values.items()
+              if (m := STALL_RE.match(k)) and m.group(1) not in NOT_STALLS
+              and math.isfinite(v) and v > 0]
+    stalls.sort(key=lambda kv: -kv[1])
+    return ", ".join(f"{name} {v:.1f}" for name, v in stalls[:n])
+
+
+def requested(values: dict[str, float], metrics: list[str]) -> dict[str, float]:
+    """The values of the metrics asked for: the raw page also prints every launch__ and
+    device__ attribute and .min/.max/.sum siblings of some metrics. A regex: entry keeps
+    every column it matches (partially, as ncu does)."""
+    patterns = [re.compile(m[len("regex:"):]) for m in metrics if m.startswith("regex:")]
+    return {k: v for k, v in values.items()
+            if k in metrics or any(p.search(k) for p in patterns)}
+
+
+def point_counters(kernels: list[KernelRow], metrics: list[str]) -> dict[str, Any]:
+    """The ncu_* metrics of one point: the requested counters of its longest kernel ("the
+    kernel"), the summed kernel time, how many kernels ran and the top stall reasons."""
+    main = main_kernel(kernels)
+    values = requested(main.values, metrics)
+    out: dict[str, Any] = {}
+    for metric, v in values.items():
+        if STALL_RE.match(metric):
+            continue
+        unit = main.units.get(metric, "")
+        out[f"ncu_{short_name(metric)}"] = v * (UNIT_SCALE[unit] if unit.endswith("byte")
+                                                and unit in UNIT_SCALE else 1.0)
+    times = [k.time_us() for k in kernels]  # all kernels' time, in us (not the main one's)
+    out["ncu_time_us"] = sum(times) if all(math.isfinite(t) for t in times) else math.nan
+    ld, st = out.get("ncu_smem_bank_conflicts_ld"), out.get("ncu_smem_bank_conflicts_st")
+    if ld is not None and st is not None:
+        out["ncu_smem_bank_conflicts"] = ld + st
+    out["ncu_top_stall"] = top_stalls(values)
+    out["ncu_kernel"] = re.sub(r"\(.*$", "", main.name).strip()
+    out["ncu_kernels"] = len(kernels)
+    return out
+
+
+def main_kernel(kernels: list[KernelRow]) -> KernelRow:
+    """The longest kernel of a point (the first one where no duration was read)."""
+    return max(kernels, key=lambda k: k.time_us() if math.isfinite(k.time_us()) else -1.0)
+
+
+# -- the parent: one ncu run per job -------------------------------------------------------
+@dataclass
+class NcuRun:
+    """What one ncu run left: its output (the CSV, ==PROF== / ==ERROR== lines), the child's
+    output, the child's per-point report, the exit code (None: killed) and its duration."""
+
+    log_text: str
+    child_text: str
+    report: dict[str, str]
+    rc: int | None
+    timed_out: bool
+    seconds: float
+
+
+def metric_list(metrics: list[str]) -> list[str]:
+    """The configured metrics plus the kernel duration, which picks a point's kernel."""
+    return list(metrics) if TIME_METRIC in metrics else [*metrics, TIME_METRIC]
+
+
+def ncu_version(ncu: str) -> str:
+    """'2025.3.1.0' from `ncu --version` ('' when it does not answer)."""
+    try:
+        p = subprocess.run([ncu, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    m = re.search(r"Version\s+(\S+)", p.stdout + p.stderr)
+    return m.group(1) if m else ""
+
+
+def ncu_command(ncu: str, metrics: list[str], log_file: Path, child: list[str],
+                cold_l2: bool) -> list[str]:
+    """The ncu command line around the child. --clock-control none: by default ncu locks
+    the GPU's clocks to base while it profiles; this project never changes the card's
+    clocks, and the counters then belong to the clocks the timings ran at.
+    --cache-control none: the harness times hot (the L2 keeps what the warm-up left), so ncu
+    must not flush the caches between its passes either; only where the timings flush the
+    L2 before every sample (measurement.cold_l2) does ncu flush too (all). Kernel replay
+    saves and restores device memory between the passes of one kernel."""
+    return [ncu, "--target-processes", "all", "--profile-from-start", "off", "--csv",
+            "--page", "raw", "--print-units", "base", "--metrics", ",".join(metrics),
+            "--replay-mode", "kernel", "--cache-control", "all" if cold_l2 else "none",
+            "--clock-control", "none", "--log-file", str(log_file), *child]
+
+
+def child_command(name: str, config_path: Path, point_ids: list[str], seed: int,
+                  report: Path) -> list[str]:
+    return [sys.executable, "-m", "cudalab.profiler", name, "--config", str(config_path),
+            "--points", ",".join(point_ids), "--seed", str(seed), "--report", str(report)]
+
+
+def run_ncu(cmd: list[str], out_dir: Path, timeout_s: float) -> NcuRun:
+    """Run ncu (its own process group, so a time-out kills the child too) and collect what
+    it left in out_dir: ncu.log (--log-file), child.log, report.json."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    t0 = time.time()
+    rc: int | None = None
+    with open(out_dir / "child.log", "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            if proc.poll() is None:  # timed out, or the job itself is stopping (Ctrl-C)
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    timed_out = rc is None
+    report = _read_json(out_dir / "report.json")
+    return NcuRun(_read_text(out_dir / "ncu.log"), _read_text(out_dir / "child.log"),
+                  report, rc, timed_out, time.time() - t0)
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return obj if isinstance(obj, dict) else {}
+
+
+def job_failure(run: NcuRun, timeout_s: float) -> str:
+    """Why the run as a whole went wrong ('' if it did not): this is the reason of every
+    point missing from its CSV."""
+    text = run.log_text + "\n" + run.child_text
+    if "ERR_NVGPUCTRPERM" in text:
+        return PERM_REASON
+    if run.timed_out:
+        return f"not profiled: ncu timed out after {timeout_s:g} s (profile.timeout_s)"
+    if run.rc:
+        # ncu's own error first; "the application returned an error code" says less than
+        # the child's last line (its exception)
+        errors = [ln.strip() for ln in text.splitlines() if ln.startswith("==ERROR==")
+                  and "application returned an error code" not in ln]
+        tail = [ln.strip() for ln in run.child_text.splitlines() if ln.strip()][-1:]
+        why = (errors or tail or [""])[0]
+        return f"not profiled: ncu exited with code {run.rc}" + (f": {why}" if why else "")
+    return ""
+
+
+def point_status(kernels: list[KernelRow] | None, child: str, job_reason: str) -> str:
+    """'ok' or 'not profiled: <reason>' for one point: kernels is None when its marker is
+    not in the CSV; child is what the profiling child said of it."""
+    if job_reason == PERM_REASON:
+        return job_reason  # ncu may print rows of zeros; none of them is a counter
+    if kernels:
+        return "ok"
+    if kernels is not None:
+        return ("not profiled: no kernel ran in the profiled run (copies and host work "
+                "have no kernel counters)")
+    if child.startswith(("failed", "skipped")):
+        return f"not profiled: {child.replace(':', ' in the profiling run:', 1)}"
+    return job_reason or "not profiled: no result for this point in ncu's CSV"
+
+
+def needs_profile(rec: dict[str, Any] | None, metrics: list[str]) -> bool:
+    """An ok, timed GPU record whose counters are missing, failed or of another metric set
+    (a record reused from the cache keeps the counters of its earlier profile)."""
+    if not rec or rec.get("status") != "ok" or not rec.get("timing"):
+        return False
+    prof = rec.get("profile") or {}
+    return not (prof.get("status") == "ok" and prof.get("metrics") == metrics)
+
+
+def profile_job(config: dict[str, Any], name: str, points: list[Any], raw_dir: Path,
+                out_dir: Path, seed: int) -> dict[str, Any]:
+    """Profile the job's ok GPU points that lack counters in one ncu run and write the
+    counters (or why there are none) into their raw records. Returns the manifest's
+    `profile` entry; its "line" is the job log's one line about it."""
+    from cudalab import results
+
+    prof = config["profile"]
+    metrics = metric_list(prof["metrics"])
+    todo = [(p, raw_dir / f"{p.point_id}.json") for p in points if p.gpu]
+    todo = [(p, path) for p, path in todo if needs_profile(results.read_record(path), metrics)]
+    entry: dict[str, Any] = {"tool": "ncu", "metrics": metrics, "points": len(todo)}
+    if not todo:
+        return entry | {"status": "nothing to profile",
+                        "line": "ncu: nothing to profile (no ok GPU point lacks counters)"}
+    ncu = shutil.which("ncu")
+    if ncu is None:
+        reason = "not profiled: ncu not found on PATH"
+        for _, path in todo:
+            write_counters(path, {}, reason, {"tool": "ncu", "metrics": metrics})
+        return entry | {"status": reason, "profiled": 0, "line": f"ncu: {len(todo)} GPU "
+                        f"point(s) {reason} (install Nsight Compute or load its module)"}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "config.json").write_text(json.dumps(config, default=str))
+    for stale in ("ncu.log", "report.json"):
+        (out_dir / stale).unlink(missing_ok=True)
+    ids = [p.point_id for p, _ in todo]
+    child = child_command(name, (out_dir / "config.json").resolve(), ids, seed,
+                          (out_dir / "report.json").resolve())
+    cmd = ncu_command(ncu, metrics, (out_dir / "ncu.log").resolve(), child,
+                      config["measurement"]["cold_l2"])
+    run = run_ncu(cmd, out_dir, prof["timeout_s"])
+    info = {"tool": "ncu", "version": ncu_version(ncu), "metrics": metrics,
+            "log": str(out_dir / "ncu.log")}
+    statuses = _write_points(todo, run, prof["timeout_s"], info)
+    return entry | _summary(statuses, run, info) | {"command": cmd}
+
+
+def _write_points(todo: list[tuple[Any, Path]], run: NcuRun, timeout_s: float,
+                  info: dict[str, Any]) -> list[str]:
+    groups = group_by_marker(parse_raw_csv(run.log_text), len(todo))
+    job_reason = job_failure(run, timeout_s)
+    statuses = []
+    for i, (point, path) in enumerate(todo):
+        kernels = groups.get(i)
+        status = point_status(kernels, run.report.get(point.point_id, ""), job_reason)
+        ran = kernels if status == "ok" and kernels else []
+        extra = {"kernels": [k.name for k in ran],
+                 "values": requested(main_kernel(ran).values, info["metrics"]) if ran else {}}
+        write_counters(path, point_counters(ran, info["metrics"]) if ran else {}, status,
+                       info | extra)
+        statuses.append(status)
+    return statuses
+
+
+def write_counters(path: Path, counters: dict[str, Any], status: str,
+                   info: dict[str, Any]) -> None:
+    """Put ncu_* metrics and ncu_status into a raw record (atomically); earlier ncu_* keys
+    are replaced, every other part of the record (the timing above all) is kept."""
+    from cudalab import results
+
+    rec = results.read_record(path)
+    if rec is None:
+        return
+    metrics = {k: v for k, v in (rec.get("metrics") or {}).items() if not k.startswith("ncu_")}
+    rec["metrics"] = metrics | counters | {"ncu_status": status}
+    rec["profile"] = info | {"status": "ok" if status == "ok" else status}
+    results.write_json_atomic(path, rec)
+
+
+def _summary(statuses: list[str], run: NcuRun, info: dict[str, Any]) -> dict[str, Any]:
+    ok = statuses.count("ok")
+    bad = [s for s in statuses if s != "ok"]
+    common = max(set(bad), key=bad.count) if bad else ""
+    line = (f"ncu: {ok} of {len(statuses)} GPU point(s) profiled in {run.seconds:.1f} s"
+            + (f"; {len(bad)} {common}" + (" (and other reasons)" if len(set(bad)) > 1 else "")
+               if bad else "")
+            + f" (ncu {info['version'] or 'version unknown'}; output {info['log']})")
+    return {"status": "ok" if not bad else common, "profiled": ok,
+            "seconds": round(run.seconds, 3), "rc": run.rc, "version": info["version"],
+            "log": info["log"], "line": line}
+
+
+# -- the child: the job's points again, under ncu ------------------------------------------
+def _libcuda() -> Any:
+    """The driver library pycuda already loaded (cuProfilerStart/Stop are driver API)."""
+    return ctypes.CDLL("libcuda.so.1")
+
+
+class NcuRange:
+    """harness.Profiler for the child: the first measure() of point `point_index` opens
+    the profiler range and launches the marker with point_index + 1 blocks; end() waits
+    for the GPU and closes the range. Later measure() calls of the same point run
+    unprofiled."""
+
+    def __init__(self, start: Callable[[], int], stop: Callable[[], int],
+                 marker: Callable[[int], None], sync: Callable[[], None]) -> None:
+        self._start, self._stop, self._marker, self._sync = start, stop, marker, sync
+        self.point_index = -1
+        self._opened = -1
+
+    @classmethod
+    def for_session(cls, gpu: Any) -> NcuRange:
+        from pycuda.compiler import SourceModule
+
+        func = SourceModule(MARKER_SOURCE, no_extern_c=True).get_function(MARKER_KERNEL)
+        lib = _libcuda()
+        return cls(lib.cuProfilerStart, lib.cuProfilerStop,
+                   lambda blocks: func(block=(1, 1, 1), grid=(blocks, 1)), gpu.synchronize)
+
+    def begin(self) -> bool:
+        if self.point_index < 0 or self._opened == self.point_index:
+            return False
+        self._opened = self.point_index
+        _driver_ok(self._start(), "cuProfilerStart")
+        self._marker(self.point_index + 1)
+        return True
+
+    def end(self) -> None:
+        self._sync()
+        _driver_ok(self._stop(), "cuProfilerStop")
+
+
+def _driver_ok(code: int, call: str) -> None:
+    if code != 0:
+        raise RuntimeError(f"{call} failed (CUresult {code})")
+
+
+def child_main(argv: list[str] | None = None) -> int:
+    """`python -m cudalab.profiler EXPERIMENT --config JSON --points ID,ID --seed N --report
+    JSON`: measure those points in profile mode, in that order. Writes {point_id: 'ok' |
+    'failed: ...' | 'skipped: ...'} to --report after each point; prints only to stderr."""
+    import numpy as np
+
+    from cudalab.experiments import REGISTRY
+    from cudalab.experiments.base import RunContext, Skipped
+    from cudalab.gpu import open_session
+    from cudalab.harness import Harness, Settings
+    from cudalab.results import write_json_atomic
+    from cudalab.runner import gpu_error_kind
+
+    ap = argparse.ArgumentParser(prog="python -m cudalab.profiler")
+    ap.add_argument("experiment")
+    for opt in ("--config", "--points", "--report"):
+        ap.add_argument(opt, required=True)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    config = json.loads(Path(a.config).read_text())
+    exp = REGISTRY[a.experiment]
+    grid = {p.point_id: p for p in exp.grid(config)}
+    gpu = open_session(config["gpu_index"])
+    rng = NcuRange.for_session(gpu)
+    ctx = RunContext(gpu, Harness(Settings.from_config(config["measurement"]), profiler=rng),
+                     np.random.default_rng(a.seed), config, config["experiments"][a.experiment])
+    exp.prepare(ctx)
+    report: dict[str, str] = {}
+    for i, pid in enumerate(a.points.split(",")):
+        rng.point_index = i
+        try:
+            exp.measure(ctx, grid[pid])
+            report[pid] = "ok"
+        except Skipped as exc:
+            report[pid] = f"skipped: {exc}"
+        except Exception as exc:  # noqa: BLE001 - the parent names it for the point
+            report[pid] = f"failed: {gpu_error_kind(exc)}: {exc}"
+        print(f"profiled {pid}: {report[pid]}", file=sys.stderr, flush=True)
+        write_json_atomic(Path(a.report), report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(child_main())

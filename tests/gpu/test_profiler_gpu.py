@@ -1,0 +1,97 @@
+"""On a GPU machine with Nsight Compute (pytest -m gpu): profile.ncu through the real runner.
+
+A tiny grid (vector_add's smoke grid, matmul naive / conflicting / padded tiles at 512) is
+run twice, counters off and on. With counters on every GPU point must be profiled, with
+plausible values, each under its own kernel (the marker grouping found the right rows),
+and the timings must be taken exactly as without them (same method, never under ncu).
+Skipped where ncu is absent or may not read the counters (the reason is printed)."""
+
+from __future__ import annotations
+
+import copy
+import math
+import shutil
+
+import pandas as pd
+import pytest
+
+from cudalab import config as cfg
+from cudalab import profiler, results
+from cudalab.experiments import REGISTRY
+from cudalab.harness import PROFILE_TIMER
+from cudalab.runner import run_experiment
+
+pytestmark = pytest.mark.gpu
+
+CONFIG = {
+    "measurement": {"warmup": 1, "min_samples": 3, "max_samples": 20, "budget_s": 0.05},
+    "telemetry": {"nvidia_smi": False, "nvml": False},
+    "experiments": {
+        "vector_add": dict(REGISTRY["vector_add"].smoke),
+        "matmul": {"sizes": [512], "variants": ["naive", "tiled_conflict", "tiled_padded"],
+                   "tiles": [32], "end_to_end": False},
+    },
+}
+KERNEL = {"vector_add": "vector_add", "naive": "matmul_naive",
+          "tiled_conflict": "matmul_tiled_conflict", "tiled_padded": "matmul_tiled_padded"}
+
+
+def _run(results_dir, ncu: bool) -> tuple[pd.DataFrame, list[dict]]:
+    config = cfg.validate(copy.deepcopy(CONFIG) | {"profile": {"ncu": ncu}})
+    manifests = [run_experiment(config, name, results_dir) for name in ("vector_add", "matmul")]
+    df = results.build_table(results.iter_records(results_dir / "raw"))
+    assert results.check_table(df) == [] and (df["status"] == "ok").all(), df["reason"]
+    return df.set_index("point_id"), manifests
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    if shutil.which("ncu") is None:
+        pytest.skip("ncu (Nsight Compute) is not on PATH")
+    off, _ = _run(tmp_path_factory.mktemp("off"), ncu=False)
+    on, manifests = _run(tmp_path_factory.mktemp("on"), ncu=True)
+    gpu = on[on["timer"] != "perf_counter"]
+    if (gpu["m_ncu_status"] == profiler.PERM_REASON).all():
+        pytest.skip(profiler.PERM_REASON)
+    return off, on, gpu, manifests
+
+
+def test_every_gpu_point_is_profiled_under_its_own_kernel(runs):
+    _, _, gpu, manifests = runs
+    assert (gpu["m_ncu_status"] == "ok").all(), gpu["m_ncu_status"].to_dict()
+    assert [m["profile"]["profiled"] for m in manifests] == [
+        (gpu["experiment"] == e).sum() for e in ("vector_add", "matmul")]
+    kernel = gpu["variant"].map(KERNEL).where(gpu["experiment"] == "matmul", "vector_add")
+    assert (gpu["m_ncu_kernel"] == kernel).all(), gpu[["m_ncu_kernel"]]
+    assert (gpu["m_ncu_kernels"] == 1).all()
+
+
+def test_counters_are_plausible(runs):
+    _, _, gpu, _ = runs
+    for col in ("m_ncu_achieved_occupancy_pct", "m_ncu_theoretical_occupancy_pct",
+                "m_ncu_dram_throughput_pct", "m_ncu_l2_throughput_pct"):
+        assert gpu[col].between(0, 100).all() and (gpu[col] > 0).any(), gpu[col]
+    hit = gpu["m_ncu_l2_hit_rate_pct"]
+    assert hit[gpu["experiment"] == "matmul"].notna().all()
+    assert hit.dropna().between(0, 100).all(), hit
+    assert (gpu["m_ncu_registers"] > 0).all() and (gpu["m_ncu_registers"] % 1 == 0).all()
+    assert (gpu["m_ncu_top_stall"].str.len() > 0).all(), gpu["m_ncu_top_stall"]
+    # the kernel's own duration: near the harness's median (both at the clocks found)
+    ratio = gpu["m_ncu_time_us"] / (gpu["time_median_s"] * 1e6)
+    assert ratio.between(0.3, 3.0).all(), ratio
+
+
+def test_bank_conflicts_show_where_the_course_says(runs):
+    _, _, gpu, _ = runs
+    mm = gpu[gpu["experiment"] == "matmul"].set_index("variant")["m_ncu_smem_bank_conflicts"]
+    assert mm["naive"] == 0  # no shared memory at all
+    assert mm["tiled_conflict"] > 10 * max(mm["tiled_padded"], 1), mm.to_dict()
+
+
+def test_timings_are_taken_as_without_the_profiler(runs):
+    off, on, _, _ = runs
+    assert sorted(off.index) == sorted(on.index)
+    assert (on["timer"] == off.loc[on.index, "timer"]).all()
+    assert not (on["timer"] == PROFILE_TIMER).any()
+    assert "m_ncu_status" not in off.columns
+    assert all(math.isfinite(t) and t > 0 for t in on["time_median_s"])
