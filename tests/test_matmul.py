@@ -131,11 +131,19 @@ def test_default_grid_expansion_counts():
     n_sizes = len(b["sizes"])  # 6, up to 4096
     n_cpu = sum(max(mm._mkn(s)) <= b["cpu_max_size"] for s in b["sizes"])
     assert b["cpu_max_size"] == 2048 and n_cpu == 5
-    assert by == {"cpu": n_cpu, "naive": n_sizes, "tiled": 3 * n_sizes,
+    assert b["dtypes"] == ["float32", "float64"]
+    # float64: naive, tiled (every tile) and cuBLAS again, once per size
+    assert by == {"cpu": n_cpu, "naive": 2 * n_sizes, "tiled": 2 * 3 * n_sizes,
                   "tiled_padded": 3 * n_sizes, "tiled_conflict": 3 * n_sizes,
-                  "register": 3 * n_sizes, "cublas": n_sizes}
-    assert len(pts) == 89 and len({p.point_id for p in pts}) == 89
+                  "register": 3 * n_sizes, "vec4": 2 * n_sizes, "dbuf": 2 * n_sizes,
+                  "warptile": 5 * n_sizes, "cublas": 2 * n_sizes}
+    assert len(pts) == 173 and len({p.point_id for p in pts}) == 173
     assert sum(not p.gpu for p in pts) == n_cpu
+    f64 = [p for p in pts if p.params.get("dtype") == "float64"]
+    assert len(f64) == 5 * n_sizes and {p.variant for p in f64} == set(mm.FP64_VARIANTS)
+    # float32 points keep the ids of the float32-only grid (the recorded references')
+    assert "naive-m4096-k4096-n4096-tile16" in {p.point_id for p in pts}
+    assert "naive-m4096-k4096-n4096-tile16-dtypefloat64" in {p.point_id for p in pts}
     # ordered by work, so inputs are made once per size
     work = [math.prod((p.params["m"], p.params["k"], p.params["n"])) for p in pts]
     assert work == sorted(work)
@@ -143,7 +151,7 @@ def test_default_grid_expansion_counts():
 
 def test_register_and_cublas_points_carry_their_parameters():
     b = _block(sizes=[[160, 240, 320]], variants=["register", "cublas", "tiled_padded"],
-               tiles=[16], register_tiles=[{"rt": 8, "bt": 128, "bk": 8}])
+               tiles=[16], register_tiles=[{"rt": 8, "bt": 128, "bk": 8}], dtypes=["float32"])
     pts = {p.variant: p for p in EXP.points(b)}
     assert pts["register"].params == {"m": 160, "k": 240, "n": 320, "rt": 8, "bt": 128, "bk": 8}
     assert pts["register"].point_id == "register-m160-k240-n320-rt8-bt128-bk8"
@@ -251,6 +259,124 @@ def emulate_transposed_b(A, B, TILE, pitch):
     return C, writes
 
 
+LADDER_CU = (ROOT / "cuda" / "matmul_ladder.cu").read_text()
+
+
+# cuda/matmul_ladder.cu, ATile / BTile: float4 e = tid + l * NT (e < V) covers each float4 of
+# the tile once, so the emulation walks e directly. The fast path must stay inside the
+# matrices and 16-byte aligned; the guarded path zero-fills.
+def _load_a_t(A, BM, BK, r0, k0, APAD=mm.APAD):
+    M, K = A.shape
+    As = np.full((BK, BM + APAD), np.nan)
+    fast = r0 + BM <= M and k0 + BK <= K and K % 4 == 0
+    for e in range(BM * BK // 4):
+        row, col = e // (BK // 4), (e % (BK // 4)) * 4
+        gr, gc = r0 + row, k0 + col
+        if fast:
+            assert gr < M and gc + 3 < K and (gr * K + gc) % 4 == 0
+            v = A[gr, gc:gc + 4]
+        else:
+            v = [A[gr, gc + j] if gr < M and gc + j < K else 0.0 for j in range(4)]
+        As[col:col + 4, row] = v
+    return As
+
+
+def _load_b(B, BK, BN, k0, c0):
+    K, N = B.shape
+    Bs = np.full((BK, BN), np.nan)
+    fast = k0 + BK <= K and c0 + BN <= N and N % 4 == 0
+    for e in range(BK * BN // 4):
+        row, col = e // (BN // 4), (e % (BN // 4)) * 4
+        gr, gc = k0 + row, c0 + col
+        if fast:
+            assert gr < K and gc + 3 < N and (gr * N + gc) % 4 == 0
+            v = B[gr, gc:gc + 4]
+        else:
+            v = [B[gr, gc + j] if gr < K and gc + j < N else 0.0 for j in range(4)]
+        Bs[row, col:col + 4] = v
+    return Bs
+
+
+def _store_c4(C, writes, gr, gc, v):
+    """store_c4: one float4 where aligned and inside, else element by element."""
+    M, N = C.shape
+    if gr >= M:
+        return
+    if N % 4 == 0 and gc + 3 < N:
+        assert (gr * N + gc) % 4 == 0
+        C[gr, gc:gc + 4] = v
+        writes[gr, gc:gc + 4] += 1
+    else:
+        for j in range(4):
+            if gc + j < N:
+                C[gr, gc + j] = v[j]
+                writes[gr, gc + j] += 1
+
+
+def _ladder_gemm(A, B, BM, BN, BK, rows, cols):
+    """The shared skeleton of the ladder kernels: rows[t] / cols[t] are the tile-relative
+    rows / columns thread t owns (float4 groups: every 4 consecutive entries are one float4
+    read from shared memory, which must be 16-byte aligned)."""
+    M, K = A.shape
+    N = B.shape[1]
+    assert (rows % 4 == 0)[:, ::4].all() and (cols % 4 == 0)[:, ::4].all()
+    assert (np.diff(rows.reshape(len(rows), -1, 4), axis=2) == 1).all()
+    assert (np.diff(cols.reshape(len(cols), -1, 4), axis=2) == 1).all()
+    C = np.full((M, N), np.nan)
+    writes = np.zeros((M, N), int)
+    for by, bx in itertools.product(range(-(-M // BM)), range(-(-N // BN))):
+        r0, c0 = by * BM, bx * BN
+        acc = np.zeros((len(rows), rows.shape[1], cols.shape[1]))
+        for k0 in range(0, K, BK):
+            As, Bs = _load_a_t(A, BM, BK, r0, k0), _load_b(B, BK, BN, k0, c0)
+            assert (mm.APAD + BM) % 4 == 0  # float4 reads of As rows stay aligned
+            for k in range(BK):
+                acc += As[k, rows][:, :, None] * Bs[k, cols][:, None, :]
+        for t in range(len(rows)):
+            for i, r in enumerate(rows[t]):
+                for j in range(0, cols.shape[1], 4):
+                    _store_c4(C, writes, r0 + r, c0 + cols[t, j], acc[t, i, j:j + 4])
+    return C, writes
+
+
+def vec4_ownership(BM, BN, TM, TN):
+    """matmul_vec4 / matmul_dbuf: rows i*(NTY*4) + ty*4 + q, cols j*(NTX*4) + tx*4 + q."""
+    ntx, nty = BN // TN, BM // TM
+    tid = np.arange(ntx * nty)
+    tx, ty = tid % ntx, tid // ntx
+    q = np.arange(4)
+    rows = np.stack([(i * nty * 4 + ty[:, None] * 4 + q).T for i in range(TM // 4)]).reshape(
+        TM, -1).T
+    cols = np.stack([(j * ntx * 4 + tx[:, None] * 4 + q).T for j in range(TN // 4)]).reshape(
+        TN, -1).T
+    return rows, cols
+
+
+def warptile_ownership(d):
+    """matmul_warptile: warp (wrow, wcol), lane (trow, tcol), sub-tiles wm < WMITER, wn <
+    WNITER."""
+    g = mm.warp_geometry({k: d[k.upper() if k != "threads" else "NTHREADS"]
+                          for k in mm.WARP_KEYS})
+    wmiter, wsubm, wsubn, tcols = (int(g[k]) for k in ("wmiter", "wsubm", "wsubn", "tcols"))
+    tid = np.arange(d["NTHREADS"])
+    warp, lane = tid // 32, tid % 32
+    wrow, wcol = warp // (d["BN"] // d["WN"]), warp % (d["BN"] // d["WN"])
+    trow, tcol = lane // tcols, lane % tcols
+    rows = np.concatenate([(wrow * d["WM"] + wm * wsubm + trow * d["TM"])[:, None]
+                           + np.arange(d["TM"]) for wm in range(wmiter)], axis=1)
+    cols = np.concatenate([(wcol * d["WN"] + wn * wsubn + tcol * d["TN"])[:, None]
+                           + np.arange(d["TN"]) for wn in range(d["WNITER"])], axis=1)
+    return rows, cols
+
+
+def emulate_vec4(A, B, BM, BN, BK, TM, TN):
+    return _ladder_gemm(A, B, BM, BN, BK, *vec4_ownership(BM, BN, TM, TN))
+
+
+def emulate_warptile(A, B, d):
+    return _ladder_gemm(A, B, d["BM"], d["BN"], d["BK"], *warptile_ownership(d))
+
+
 SIZES = [(5, 7, 3), (1, 1, 1), (33, 65, 17), (16, 32, 48)]  # (M, K, N)
 
 
@@ -333,7 +459,8 @@ def _rec(variant, params, gflops, status="ok", reason="", metrics=None):
         "schema_version": results.SCHEMA_VERSION, "experiment": "matmul",
         "variant": variant, "point_id": pid, "params": params,
         "job_id": "synthetic-test-data", "seed": 0, "status": status, "reason": reason,
-        "provenance": {"gpu_name": SYNTHETIC}, "t_start": 0.0, "t_end": 1.0,
+        "provenance": {"gpu_name": SYNTHETIC, "compute_capability": "9.0"},
+        "t_start": 0.0, "t_end": 1.0,
     }
     if status == "skipped":
         return rec
@@ -341,7 +468,8 @@ def _rec(variant, params, gflops, status="ok", reason="", metrics=None):
         "timing": {"median": t, "iqr": 0.0, "cv": 0.01, "min": t, "mean": t, "std": 0.0,
                    "n": 10, "batch": 1, "timer": "cuda_event", "stop_reason": "converged",
                    "n_throttled": 0},
-        "work": {"flops": flops, "bytes": 4.0 * (m * k + k * n + m * n)},
+        "work": {"flops": flops, "bytes": 4.0 * (m * k + k * n + m * n),
+                 "peak_fp32_gflops": 66900.0},
         "check": {"error": 1e-7, "tolerance": 1e-4, "metric": "rel_fro",
                   "passed": status == "ok", "detail": ""},
         "metrics": metrics or {"kernel_s": t},
@@ -349,8 +477,9 @@ def _rec(variant, params, gflops, status="ok", reason="", metrics=None):
     return rec
 
 
-def synthetic_records(conflict_32=3000.0, cublas="ok"):
-    """Invented GFLOP/s shaped like an H100 run (NOT measured)."""
+def synthetic_records(conflict_32=3000.0, cublas="ok", ladder=False):
+    """Invented GFLOP/s shaped like an H100 run (NOT measured); `ladder`: with the kernels
+    past register tiling and float64 points."""
     recs = []
     for size in ([160, 240, 320], 256, 1000, 4096):
         m, k, n = mm._mkn(size)
@@ -373,6 +502,22 @@ def synthetic_records(conflict_32=3000.0, cublas="ok"):
             p = dict(zip(("rt", "bt", "bk"), {2: (2, 32, 32), 4: (4, 64, 16),
                                                 8: (8, 128, 8)}[rt]))
             recs.append(_rec("register", dims | p, g * s))
+        if ladder:
+            res = {"regs": 128, "smem_bytes": 16640, "occupancy": 0.25}
+            for v, base_g in (("vec4", 30000), ("dbuf", 33000)):
+                for bk, f in ((8, 1.0), (16, 1.02)):
+                    recs.append(_rec(v, dims | {"rt": 8, "bt": 128, "bk": bk},
+                                     base_g * f * s, metrics=res))
+            for i, wt in enumerate(mm.DEFAULT_WARP_TILES):
+                recs.append(_rec("warptile", dims | wt, (36000 - 1000 * i) * s,
+                                 metrics=res | {"regs": 219}))
+            f64 = {"dtype": "float64"}
+            recs.append(_rec("naive", dims | {"tile": 16} | f64, 1500 * s,
+                             metrics={"pct_peak_fp64": 4.5 * s}))
+            recs.append(_rec("tiled", dims | {"tile": 32} | f64, 2500 * s,
+                             metrics={"pct_peak_fp64": 7.5 * s}))
+            recs.append(_rec("cublas", dims | f64, 52000 * s,
+                             metrics={"pct_peak_fp64": 155.0 * s}))
         if cublas == "ok":
             recs.append(_rec("cublas", dims, 40000 * s))
         else:
@@ -441,10 +586,14 @@ def test_gflops_figure_has_a_panel_per_lesson_and_percentages_of_cublas(tmp_path
     import matplotlib
 
     matplotlib.use("Agg")
-    fig = EXP.plot("gflops", _table(synthetic_records()))
-    axes = fig.get_axes()
+    fig = EXP.plot("gflops", _table(synthetic_records(ladder=True)))
+    axes = [a for a in fig.get_axes() if a.get_visible()]
     assert [a.get_title() for a in axes] == [t for t, _ in mm.PANELS] + [
         "the course's product 160x240.240x320"]
+    legend3 = [t.get_text() for t in axes[3].get_legend().get_texts()]
+    assert "warptile 128x128x16 w64x64/4 t8x4: 90% at 4096" in legend3
+    assert not any("float64" in t or "DGEMM" in t for a in axes if a.get_legend()
+                   for t in [x.get_text() for x in a.get_legend().get_texts()])
     # square sizes on a numeric log2 axis (1000 is labelled here: no 1024 beside it)
     assert axes[0].get_xscale() == "log"
     assert [t.get_text() for t in axes[0].get_xticklabels()] == ["256", "1000", "4096"]
@@ -540,7 +689,7 @@ def test_runner_records_skipped_points_with_their_reason(tmp_path):
 # argument order, launch geometry, the poisoned output, the cuBLAS wrapping and timer.
 class FakeAlloc:
     def __init__(self, nbytes):
-        self.buf = np.zeros(nbytes // 4, np.float32)
+        self.buf = np.zeros(nbytes // 4, np.float32)  # raw words; .view() gives other dtypes
         self.freed = False
 
     def __int__(self):
@@ -558,10 +707,19 @@ class FakeFunc:
         assert sig == "PPPiii"
 
     def prepared_call(self, grid, block, a_d, b_d, c_d, M, N, K):  # the kernels' (A, B, C, M, N, K)
-        A = a_d.buf[:M * K].reshape(M, K).astype(np.float64)
-        B = b_d.buf[:K * N].reshape(K, N).astype(np.float64)
         d = self.d
-        if self.name == "matmul_register":
+        real = np.float64 if d.get("REAL") == "double" else np.float32
+        A = a_d.buf.view(real)[:M * K].reshape(M, K).astype(np.float64)
+        B = b_d.buf.view(real)[:K * N].reshape(K, N).astype(np.float64)
+        if self.name in ("matmul_vec4", "matmul_dbuf"):
+            nt = (d["BM"] // d["TM"]) * (d["BN"] // d["TN"])
+            assert block == (nt, 1, 1) and grid == (-(-N // d["BN"]), -(-M // d["BM"]))
+            C, _ = emulate_vec4(A, B, d["BM"], d["BN"], d["BK"], d["TM"], d["TN"])
+        elif self.name == "matmul_warptile":
+            assert block == (d["NTHREADS"], 1, 1)
+            assert grid == (-(-N // d["BN"]), -(-M // d["BM"]))
+            C, _ = emulate_warptile(A, B, d)
+        elif self.name == "matmul_register":
             assert block == (d["BN"] // d["RN"], d["BM"] // d["RM"], 1)
             assert grid == (-(-N // d["BN"]), -(-M // d["BM"]))
             C, _ = emulate_register(A, B, d["BM"], d["BN"], d["BK"], d["RM"], d["RN"])
@@ -572,7 +730,7 @@ class FakeFunc:
         else:  # naive, tiled: one thread per element of C
             assert grid[0] * block[0] >= N and grid[1] * block[1] >= M
             C = A @ B
-        c_d.buf[:M * N] = C.ravel()
+        c_d.buf.view(real)[:M * N] = C.ravel()
 
 
 class FakeKernel:
@@ -590,17 +748,21 @@ class FakeGpu:
         from types import SimpleNamespace
 
         self.context = SimpleNamespace(handle=0xC0FFEE)
+        def htod(dst, src):
+            dst.buf.view(np.uint8)[:src.nbytes] = np.ascontiguousarray(src).view(np.uint8).ravel()
+
+        def dtoh(dst, src):
+            dst.reshape(-1).view(np.uint8)[:] = src.buf.view(np.uint8)[:dst.nbytes]
+
         self.cuda = SimpleNamespace(
-            mem_alloc=FakeAlloc, Event=FakeEvent,
-            memcpy_htod=lambda dst, src: dst.buf.__setitem__(slice(0, src.size), src.ravel()),
-            memcpy_dtoh=lambda dst, src: dst.__setitem__(
-                ..., src.buf[:dst.size].reshape(dst.shape)),
+            mem_alloc=FakeAlloc, Event=FakeEvent, memcpy_htod=htod, memcpy_dtoh=dtoh,
             memset_d32=lambda dst, bits, n: dst.buf.view(np.uint32).__setitem__(
                 slice(0, n), bits),
         )
 
     def compile(self, source, defines):
-        assert source == "matmul.cu"
+        ladder = any(k in defines for k in ("TM", "WM"))
+        assert source == ("matmul_ladder.cu" if ladder else "matmul.cu")
         return FakeKernel(defines)
 
     def event_timer(self):
@@ -619,7 +781,7 @@ def fake_cupy(monkeypatch, ctx_handle=0xC0FFEE, math_mode=0):
     state = {"mode": math_mode, "calls": 0}
     cp = ModuleType("cupy")
     cp.__version__ = "0.0-fake"
-    cp.float32 = np.float32
+    cp.float32, cp.float64 = np.float32, np.float64
 
     class UnownedMemory:
         def __init__(self, ptr, size, owner, device_id):
@@ -628,8 +790,8 @@ def fake_cupy(monkeypatch, ctx_handle=0xC0FFEE, math_mode=0):
 
     class ndarray:  # noqa: N801 - CuPy's name
         def __init__(self, shape, dtype, memptr):
-            assert dtype is np.float32 and memptr.offset == 0
-            self.v = memptr.mem.owner.buf[:shape[0] * shape[1]].reshape(shape)
+            assert dtype in (np.float32, np.float64) and memptr.offset == 0
+            self.v = memptr.mem.owner.buf.view(dtype)[:shape[0] * shape[1]].reshape(shape)
 
     def gemm(ta, tb, a, b, out):
         assert (ta, tb) == ("N", "N")
@@ -681,20 +843,26 @@ def clean_cupy_cache():
 def test_every_variant_measures_and_checks_on_the_fake_gpu(monkeypatch, clean_cupy_cache):
     state = fake_cupy(monkeypatch)
     ctx = _fake_ctx(sizes=[[33, 17, 65]], tiles=[8, 32],
-                    register_tiles=[{"rt": 2, "bt": 16, "bk": 8}, {"rt": 8, "bt": 64, "bk": 4}])
+                    register_tiles=[{"rt": 2, "bt": 16, "bk": 8}, {"rt": 8, "bt": 64, "bk": 4}],
+                    vec4_tiles=[{"rt": 4, "bt": 32, "bk": 8}],
+                    warp_tiles=[mm.DEFAULT_WARP_TILES[0], mm.DEFAULT_WARP_TILES[3]])
     pts = EXP.points(ctx.block)
     assert {p.variant for p in pts} == set(mm.VARIANTS)
+    assert {p.variant for p in pts if p.params.get("dtype")} == set(mm.FP64_VARIANTS)
     for p in pts:
         res = EXP.measure(ctx, p)
         assert res.check.passed, (p.point_id, res.check)
         assert res.timing.n == 3 and res.flops == 2.0 * 33 * 17 * 65
         if p.gpu:
             assert res.kernel is not None and "kernel_s" in res.metrics
-        if p.variant == "tiled":
+        if p.params.get("dtype") == "float64":
+            assert res.check.tolerance == 1e-12 and res.bytes == 8.0 * (33 * 17 + 17 * 65 + 33 * 65)
+            assert res.check.error < 1e-14  # float64 all the way: far below the tolerance
+        elif p.variant == "tiled":
             assert {"h2d_s", "d2h_s", "alloc_s", "copy_share"} <= set(res.metrics)
         elif p.gpu:
             assert "h2d_s" not in res.metrics  # the time split is the tiled kernel's
-    assert state["calls"] == 1 + 1 + 3  # correctness + warm-up + 3 samples
+    assert state["calls"] == 2 * (1 + 1 + 3)  # SGEMM and DGEMM: check + warm-up + 3 samples
 
 
 def test_wrong_results_and_unwritten_elements_are_caught(monkeypatch):
