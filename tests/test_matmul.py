@@ -10,6 +10,7 @@ import copy
 import itertools
 import math
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -941,3 +942,393 @@ def test_variants_of_a_size_share_inputs_reference_and_host_output(monkeypatch):
     assert EXP.measure(ctx, Point("matmul", "naive", {"m": 8, "k": 8, "n": 8,
                                                       "tile": 16})).check.passed
     assert set(ctx.cache) == {("matmul", 8, 8, 8), ("matmul_out", 8, 8, 8)}
+
+
+# -- the ladder: vec4, dbuf, warptile --------------------------------------------------------
+LADDER_SIZES = SIZES + [(20, 24, 36), (64, 16, 128), (130, 20, 132)]
+
+
+@pytest.mark.parametrize("rt, bt, bk", [(8, 128, 8), (4, 32, 16), (8, 64, 8), (4, 64, 32)])
+@pytest.mark.parametrize("mkn", LADDER_SIZES)
+def test_vec4_and_dbuf_index_arithmetic_on_odd_sizes(rt, bt, bk, mkn):
+    a, b = _ab(*mkn)
+    c, writes = emulate_vec4(a, b, bt, bt, bk, rt, rt)
+    assert (writes == 1).all()
+    np.testing.assert_allclose(c, a @ b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("wt", mm.DEFAULT_WARP_TILES, ids=lambda t: "-".join(map(str, t.values())))
+@pytest.mark.parametrize("mkn", [(5, 7, 3), (33, 65, 17), (128, 32, 128), (130, 20, 132)])
+def test_warptile_index_arithmetic_on_odd_sizes(wt, mkn):
+    a, b = _ab(*mkn)
+    p = Point("matmul", "warptile", {"m": mkn[0], "k": mkn[1], "n": mkn[2]} | wt)
+    c, writes = emulate_warptile(a, b, mm.kernel_defines(p))
+    assert (writes == 1).all()
+    np.testing.assert_allclose(c, a @ b, rtol=1e-12, atol=1e-12)
+
+
+def test_ladder_threads_own_every_output_of_the_block_tile_once():
+    for t in mm.DEFAULT_VEC4_TILES:
+        rows, cols = vec4_ownership(t["bt"], t["bt"], t["rt"], t["rt"])
+        cells = {(r, c) for rr, cc in zip(rows, cols) for r in rr for c in cc}
+        assert len(cells) == t["bt"] ** 2 == len(rows) * rows.shape[1] * cols.shape[1]
+    for wt in mm.DEFAULT_WARP_TILES:
+        d = mm.kernel_defines(Point("matmul", "warptile", dict(wt)))
+        rows, cols = warptile_ownership(d)
+        cells = {(r, c) for rr, cc in zip(rows, cols) for r in rr for c in cc}
+        assert len(cells) == wt["bm"] * wt["bn"] == len(rows) * rows.shape[1] * cols.shape[1]
+
+
+def bank_ways_128(words) -> int:
+    """Passes one 128-bit shared-memory load of a warp needs: served a quarter warp (8
+    threads) at a time; within one, 16-byte chunks in the same 4-bank group conflict unless
+    they are the same chunk (a broadcast)."""
+    ways = 1
+    for q in range(0, len(words), 8):
+        per_group: dict[int, set[int]] = {}
+        for w in words[q:q + 8]:
+            assert int(w) % 4 == 0
+            per_group.setdefault((int(w) // 4) % 8, set()).add(int(w) // 4)
+        ways = max(ways, max(len(s) for s in per_group.values()))
+    return ways
+
+
+def test_ladder_inner_loop_float4_reads_are_conflict_free():
+    for t in mm.DEFAULT_VEC4_TILES:
+        rows, cols = vec4_ownership(t["bt"], t["bt"], t["rt"], t["rt"])
+        for warp in range(len(rows) // 32):
+            lanes = slice(32 * warp, 32 * warp + 32)
+            for k in range(t["bk"]):
+                for g in range(0, t["rt"], 4):
+                    assert bank_ways_128(k * (t["bt"] + mm.APAD) + rows[lanes, g]) == 1
+                    assert bank_ways_128(k * t["bt"] + cols[lanes, g]) == 1
+    for wt in mm.DEFAULT_WARP_TILES:
+        rows, cols = warptile_ownership(mm.kernel_defines(Point("matmul", "warptile", dict(wt))))
+        for warp in range(wt["threads"] // 32):
+            lanes = slice(32 * warp, 32 * warp + 32)
+            for g in range(0, rows.shape[1], 4):
+                assert bank_ways_128((wt["bm"] + mm.APAD) + rows[lanes, g]) == 1
+            for g in range(0, cols.shape[1], 4):
+                assert bank_ways_128(wt["bn"] + cols[lanes, g]) == 1
+
+
+def test_ladder_kernel_constants_match_the_python_rules():
+    assert int(re.search(r"#define APAD (\d+)", LADDER_CU).group(1)) == mm.APAD
+    assert "__shared__ __align__(16) float As[2][BK][BM + APAD];" in LADDER_CU
+    assert "__shared__ __align__(16) float Bs[2][BK][BN];" in LADDER_CU
+    assert "NTHREADS == (BM / WM) * (BN / WN) * 32" in LADDER_CU
+    assert "cp.async.cg.shared.global [%0], [%1], 16;" in LADDER_CU
+    for name in ("matmul_vec4", "matmul_dbuf", "matmul_warptile"):
+        assert f"\n{name}(" in LADDER_CU, name
+
+
+def test_ladder_defines_and_launch_geometry():
+    dims = {"m": 1000, "k": 4100, "n": 37}
+    v = Point("matmul", "dbuf", dims | {"rt": 8, "bt": 128, "bk": 16})
+    assert mm.kernel_source(v) == "matmul_ladder.cu"
+    assert mm.kernel_defines(v) == {"BM": 128, "BN": 128, "BK": 16, "TM": 8, "TN": 8}
+    assert mm.launch_geometry(v) == ((1, 8), (256, 1, 1))
+    w = Point("matmul", "warptile", dims | mm.DEFAULT_WARP_TILES[2])
+    assert mm.kernel_defines(w) == {"BM": 128, "BN": 128, "BK": 16, "WM": 32, "WN": 64,
+                                    "WNITER": 2, "TM": 8, "TN": 4, "NTHREADS": 256}
+    assert mm.launch_geometry(w) == ((1, 8), (256, 1, 1))
+    f64 = Point("matmul", "tiled", dims | {"tile": 32, "dtype": "float64"})
+    assert mm.kernel_source(f64) == "matmul.cu"
+    assert mm.kernel_defines(f64) == {"TILE": 32, "REAL": "double"}
+    assert mm.kernel_defines(Point("matmul", "naive", dims | {"tile": 16, "dtype": "float64"})
+                             ) == {"REAL": "double"}
+    assert EXP.gpu_bytes(f64) == 2 * 8 * (1000 * 4100 + 4100 * 37 + 1000 * 37)
+
+
+@pytest.mark.parametrize("tile, needles", [
+    (mm._wt(128, 128, 16, 64, 64, 4, 8, 4, 256),
+     ["warp_tiles[0]: threads=256 must be (bm/wm)*(bn/wn)*32", "= 128"]),
+    (mm._wt(128, 128, 16, 64, 64, 8, 8, 8, 128),
+     ["warp_tiles[0]: wm*wn = 4096 must be a multiple of 32*tm*tn*wniter = 16384"]),
+    (mm._wt(128, 128, 16, 64, 32, 4, 8, 8, 256),
+     ["warp_tiles[0]: wm*wn = 2048 must be a multiple of 32*tm*tn*wniter = 8192"]),
+    (mm._wt(128, 128, 16, 128, 64, 4, 8, 4, 64),
+     ["warp_tiles[0]: wm*wn/32 = 256 outputs per thread; at most 128"]),
+    (mm._wt(256, 256, 32, 128, 64, 4, 8, 4, 256),
+     ["warp_tiles[0]: needs 66048 bytes of static shared memory", "49152"]),
+    (mm._wt(128, 64, 16, 64, 128, 4, 8, 4, 128),
+     ["warp_tiles[0]: bm=128 must be a multiple of wm=64 and bn=64 of wn=128"]),
+])
+def test_bad_warp_tiles_are_refused_naming_the_entry(tile, needles):
+    msg = _err({"warp_tiles": [tile]})
+    assert "experiments.matmul.warp_tiles[0]:" in msg
+    for n in needles:
+        assert n in msg, (n, msg)
+    # the second entry is named as such, the first (valid) one not at all
+    msg = _err({"warp_tiles": [mm.DEFAULT_WARP_TILES[0], tile]})
+    assert "warp_tiles[1]:" in msg and "warp_tiles[0]" not in msg
+
+
+def test_sub_tile_rule_beyond_the_schema_s_values():
+    """wn/wniter < tn cannot come from the schema's powers of two within its ranges; the
+    pure rule still says it (the kernel's static_assert would)."""
+    msgs = mm.check_warp_tile(mm._wt(256, 32, 8, 256, 32, 8, 4, 8, 32))
+    assert msgs[0] == ("wn/wniter = 4 must be a multiple of tn=8 and wn/wniter/tn = 0.5 must "
+                       "divide 32")
+
+
+def test_warp_tile_schema_names_bad_values_and_missing_keys():
+    bad = dict(mm.DEFAULT_WARP_TILES[0], tm=6)
+    msg = _err({"warp_tiles": [bad]})
+    assert "experiments.matmul.warp_tiles[0].tm" in msg and "[4, 8]" in msg
+    short = {k: v for k, v in mm.DEFAULT_WARP_TILES[0].items() if k != "threads"}
+    assert "missing key 'threads'" in _err({"warp_tiles": [short]})
+
+
+def test_vec4_tiles_rules_count_dbuf_s_two_buffers():
+    msg = _err({"vec4_tiles": [{"rt": 8, "bt": 128, "bk": 32}]})
+    assert "experiments.matmul.vec4_tiles[0]:" in msg
+    assert "66560 bytes of static shared memory" in msg and "2 buffers (dbuf)" in msg
+    assert "allowed values" in _err({"vec4_tiles": [{"rt": 2, "bt": 32, "bk": 8}]})
+    msg = _err({"vec4_tiles": [{"rt": 4, "bt": 16, "bk": 8}]})
+    assert "16 threads per block" in msg and "at least 64" in msg
+
+
+def test_defaults_and_smoke_tiles_pass_every_rule():
+    for t in mm.DEFAULT_WARP_TILES + EXP.smoke["warp_tiles"]:
+        assert mm.check_warp_tile(t) == [], t
+        g = mm.warp_geometry(t)
+        assert g["wmiter"] == int(g["wmiter"]) >= 1 and g["smem"] <= mm.MAX_STATIC_SMEM
+    assert EXP.check_config(_block(**copy.deepcopy(EXP.smoke))) == []
+
+
+def test_dtypes_expand_only_the_fp64_variants():
+    b = _block(sizes=[[160, 240, 320], 1000], dtypes=["float64"])
+    pts = EXP.points(b)
+    assert {p.variant for p in pts} == set(mm.FP64_VARIANTS)
+    assert all(p.params["dtype"] == "float64" and p.gpu for p in pts)
+    assert len(pts) == 2 * (1 + 3 + 1)
+    assert "cublas-m1000-k1000-n1000-dtypefloat64" in {p.point_id for p in pts}
+    both = EXP.points(_block(sizes=[256], variants=["naive", "register"]))
+    assert [(p.variant, p.params.get("dtype")) for p in both] == [
+        ("naive", None), ("register", None), ("register", None), ("register", None),
+        ("naive", "float64")]
+    with pytest.raises(cfg.ConfigError, match="experiments.matmul.dtypes"):
+        _block(dtypes=["float16"])
+
+
+def test_fp64_ratio_by_compute_capability():
+    assert mm.fp64_ratio("9.0") == mm.fp64_ratio((8, 0)) == mm.fp64_ratio("sm_70") == 0.5
+    assert mm.fp64_ratio("sm_86") == mm.fp64_ratio("8.9") == 1 / 64
+    assert mm.fp64_ratio("7.5") is None and mm.fp64_ratio("not a cc") is None
+    assert mm.ratio_text(0.5) == "1:2" and mm.ratio_text(None) == "unknown"
+
+
+class _DeviceStub:
+    """A GPU's facts for the derived metrics (H100 SXM clocks)."""
+
+    info = {"compute_capability": "9.0"}
+    _attrs = {"COMPUTE_CAPABILITY_MAJOR": 9, "COMPUTE_CAPABILITY_MINOR": 0,
+              "MULTIPROCESSOR_COUNT": 132, "CLOCK_RATE": 1980000,
+              "MEMORY_CLOCK_RATE": 2619000, "GLOBAL_MEMORY_BUS_WIDTH": 5120}
+
+    def attr(self, name):
+        return self._attrs[name]
+
+
+def test_fp64_metrics_and_kernel_resources_from_device_facts():
+    from types import SimpleNamespace
+
+    gpu = _DeviceStub()
+    m = mm.fp64_metrics(gpu, 2.0 * 4096**3, 4.0e-3)
+    peak32 = 2 * 128 * 132 * 1.98e6 * 1e3 / 1e9
+    assert m["peak_fp64_gflops"] == pytest.approx(peak32 / 2)
+    assert m["pct_peak_fp64"] == pytest.approx(100 * 2 * 4096**3 / 4e-3 / 1e9 / (peak32 / 2))
+    assert mm.fp64_metrics(SimpleNamespace(), 1.0, 1.0) == {}
+    res = mm.kernel_resources(gpu, SimpleNamespace(num_regs=128, shared_size_bytes=16640), 256)
+    assert res == {"regs": 128, "smem_bytes": 16640, "threads": 256, "occupancy": 0.25}
+    assert mm.kernel_resources(gpu, SimpleNamespace(), 256) == {}
+
+
+def test_float64_unwritten_elements_are_caught(monkeypatch):
+    ctx = _fake_ctx(sizes=[[20, 20, 20]])
+    point = Point("matmul", "tiled", {"m": 20, "k": 20, "n": 20, "tile": 8, "dtype": "float64"})
+    real = FakeFunc.prepared_call
+
+    def skip_last(self, grid, block, a_d, b_d, c_d, M, N, K):
+        keep = c_d.buf.view(np.float64)[M * N - 1]
+        real(self, grid, block, a_d, b_d, c_d, M, N, K)
+        c_d.buf.view(np.float64)[M * N - 1] = keep
+
+    monkeypatch.setattr(FakeFunc, "prepared_call", skip_last)
+    res = EXP.measure(ctx, point)
+    assert not res.check.passed and res.check.detail == "unwritten (NaN) elements"
+    monkeypatch.setattr(FakeFunc, "prepared_call", real)
+    res = EXP.measure(ctx, point)
+    assert res.check.passed and ctx.cache[("matmul_out", 20, 20, 20, "float64")].dtype == np.float64
+
+
+def test_naive_caption_no_longer_says_straight_from_global_memory():
+    assert "straight from global memory" not in EXP.caption
+    assert "2K global loads" in EXP.caption and "L1 and L2" in EXP.caption
+    assert set(mm.LADDER_NOTES) == set(mm.LADDER)
+
+
+def test_compile_variants_cover_every_ladder_kernel_and_tile():
+    cvs = EXP.compile_variants(None)
+    by = {}
+    for cv in cvs:
+        by.setdefault(cv.kernel, []).append(cv)
+    assert len(by["matmul_register"]) == len(mm.DEFAULT_REGISTER_TILES)
+    assert len(by["matmul_vec4"]) == len(by["matmul_dbuf"]) == len(mm.DEFAULT_VEC4_TILES)
+    assert len(by["matmul_warptile"]) == len(mm.DEFAULT_WARP_TILES)
+    assert {cv.file for k in ("matmul_vec4", "matmul_dbuf", "matmul_warptile")
+            for cv in by[k]} == {"matmul_ladder.cu"}
+    assert by["matmul_warptile"][0].defines["NTHREADS"] == 128
+    config = cfg.validate({"experiments": {"matmul": {
+        "warp_tiles": mm.DEFAULT_WARP_TILES[:1], "vec4_tiles": [{"rt": 4, "bt": 64, "bk": 8}]}}})
+    got = EXP.compile_variants(config)
+    assert [cv.params for cv in got if cv.kernel == "matmul_dbuf"] == [
+        {"rt": 4, "bt": 64, "bk": 8}]
+    assert len([cv for cv in got if cv.kernel == "matmul_warptile"]) == 1
+
+
+# -- the ladder figure, tables and expectation ---------------------------------------------
+def test_ladder_figure_labels_each_step_with_pct_of_cublas_and_of_peak(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from cudalab import figcheck
+
+    fig = EXP.plot("ladder", _table(synthetic_records(ladder=True)))
+    axes = fig.get_axes()
+    assert [a.get_title() for a in axes] == [
+        "largest square product: n = 4096", "the course's product 160x240.240x320"]
+    ticks = [t.get_text() for t in axes[0].get_yticklabels()]
+    assert ticks == ["naive (16x16)", "tiled (32x32)", "register 8x8 (128x128x8)",
+                     "vec4 8x8 (128x128x16)", "dbuf 8x8 (128x128x16)",
+                     "warptile 128x128x16 w64x64/4 t8x4", "cuBLAS SGEMM"]
+    texts = [t.get_text() for t in axes[0].texts]
+    # register 20000 of cuBLAS 40000 and of the 66.9 TFLOP/s peak; cuBLAS has no % of itself
+    assert "20.0 TFLOP/s, 50% of cuBLAS, 30% of FP32 peak" in texts
+    assert "36.0 TFLOP/s, 90% of cuBLAS, 54% of FP32 peak" in texts
+    assert "40.0 TFLOP/s, 60% of FP32 peak" in texts
+    assert "TFLOP/s" in axes[0].get_xlabel() and fig._suptitle.get_text()
+    assert figcheck.problems(fig) == []
+    figures.save(fig, tmp_path / "ladder")
+    # without cuBLAS: bars without % of cuBLAS; without any GPU point: no figure
+    fig = EXP.plot("ladder", _table(synthetic_records(cublas="skipped", ladder=True)))
+    assert not any("of cuBLAS" in t.get_text() for t in fig.get_axes()[0].texts)
+    assert EXP.plot("ladder", _table([r for r in synthetic_records()
+                                      if r["variant"] == "cpu"])) is None
+
+
+def test_ladder_expectation_passes_fails_and_needs_cublas():
+    claim = "the best hand-written kernel reaches at least 80% of cuBLAS SGEMM"
+    ex = _by_claim(EXP.expectations(_table(synthetic_records(ladder=True))))
+    e = ex[claim]
+    assert e.passed is True and "warptile 128x128x16 w64x64/4 t8x4" in e.evidence
+    assert "90% of cuBLAS (40.0 TFLOP/s) at 4096" in e.evidence
+    slow = synthetic_records(ladder=True)
+    for r in slow:
+        if r["variant"] in mm.LADDER_KERNELS:
+            r["timing"]["median"] *= 2  # the ladder at half speed: 45 % of cuBLAS
+    assert _by_claim(EXP.expectations(_table(slow)))[claim].passed is False
+    no_cub = _by_claim(EXP.expectations(_table(synthetic_records(cublas="skipped",
+                                                                 ladder=True))))[claim]
+    assert no_cub.passed is None and "not importable" in no_cub.evidence
+    # no kernel past register tiling measured (the H100 reference): no claim
+    assert not any(c.claim.startswith(claim)
+                   for c in EXP.expectations(_table(synthetic_records())))
+    # the float64 rows take no part in the float32 checks
+    cub = _by_claim(EXP.expectations(_table(synthetic_records(ladder=True))))[
+        "cuBLAS SGEMM is the ceiling"]
+    assert cub.passed is True and "DGEMM" not in cub.evidence
+
+
+def test_ladder_and_fp64_tables():
+    tables = EXP.tables(_table(synthetic_records(ladder=True)))
+    assert [t["title"].split(" (")[0].split(":")[0] for t in tables] == [
+        "The ladder, step by step", "Double precision"]
+    lad = tables[0]["html"]
+    assert "cp.async" in lad and "warptile 128x128x16 w64x64/4 t8x4" in lad
+    assert "<td>219</td><td>16.2 KiB</td><td>25 %</td>" in lad
+    assert "<td>–</td>" in lad  # naive has no recorded registers here
+    fp64 = tables[1]["html"]
+    assert "compute capability 9.0): 1:2" in fp64
+    assert "cuBLAS DGEMM / SGEMM = 1.30 at 4096" in fp64
+    assert "<td>cublas</td><td>52.0 TFLOP/s</td><td>40.0 TFLOP/s</td><td>1.30</td>" in fp64
+    # without float64 points (the H100 reference): the ladder table alone, of the steps run
+    [only] = EXP.tables(_table(synthetic_records()))
+    assert only["title"] == tables[0]["title"] and "warptile" not in only["html"]
+
+
+# -- nvcc: every ladder kernel compiles as the experiment builds it ---------------------------
+NVCC = shutil.which("nvcc")
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found (CUDA toolkit)")
+
+
+def _flags(defines: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(defines.items()))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_every_ladder_kernel_compiles_without_spills(arch):
+    from cudalab.experiments import static_analysis as sa
+
+    config = cfg.validate({"experiments": {"matmul": copy.deepcopy(EXP.smoke)}})
+    cvs = EXP.compile_variants(None) + EXP.compile_variants(config)
+    seen = set()
+    for cv in cvs:
+        if cv.kernel == "matmul_register" or (cv.kernel, _flags(cv.defines)) in seen:
+            continue
+        seen.add((cv.kernel, _flags(cv.defines)))
+        rep_ = sa.compile_report(NVCC, ROOT / "cuda" / cv.file, _flags(cv.defines), arch, 300)
+        u = rep_[cv.kernel]
+        assert u["spill_stores"] == u["spill_loads"] == 0 and u["local"] == 0, (cv, u)
+        if cv.kernel == "matmul_warptile":
+            want = mm.warp_geometry(cv.params)["smem"]
+            assert u["max_threads"] == cv.params["threads"]
+        else:
+            want = mm.vec4_smem_bytes(cv.params["bt"], cv.params["bk"],
+                                      2 if cv.kernel == "matmul_dbuf" else 1)
+            assert u["max_threads"] == mm.register_threads(cv.params["rt"], cv.params["bt"])
+        assert u["smem_static"] == want, (cv, u)
+    assert {k for k, _ in seen} == {"matmul_vec4", "matmul_dbuf", "matmul_warptile"}
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch, async_copy", [("sm_75", False), ("sm_80", True),
+                                              ("sm_90", True)])
+def test_dbuf_uses_cp_async_from_sm_80(arch, async_copy, tmp_path):
+    import subprocess
+
+    out = tmp_path / "dbuf.ptx"
+    subprocess.run([NVCC, "-ptx", f"-arch={arch}", "-O3", "-DBM=128", "-DBN=128", "-DBK=8",
+                    "-DTM=8", "-DTN=8", "-o", str(out), str(ROOT / "cuda" / "matmul_ladder.cu")],
+                   check=True, capture_output=True)
+    ptx = out.read_text()
+    dbuf = ptx[ptx.index(".entry matmul_dbuf"):]
+    assert ("cp.async.cg.shared.global" in dbuf) == async_copy
+    vec4 = ptx[ptx.index(".entry matmul_vec4"):ptx.index(".entry matmul_dbuf")] \
+        if ptx.index(".entry matmul_vec4") < ptx.index(".entry matmul_dbuf") else \
+        ptx[ptx.index(".entry matmul_vec4"):]
+    assert "ld.global.nc.v4.f32" in vec4 and "ld.shared.v4.f32" in vec4
+    assert "cp.async" not in vec4
+
+
+@needs_nvcc
+@pytest.mark.parametrize("tile", [
+    mm._wt(128, 128, 16, 64, 64, 4, 8, 4, 256),  # threads
+    mm._wt(128, 128, 16, 64, 64, 8, 8, 8, 128),  # wm*wn vs 32*tm*tn*wniter
+    mm._wt(256, 32, 8, 256, 32, 8, 4, 8, 32),  # sub-tile narrower than tn
+    *mm.DEFAULT_WARP_TILES[:2],
+])
+def test_python_warp_tile_rules_match_the_kernel_s_static_asserts(tile):
+    from cudalab.experiments import static_analysis as sa
+    from cudalab.experiments.base import CompileFailure
+
+    defines = mm.kernel_defines(Point("matmul", "warptile", dict(tile)))
+    python_ok = not [m for m in mm.check_warp_tile(tile) if "outputs per thread" not in m]
+    try:
+        sa.compile_report(NVCC, ROOT / "cuda" / "matmul_ladder.cu", _flags(defines), "sm_90", 300)
+        compiled = True
+    except CompileFailure:
+        compiled = False
+    assert compiled == python_ok, (tile, mm.check_warp_tile(tile))

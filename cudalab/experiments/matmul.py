@@ -1328,9 +1328,11 @@ def fp64_summary(d: pd.DataFrame) -> dict[str, Any] | None:
 
 
 def _fp64_table_html(s: dict[str, Any]) -> str:
-    meas = ("not measured (cuBLAS DGEMM and SGEMM at one size)" if s["measured"] is None
-            else f"cuBLAS DGEMM / SGEMM = {s['measured'][1]:.2f} (1:"
-                 f"{1 / s['measured'][1]:.1f}) at {s['measured'][0]}")
+    meas = "not measured (cuBLAS DGEMM and SGEMM at one size)"
+    if s["measured"] is not None:
+        size, r = s["measured"]
+        meas = f"cuBLAS DGEMM / SGEMM = {r:.2f}" + (f" (1:{1 / r:.1f})" if r < 1 else "") \
+            + f" at {size}"
     lead = (f"<p>FP64:FP32 of the CUDA cores of this GPU (compute capability "
             f"{html.escape(s['cc'] or '?')}): {ratio_text(s['theory'])}; measured: "
             f"{html.escape(meas)}.</p>")
