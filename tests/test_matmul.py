@@ -124,7 +124,10 @@ def test_kernel_constants_match_the_python_rules():
 
 # -- grid ----------------------------------------------------------------------------------
 def test_default_grid_expansion_counts():
-    b = _block()
+    """The grid of config.yaml (its matmul block adds float64 to the schema's default)."""
+    b = cfg.load(ROOT / "config.yaml")["experiments"]["matmul"]
+    assert b["vec4_tiles"] == mm.DEFAULT_VEC4_TILES and b["warp_tiles"] == mm.DEFAULT_WARP_TILES
+    assert _block()["dtypes"] == ["float32"]
     pts = EXP.points(b)
     by = {}
     for p in pts:
@@ -846,7 +849,8 @@ def test_every_variant_measures_and_checks_on_the_fake_gpu(monkeypatch, clean_cu
     ctx = _fake_ctx(sizes=[[33, 17, 65]], tiles=[8, 32],
                     register_tiles=[{"rt": 2, "bt": 16, "bk": 8}, {"rt": 8, "bt": 64, "bk": 4}],
                     vec4_tiles=[{"rt": 4, "bt": 32, "bk": 8}],
-                    warp_tiles=[mm.DEFAULT_WARP_TILES[0], mm.DEFAULT_WARP_TILES[3]])
+                    warp_tiles=[mm.DEFAULT_WARP_TILES[0], mm.DEFAULT_WARP_TILES[3]],
+                    dtypes=["float32", "float64"])
     pts = EXP.points(ctx.block)
     assert {p.variant for p in pts} == set(mm.VARIANTS)
     assert {p.variant for p in pts if p.params.get("dtype")} == set(mm.FP64_VARIANTS)
@@ -1104,7 +1108,8 @@ def test_dtypes_expand_only_the_fp64_variants():
     assert all(p.params["dtype"] == "float64" and p.gpu for p in pts)
     assert len(pts) == 2 * (1 + 3 + 1)
     assert "cublas-m1000-k1000-n1000-dtypefloat64" in {p.point_id for p in pts}
-    both = EXP.points(_block(sizes=[256], variants=["naive", "register"]))
+    both = EXP.points(_block(sizes=[256], variants=["naive", "register"],
+                             dtypes=["float32", "float64"]))
     assert [(p.variant, p.params.get("dtype")) for p in both] == [
         ("naive", None), ("register", None), ("register", None), ("register", None),
         ("naive", "float64")]

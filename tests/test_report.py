@@ -33,7 +33,9 @@ def test_report_is_self_contained(rendered):
     # nothing to fetch: no external scripts, styles or images
     assert not re.search(r'(src|href)="(https?:)?//', html)
     assert "<script" not in html
-    assert html.count("data:image/png;base64,") == 2
+    from cudalab.experiments import REGISTRY
+
+    assert html.count("data:image/png;base64,") == len(REGISTRY["matmul"].figures)
 
 
 def test_report_has_summary_device_sections_and_checks(rendered):
