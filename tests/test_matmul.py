@@ -1337,3 +1337,36 @@ def test_python_warp_tile_rules_match_the_kernel_s_static_asserts(tile):
     except CompileFailure:
         compiled = False
     assert compiled == python_ok, (tile, mm.check_warp_tile(tile))
+
+
+# -- scripts/bench_matmul_ladder.py: its pure parts (the GPU run is in tests/gpu) -------------
+def _bench():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_matmul_ladder", ROOT / "scripts" / "bench_matmul_ladder.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_script_sizes_block_and_table():
+    b = _bench()
+    assert b.parse_size("4096") == 4096 and b.parse_size("160x240x320") == [160, 240, 320]
+    with pytest.raises(Exception, match="give n or MxKxN"):
+        b.parse_size("3x4")
+    block = b.bench_block([4096, [160, 240, 320]], b.STEPS)
+    pts = EXP.points(block)
+    assert {p.variant for p in pts} == set(mm.LADDER) and block["dtypes"] == ["float32"]
+    assert len([p for p in pts if p.variant == "warptile"]) == 2 * len(mm.DEFAULT_WARP_TILES)
+    rows = [{"size": "4096", "variant": v, "config": c, "tflops": t, "error": 1e-7,
+             "correct": True, "status": "ok"}
+            for v, c, t in (("warptile", "warptile 128x128x16 w64x64/4 t8x4", 45.0),
+                            ("cublas", "cuBLAS SGEMM", 50.0))]
+    rows.append({"size": "1000", "variant": "naive", "config": "naive (16x16)",
+                 "tflops": 5.0, "error": 1e-7, "correct": True, "status": "ok"})
+    rows = b.with_pct_of_cublas(rows)
+    assert rows[0]["pct_cublas"] == pytest.approx(90.0) and math.isnan(rows[2]["pct_cublas"])
+    text = b.format_table(rows)
+    assert "warptile 128x128x16 w64x64/4 t8x4" in text and "90 %" in text
+    assert "yes (1.0e-07)" in text

@@ -302,6 +302,7 @@ class Matmul(Experiment):
         ],
         "vec4_tiles": [{"rt": 8, "bt": 128, "bk": 8}, {"rt": 4, "bt": 32, "bk": 16}],
         "warp_tiles": DEFAULT_WARP_TILES[:1] + DEFAULT_WARP_TILES[2:3],
+        "dtypes": ["float32", "float64"],
     }
     figures = {
         "ladder": "The ladder from the naive kernel to cuBLAS SGEMM, float32: TFLOP/s of "
