@@ -1,7 +1,11 @@
 // Matrix multiplication C[M x N] = A[M x K] * B[K x N], row-major float32.
 // Every kernel checks bounds, so any M, N, K is right (not only tile multiples).
+// The kernels past register tiling (float4 loads, double buffering, warp tiling) are in
+// matmul_ladder.cu.
 //
 // Compile-time parameters (nvcc -D...); one module per combination:
+//   REAL   element type of matmul_naive and matmul_tiled (float, or double for the FP64
+//          lesson; the other kernels are float32 only)
 //   TILE   tile width of the shared-memory kernels (8, 16 or 32; TILE*TILE threads a block)
 //   BM, BN block tile of matmul_register: the block computes a BM x BN tile of C
 //   BK     depth of the shared-memory slices of A (BM x BK) and B (BK x BN)
@@ -11,17 +15,21 @@
 #ifndef TILE
 #define TILE 16
 #endif
+#ifndef REAL
+#define REAL float
+#endif
 
-// One thread per element of C; every operand comes from global memory:
-// 2*K loads for 2*K flops, so the kernel is limited by memory traffic.
-extern "C" __global__ void matmul_naive(const float* __restrict__ A,
-                                        const float* __restrict__ B,
-                                        float* __restrict__ C, int M, int N, int K)
+// One thread per element of C: 2*K global loads for 2*K flops. Neighbouring threads share
+// a row of A (same address: one load for the warp) or neighbouring columns of B, so L1
+// and L2 serve most of those loads; DRAM sees far less than 2*K per element.
+extern "C" __global__ void matmul_naive(const REAL* __restrict__ A,
+                                        const REAL* __restrict__ B,
+                                        REAL* __restrict__ C, int M, int N, int K)
 {
     int row = blockIdx.y * blockDim.y + threadIdx.y;
     int col = blockIdx.x * blockDim.x + threadIdx.x;
     if (row < M && col < N) {
-        float acc = 0.0f;
+        REAL acc = 0;
         for (int k = 0; k < K; ++k)
             acc += A[row * K + k] * B[k * N + col];
         C[row * N + col] = acc;
@@ -31,19 +39,19 @@ extern "C" __global__ void matmul_naive(const float* __restrict__ A,
 // Shared-memory tiling: a block loads a TILE x TILE tile of A and of B once, then every
 // thread reuses each loaded value TILE times. Global traffic drops by the tile factor.
 // Out-of-range elements are loaded as zeros so partial tiles add nothing.
-extern "C" __global__ void matmul_tiled(const float* __restrict__ A,
-                                        const float* __restrict__ B,
-                                        float* __restrict__ C, int M, int N, int K)
+extern "C" __global__ void matmul_tiled(const REAL* __restrict__ A,
+                                        const REAL* __restrict__ B,
+                                        REAL* __restrict__ C, int M, int N, int K)
 {
-    __shared__ float As[TILE][TILE];
-    __shared__ float Bs[TILE][TILE];
+    __shared__ REAL As[TILE][TILE];
+    __shared__ REAL Bs[TILE][TILE];
     int tx = threadIdx.x, ty = threadIdx.y;
     int row = blockIdx.y * TILE + ty;
     int col = blockIdx.x * TILE + tx;
-    float acc = 0.0f;
+    REAL acc = 0;
     for (int t = 0; t < K; t += TILE) {
-        As[ty][tx] = (row < M && t + tx < K) ? A[row * K + t + tx] : 0.0f;
-        Bs[ty][tx] = (t + ty < K && col < N) ? B[(t + ty) * N + col] : 0.0f;
+        As[ty][tx] = (row < M && t + tx < K) ? A[row * K + t + tx] : (REAL)0;
+        Bs[ty][tx] = (t + ty < K && col < N) ? B[(t + ty) * N + col] : (REAL)0;
         __syncthreads();
 #pragma unroll
         for (int k = 0; k < TILE; ++k)

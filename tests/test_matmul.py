@@ -10,6 +10,7 @@ import copy
 import itertools
 import math
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -123,7 +124,10 @@ def test_kernel_constants_match_the_python_rules():
 
 # -- grid ----------------------------------------------------------------------------------
 def test_default_grid_expansion_counts():
-    b = _block()
+    """The grid of config.yaml (its matmul block adds float64 to the schema's default)."""
+    b = cfg.load(ROOT / "config.yaml")["experiments"]["matmul"]
+    assert b["vec4_tiles"] == mm.DEFAULT_VEC4_TILES and b["warp_tiles"] == mm.DEFAULT_WARP_TILES
+    assert _block()["dtypes"] == ["float32"]
     pts = EXP.points(b)
     by = {}
     for p in pts:
@@ -131,11 +135,19 @@ def test_default_grid_expansion_counts():
     n_sizes = len(b["sizes"])  # 6, up to 4096
     n_cpu = sum(max(mm._mkn(s)) <= b["cpu_max_size"] for s in b["sizes"])
     assert b["cpu_max_size"] == 2048 and n_cpu == 5
-    assert by == {"cpu": n_cpu, "naive": n_sizes, "tiled": 3 * n_sizes,
+    assert b["dtypes"] == ["float32", "float64"]
+    # float64: naive, tiled (every tile) and cuBLAS again, once per size
+    assert by == {"cpu": n_cpu, "naive": 2 * n_sizes, "tiled": 2 * 3 * n_sizes,
                   "tiled_padded": 3 * n_sizes, "tiled_conflict": 3 * n_sizes,
-                  "register": 3 * n_sizes, "cublas": n_sizes}
-    assert len(pts) == 89 and len({p.point_id for p in pts}) == 89
+                  "register": 3 * n_sizes, "vec4": 2 * n_sizes, "dbuf": 2 * n_sizes,
+                  "warptile": 5 * n_sizes, "cublas": 2 * n_sizes}
+    assert len(pts) == 173 and len({p.point_id for p in pts}) == 173
     assert sum(not p.gpu for p in pts) == n_cpu
+    f64 = [p for p in pts if p.params.get("dtype") == "float64"]
+    assert len(f64) == 5 * n_sizes and {p.variant for p in f64} == set(mm.FP64_VARIANTS)
+    # float32 points keep the ids of the float32-only grid (the recorded references')
+    assert "naive-m4096-k4096-n4096-tile16" in {p.point_id for p in pts}
+    assert "naive-m4096-k4096-n4096-tile16-dtypefloat64" in {p.point_id for p in pts}
     # ordered by work, so inputs are made once per size
     work = [math.prod((p.params["m"], p.params["k"], p.params["n"])) for p in pts]
     assert work == sorted(work)
@@ -143,7 +155,7 @@ def test_default_grid_expansion_counts():
 
 def test_register_and_cublas_points_carry_their_parameters():
     b = _block(sizes=[[160, 240, 320]], variants=["register", "cublas", "tiled_padded"],
-               tiles=[16], register_tiles=[{"rt": 8, "bt": 128, "bk": 8}])
+               tiles=[16], register_tiles=[{"rt": 8, "bt": 128, "bk": 8}], dtypes=["float32"])
     pts = {p.variant: p for p in EXP.points(b)}
     assert pts["register"].params == {"m": 160, "k": 240, "n": 320, "rt": 8, "bt": 128, "bk": 8}
     assert pts["register"].point_id == "register-m160-k240-n320-rt8-bt128-bk8"
@@ -251,6 +263,124 @@ def emulate_transposed_b(A, B, TILE, pitch):
     return C, writes
 
 
+LADDER_CU = (ROOT / "cuda" / "matmul_ladder.cu").read_text()
+
+
+# cuda/matmul_ladder.cu, ATile / BTile: float4 e = tid + l * NT (e < V) covers each float4 of
+# the tile once, so the emulation walks e directly. The fast path must stay inside the
+# matrices and 16-byte aligned; the guarded path zero-fills.
+def _load_a_t(A, BM, BK, r0, k0, APAD=mm.APAD):
+    M, K = A.shape
+    As = np.full((BK, BM + APAD), np.nan)
+    fast = r0 + BM <= M and k0 + BK <= K and K % 4 == 0
+    for e in range(BM * BK // 4):
+        row, col = e // (BK // 4), (e % (BK // 4)) * 4
+        gr, gc = r0 + row, k0 + col
+        if fast:
+            assert gr < M and gc + 3 < K and (gr * K + gc) % 4 == 0
+            v = A[gr, gc:gc + 4]
+        else:
+            v = [A[gr, gc + j] if gr < M and gc + j < K else 0.0 for j in range(4)]
+        As[col:col + 4, row] = v
+    return As
+
+
+def _load_b(B, BK, BN, k0, c0):
+    K, N = B.shape
+    Bs = np.full((BK, BN), np.nan)
+    fast = k0 + BK <= K and c0 + BN <= N and N % 4 == 0
+    for e in range(BK * BN // 4):
+        row, col = e // (BN // 4), (e % (BN // 4)) * 4
+        gr, gc = k0 + row, c0 + col
+        if fast:
+            assert gr < K and gc + 3 < N and (gr * N + gc) % 4 == 0
+            v = B[gr, gc:gc + 4]
+        else:
+            v = [B[gr, gc + j] if gr < K and gc + j < N else 0.0 for j in range(4)]
+        Bs[row, col:col + 4] = v
+    return Bs
+
+
+def _store_c4(C, writes, gr, gc, v):
+    """store_c4: one float4 where aligned and inside, else element by element."""
+    M, N = C.shape
+    if gr >= M:
+        return
+    if N % 4 == 0 and gc + 3 < N:
+        assert (gr * N + gc) % 4 == 0
+        C[gr, gc:gc + 4] = v
+        writes[gr, gc:gc + 4] += 1
+    else:
+        for j in range(4):
+            if gc + j < N:
+                C[gr, gc + j] = v[j]
+                writes[gr, gc + j] += 1
+
+
+def _ladder_gemm(A, B, BM, BN, BK, rows, cols):
+    """The shared skeleton of the ladder kernels: rows[t] / cols[t] are the tile-relative
+    rows / columns thread t owns (float4 groups: every 4 consecutive entries are one float4
+    read from shared memory, which must be 16-byte aligned)."""
+    M, K = A.shape
+    N = B.shape[1]
+    assert (rows % 4 == 0)[:, ::4].all() and (cols % 4 == 0)[:, ::4].all()
+    assert (np.diff(rows.reshape(len(rows), -1, 4), axis=2) == 1).all()
+    assert (np.diff(cols.reshape(len(cols), -1, 4), axis=2) == 1).all()
+    C = np.full((M, N), np.nan)
+    writes = np.zeros((M, N), int)
+    for by, bx in itertools.product(range(-(-M // BM)), range(-(-N // BN))):
+        r0, c0 = by * BM, bx * BN
+        acc = np.zeros((len(rows), rows.shape[1], cols.shape[1]))
+        for k0 in range(0, K, BK):
+            As, Bs = _load_a_t(A, BM, BK, r0, k0), _load_b(B, BK, BN, k0, c0)
+            assert (mm.APAD + BM) % 4 == 0  # float4 reads of As rows stay aligned
+            for k in range(BK):
+                acc += As[k, rows][:, :, None] * Bs[k, cols][:, None, :]
+        for t in range(len(rows)):
+            for i, r in enumerate(rows[t]):
+                for j in range(0, cols.shape[1], 4):
+                    _store_c4(C, writes, r0 + r, c0 + cols[t, j], acc[t, i, j:j + 4])
+    return C, writes
+
+
+def vec4_ownership(BM, BN, TM, TN):
+    """matmul_vec4 / matmul_dbuf: rows i*(NTY*4) + ty*4 + q, cols j*(NTX*4) + tx*4 + q."""
+    ntx, nty = BN // TN, BM // TM
+    tid = np.arange(ntx * nty)
+    tx, ty = tid % ntx, tid // ntx
+    q = np.arange(4)
+    rows = np.stack([(i * nty * 4 + ty[:, None] * 4 + q).T for i in range(TM // 4)]).reshape(
+        TM, -1).T
+    cols = np.stack([(j * ntx * 4 + tx[:, None] * 4 + q).T for j in range(TN // 4)]).reshape(
+        TN, -1).T
+    return rows, cols
+
+
+def warptile_ownership(d):
+    """matmul_warptile: warp (wrow, wcol), lane (trow, tcol), sub-tiles wm < WMITER, wn <
+    WNITER."""
+    g = mm.warp_geometry({k: d[k.upper() if k != "threads" else "NTHREADS"]
+                          for k in mm.WARP_KEYS})
+    wmiter, wsubm, wsubn, tcols = (int(g[k]) for k in ("wmiter", "wsubm", "wsubn", "tcols"))
+    tid = np.arange(d["NTHREADS"])
+    warp, lane = tid // 32, tid % 32
+    wrow, wcol = warp // (d["BN"] // d["WN"]), warp % (d["BN"] // d["WN"])
+    trow, tcol = lane // tcols, lane % tcols
+    rows = np.concatenate([(wrow * d["WM"] + wm * wsubm + trow * d["TM"])[:, None]
+                           + np.arange(d["TM"]) for wm in range(wmiter)], axis=1)
+    cols = np.concatenate([(wcol * d["WN"] + wn * wsubn + tcol * d["TN"])[:, None]
+                           + np.arange(d["TN"]) for wn in range(d["WNITER"])], axis=1)
+    return rows, cols
+
+
+def emulate_vec4(A, B, BM, BN, BK, TM, TN):
+    return _ladder_gemm(A, B, BM, BN, BK, *vec4_ownership(BM, BN, TM, TN))
+
+
+def emulate_warptile(A, B, d):
+    return _ladder_gemm(A, B, d["BM"], d["BN"], d["BK"], *warptile_ownership(d))
+
+
 SIZES = [(5, 7, 3), (1, 1, 1), (33, 65, 17), (16, 32, 48)]  # (M, K, N)
 
 
@@ -333,7 +463,8 @@ def _rec(variant, params, gflops, status="ok", reason="", metrics=None):
         "schema_version": results.SCHEMA_VERSION, "experiment": "matmul",
         "variant": variant, "point_id": pid, "params": params,
         "job_id": "synthetic-test-data", "seed": 0, "status": status, "reason": reason,
-        "provenance": {"gpu_name": SYNTHETIC}, "t_start": 0.0, "t_end": 1.0,
+        "provenance": {"gpu_name": SYNTHETIC, "compute_capability": "9.0"},
+        "t_start": 0.0, "t_end": 1.0,
     }
     if status == "skipped":
         return rec
@@ -341,7 +472,8 @@ def _rec(variant, params, gflops, status="ok", reason="", metrics=None):
         "timing": {"median": t, "iqr": 0.0, "cv": 0.01, "min": t, "mean": t, "std": 0.0,
                    "n": 10, "batch": 1, "timer": "cuda_event", "stop_reason": "converged",
                    "n_throttled": 0},
-        "work": {"flops": flops, "bytes": 4.0 * (m * k + k * n + m * n)},
+        "work": {"flops": flops, "bytes": 4.0 * (m * k + k * n + m * n),
+                 "peak_fp32_gflops": 66900.0},
         "check": {"error": 1e-7, "tolerance": 1e-4, "metric": "rel_fro",
                   "passed": status == "ok", "detail": ""},
         "metrics": metrics or {"kernel_s": t},
@@ -349,8 +481,9 @@ def _rec(variant, params, gflops, status="ok", reason="", metrics=None):
     return rec
 
 
-def synthetic_records(conflict_32=3000.0, cublas="ok"):
-    """Invented GFLOP/s shaped like an H100 run (NOT measured)."""
+def synthetic_records(conflict_32=3000.0, cublas="ok", ladder=False):
+    """Invented GFLOP/s shaped like an H100 run (NOT measured); `ladder`: with the kernels
+    past register tiling and float64 points."""
     recs = []
     for size in ([160, 240, 320], 256, 1000, 4096):
         m, k, n = mm._mkn(size)
@@ -373,6 +506,22 @@ def synthetic_records(conflict_32=3000.0, cublas="ok"):
             p = dict(zip(("rt", "bt", "bk"), {2: (2, 32, 32), 4: (4, 64, 16),
                                                 8: (8, 128, 8)}[rt]))
             recs.append(_rec("register", dims | p, g * s))
+        if ladder:
+            res = {"regs": 128, "smem_bytes": 16640, "occupancy": 0.25}
+            for v, base_g in (("vec4", 30000), ("dbuf", 33000)):
+                for bk, f in ((8, 1.0), (16, 1.02)):
+                    recs.append(_rec(v, dims | {"rt": 8, "bt": 128, "bk": bk},
+                                     base_g * f * s, metrics=res))
+            for i, wt in enumerate(mm.DEFAULT_WARP_TILES):
+                recs.append(_rec("warptile", dims | wt, (36000 - 1000 * i) * s,
+                                 metrics=res | {"regs": 219}))
+            f64 = {"dtype": "float64"}
+            recs.append(_rec("naive", dims | {"tile": 16} | f64, 1500 * s,
+                             metrics={"pct_peak_fp64": 4.5 * s}))
+            recs.append(_rec("tiled", dims | {"tile": 32} | f64, 2500 * s,
+                             metrics={"pct_peak_fp64": 7.5 * s}))
+            recs.append(_rec("cublas", dims | f64, 52000 * s,
+                             metrics={"pct_peak_fp64": 155.0 * s}))
         if cublas == "ok":
             recs.append(_rec("cublas", dims, 40000 * s))
         else:
@@ -441,10 +590,14 @@ def test_gflops_figure_has_a_panel_per_lesson_and_percentages_of_cublas(tmp_path
     import matplotlib
 
     matplotlib.use("Agg")
-    fig = EXP.plot("gflops", _table(synthetic_records()))
-    axes = fig.get_axes()
+    fig = EXP.plot("gflops", _table(synthetic_records(ladder=True)))
+    axes = [a for a in fig.get_axes() if a.get_visible()]
     assert [a.get_title() for a in axes] == [t for t, _ in mm.PANELS] + [
         "the course's product 160x240.240x320"]
+    legend3 = [t.get_text() for t in axes[3].get_legend().get_texts()]
+    assert "warptile 128x128x16 w64x64/4 t8x4: 90% at 4096" in legend3
+    assert not any("float64" in t or "DGEMM" in t for a in axes if a.get_legend()
+                   for t in [x.get_text() for x in a.get_legend().get_texts()])
     # square sizes on a numeric log2 axis (1000 is labelled here: no 1024 beside it)
     assert axes[0].get_xscale() == "log"
     assert [t.get_text() for t in axes[0].get_xticklabels()] == ["256", "1000", "4096"]
@@ -540,7 +693,7 @@ def test_runner_records_skipped_points_with_their_reason(tmp_path):
 # argument order, launch geometry, the poisoned output, the cuBLAS wrapping and timer.
 class FakeAlloc:
     def __init__(self, nbytes):
-        self.buf = np.zeros(nbytes // 4, np.float32)
+        self.buf = np.zeros(nbytes // 4, np.float32)  # raw words; .view() gives other dtypes
         self.freed = False
 
     def __int__(self):
@@ -558,10 +711,19 @@ class FakeFunc:
         assert sig == "PPPiii"
 
     def prepared_call(self, grid, block, a_d, b_d, c_d, M, N, K):  # the kernels' (A, B, C, M, N, K)
-        A = a_d.buf[:M * K].reshape(M, K).astype(np.float64)
-        B = b_d.buf[:K * N].reshape(K, N).astype(np.float64)
         d = self.d
-        if self.name == "matmul_register":
+        real = np.float64 if d.get("REAL") == "double" else np.float32
+        A = a_d.buf.view(real)[:M * K].reshape(M, K).astype(np.float64)
+        B = b_d.buf.view(real)[:K * N].reshape(K, N).astype(np.float64)
+        if self.name in ("matmul_vec4", "matmul_dbuf"):
+            nt = (d["BM"] // d["TM"]) * (d["BN"] // d["TN"])
+            assert block == (nt, 1, 1) and grid == (-(-N // d["BN"]), -(-M // d["BM"]))
+            C, _ = emulate_vec4(A, B, d["BM"], d["BN"], d["BK"], d["TM"], d["TN"])
+        elif self.name == "matmul_warptile":
+            assert block == (d["NTHREADS"], 1, 1)
+            assert grid == (-(-N // d["BN"]), -(-M // d["BM"]))
+            C, _ = emulate_warptile(A, B, d)
+        elif self.name == "matmul_register":
             assert block == (d["BN"] // d["RN"], d["BM"] // d["RM"], 1)
             assert grid == (-(-N // d["BN"]), -(-M // d["BM"]))
             C, _ = emulate_register(A, B, d["BM"], d["BN"], d["BK"], d["RM"], d["RN"])
@@ -572,7 +734,7 @@ class FakeFunc:
         else:  # naive, tiled: one thread per element of C
             assert grid[0] * block[0] >= N and grid[1] * block[1] >= M
             C = A @ B
-        c_d.buf[:M * N] = C.ravel()
+        c_d.buf.view(real)[:M * N] = C.ravel()
 
 
 class FakeKernel:
@@ -590,17 +752,21 @@ class FakeGpu:
         from types import SimpleNamespace
 
         self.context = SimpleNamespace(handle=0xC0FFEE)
+        def htod(dst, src):
+            dst.buf.view(np.uint8)[:src.nbytes] = np.ascontiguousarray(src).view(np.uint8).ravel()
+
+        def dtoh(dst, src):
+            dst.reshape(-1).view(np.uint8)[:] = src.buf.view(np.uint8)[:dst.nbytes]
+
         self.cuda = SimpleNamespace(
-            mem_alloc=FakeAlloc, Event=FakeEvent,
-            memcpy_htod=lambda dst, src: dst.buf.__setitem__(slice(0, src.size), src.ravel()),
-            memcpy_dtoh=lambda dst, src: dst.__setitem__(
-                ..., src.buf[:dst.size].reshape(dst.shape)),
+            mem_alloc=FakeAlloc, Event=FakeEvent, memcpy_htod=htod, memcpy_dtoh=dtoh,
             memset_d32=lambda dst, bits, n: dst.buf.view(np.uint32).__setitem__(
                 slice(0, n), bits),
         )
 
     def compile(self, source, defines):
-        assert source == "matmul.cu"
+        ladder = any(k in defines for k in ("TM", "WM"))
+        assert source == ("matmul_ladder.cu" if ladder else "matmul.cu")
         return FakeKernel(defines)
 
     def event_timer(self):
@@ -619,7 +785,7 @@ def fake_cupy(monkeypatch, ctx_handle=0xC0FFEE, math_mode=0):
     state = {"mode": math_mode, "calls": 0}
     cp = ModuleType("cupy")
     cp.__version__ = "0.0-fake"
-    cp.float32 = np.float32
+    cp.float32, cp.float64 = np.float32, np.float64
 
     class UnownedMemory:
         def __init__(self, ptr, size, owner, device_id):
@@ -628,8 +794,8 @@ def fake_cupy(monkeypatch, ctx_handle=0xC0FFEE, math_mode=0):
 
     class ndarray:  # noqa: N801 - CuPy's name
         def __init__(self, shape, dtype, memptr):
-            assert dtype is np.float32 and memptr.offset == 0
-            self.v = memptr.mem.owner.buf[:shape[0] * shape[1]].reshape(shape)
+            assert dtype in (np.float32, np.float64) and memptr.offset == 0
+            self.v = memptr.mem.owner.buf.view(dtype)[:shape[0] * shape[1]].reshape(shape)
 
     def gemm(ta, tb, a, b, out):
         assert (ta, tb) == ("N", "N")
@@ -681,20 +847,27 @@ def clean_cupy_cache():
 def test_every_variant_measures_and_checks_on_the_fake_gpu(monkeypatch, clean_cupy_cache):
     state = fake_cupy(monkeypatch)
     ctx = _fake_ctx(sizes=[[33, 17, 65]], tiles=[8, 32],
-                    register_tiles=[{"rt": 2, "bt": 16, "bk": 8}, {"rt": 8, "bt": 64, "bk": 4}])
+                    register_tiles=[{"rt": 2, "bt": 16, "bk": 8}, {"rt": 8, "bt": 64, "bk": 4}],
+                    vec4_tiles=[{"rt": 4, "bt": 32, "bk": 8}],
+                    warp_tiles=[mm.DEFAULT_WARP_TILES[0], mm.DEFAULT_WARP_TILES[3]],
+                    dtypes=["float32", "float64"])
     pts = EXP.points(ctx.block)
     assert {p.variant for p in pts} == set(mm.VARIANTS)
+    assert {p.variant for p in pts if p.params.get("dtype")} == set(mm.FP64_VARIANTS)
     for p in pts:
         res = EXP.measure(ctx, p)
         assert res.check.passed, (p.point_id, res.check)
         assert res.timing.n == 3 and res.flops == 2.0 * 33 * 17 * 65
         if p.gpu:
             assert res.kernel is not None and "kernel_s" in res.metrics
-        if p.variant == "tiled":
+        if p.params.get("dtype") == "float64":
+            assert res.check.tolerance == 1e-12 and res.bytes == 8.0 * (33 * 17 + 17 * 65 + 33 * 65)
+            assert res.check.error < 1e-14  # float64 all the way: far below the tolerance
+        elif p.variant == "tiled":
             assert {"h2d_s", "d2h_s", "alloc_s", "copy_share"} <= set(res.metrics)
         elif p.gpu:
             assert "h2d_s" not in res.metrics  # the time split is the tiled kernel's
-    assert state["calls"] == 1 + 1 + 3  # correctness + warm-up + 3 samples
+    assert state["calls"] == 2 * (1 + 1 + 3)  # SGEMM and DGEMM: check + warm-up + 3 samples
 
 
 def test_wrong_results_and_unwritten_elements_are_caught(monkeypatch):
@@ -773,3 +946,427 @@ def test_variants_of_a_size_share_inputs_reference_and_host_output(monkeypatch):
     assert EXP.measure(ctx, Point("matmul", "naive", {"m": 8, "k": 8, "n": 8,
                                                       "tile": 16})).check.passed
     assert set(ctx.cache) == {("matmul", 8, 8, 8), ("matmul_out", 8, 8, 8)}
+
+
+# -- the ladder: vec4, dbuf, warptile --------------------------------------------------------
+LADDER_SIZES = SIZES + [(20, 24, 36), (64, 16, 128), (130, 20, 132)]
+
+
+@pytest.mark.parametrize("rt, bt, bk", [(8, 128, 8), (4, 32, 16), (8, 64, 8), (4, 64, 32)])
+@pytest.mark.parametrize("mkn", LADDER_SIZES)
+def test_vec4_and_dbuf_index_arithmetic_on_odd_sizes(rt, bt, bk, mkn):
+    a, b = _ab(*mkn)
+    c, writes = emulate_vec4(a, b, bt, bt, bk, rt, rt)
+    assert (writes == 1).all()
+    np.testing.assert_allclose(c, a @ b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("wt", mm.DEFAULT_WARP_TILES, ids=lambda t: "-".join(map(str, t.values())))
+@pytest.mark.parametrize("mkn", [(5, 7, 3), (33, 65, 17), (128, 32, 128), (130, 20, 132)])
+def test_warptile_index_arithmetic_on_odd_sizes(wt, mkn):
+    a, b = _ab(*mkn)
+    p = Point("matmul", "warptile", {"m": mkn[0], "k": mkn[1], "n": mkn[2]} | wt)
+    c, writes = emulate_warptile(a, b, mm.kernel_defines(p))
+    assert (writes == 1).all()
+    np.testing.assert_allclose(c, a @ b, rtol=1e-12, atol=1e-12)
+
+
+def test_ladder_threads_own_every_output_of_the_block_tile_once():
+    for t in mm.DEFAULT_VEC4_TILES:
+        rows, cols = vec4_ownership(t["bt"], t["bt"], t["rt"], t["rt"])
+        cells = {(r, c) for rr, cc in zip(rows, cols) for r in rr for c in cc}
+        assert len(cells) == t["bt"] ** 2 == len(rows) * rows.shape[1] * cols.shape[1]
+    for wt in mm.DEFAULT_WARP_TILES:
+        d = mm.kernel_defines(Point("matmul", "warptile", dict(wt)))
+        rows, cols = warptile_ownership(d)
+        cells = {(r, c) for rr, cc in zip(rows, cols) for r in rr for c in cc}
+        assert len(cells) == wt["bm"] * wt["bn"] == len(rows) * rows.shape[1] * cols.shape[1]
+
+
+def bank_ways_128(words) -> int:
+    """Passes one 128-bit shared-memory load of a warp needs: served a quarter warp (8
+    threads) at a time; within one, 16-byte chunks in the same 4-bank group conflict unless
+    they are the same chunk (a broadcast)."""
+    ways = 1
+    for q in range(0, len(words), 8):
+        per_group: dict[int, set[int]] = {}
+        for w in words[q:q + 8]:
+            assert int(w) % 4 == 0
+            per_group.setdefault((int(w) // 4) % 8, set()).add(int(w) // 4)
+        ways = max(ways, max(len(s) for s in per_group.values()))
+    return ways
+
+
+def test_ladder_inner_loop_float4_reads_are_conflict_free():
+    for t in mm.DEFAULT_VEC4_TILES:
+        rows, cols = vec4_ownership(t["bt"], t["bt"], t["rt"], t["rt"])
+        for warp in range(len(rows) // 32):
+            lanes = slice(32 * warp, 32 * warp + 32)
+            for k in range(t["bk"]):
+                for g in range(0, t["rt"], 4):
+                    assert bank_ways_128(k * (t["bt"] + mm.APAD) + rows[lanes, g]) == 1
+                    assert bank_ways_128(k * t["bt"] + cols[lanes, g]) == 1
+    for wt in mm.DEFAULT_WARP_TILES:
+        rows, cols = warptile_ownership(mm.kernel_defines(Point("matmul", "warptile", dict(wt))))
+        for warp in range(wt["threads"] // 32):
+            lanes = slice(32 * warp, 32 * warp + 32)
+            for g in range(0, rows.shape[1], 4):
+                assert bank_ways_128((wt["bm"] + mm.APAD) + rows[lanes, g]) == 1
+            for g in range(0, cols.shape[1], 4):
+                assert bank_ways_128(wt["bn"] + cols[lanes, g]) == 1
+
+
+def test_ladder_kernel_constants_match_the_python_rules():
+    assert int(re.search(r"#define APAD (\d+)", LADDER_CU).group(1)) == mm.APAD
+    assert "__shared__ __align__(16) float As[2][BK][BM + APAD];" in LADDER_CU
+    assert "__shared__ __align__(16) float Bs[2][BK][BN];" in LADDER_CU
+    assert "NTHREADS == (BM / WM) * (BN / WN) * 32" in LADDER_CU
+    assert "cp.async.cg.shared.global [%0], [%1], 16;" in LADDER_CU
+    for name in ("matmul_vec4", "matmul_dbuf", "matmul_warptile"):
+        assert f"\n{name}(" in LADDER_CU, name
+
+
+def test_ladder_defines_and_launch_geometry():
+    dims = {"m": 1000, "k": 4100, "n": 37}
+    v = Point("matmul", "dbuf", dims | {"rt": 8, "bt": 128, "bk": 16})
+    assert mm.kernel_source(v) == "matmul_ladder.cu"
+    assert mm.kernel_defines(v) == {"BM": 128, "BN": 128, "BK": 16, "TM": 8, "TN": 8}
+    assert mm.launch_geometry(v) == ((1, 8), (256, 1, 1))
+    w = Point("matmul", "warptile", dims | mm.DEFAULT_WARP_TILES[2])
+    assert mm.kernel_defines(w) == {"BM": 128, "BN": 128, "BK": 16, "WM": 32, "WN": 64,
+                                    "WNITER": 2, "TM": 8, "TN": 4, "NTHREADS": 256}
+    assert mm.launch_geometry(w) == ((1, 8), (256, 1, 1))
+    f64 = Point("matmul", "tiled", dims | {"tile": 32, "dtype": "float64"})
+    assert mm.kernel_source(f64) == "matmul.cu"
+    assert mm.kernel_defines(f64) == {"TILE": 32, "REAL": "double"}
+    assert mm.kernel_defines(Point("matmul", "naive", dims | {"tile": 16, "dtype": "float64"})
+                             ) == {"REAL": "double"}
+    assert EXP.gpu_bytes(f64) == 2 * 8 * (1000 * 4100 + 4100 * 37 + 1000 * 37)
+
+
+@pytest.mark.parametrize("tile, needles", [
+    (mm._wt(128, 128, 16, 64, 64, 4, 8, 4, 256),
+     ["warp_tiles[0]: threads=256 must be (bm/wm)*(bn/wn)*32", "= 128"]),
+    (mm._wt(128, 128, 16, 64, 64, 8, 8, 8, 128),
+     ["warp_tiles[0]: wm*wn = 4096 must be a multiple of 32*tm*tn*wniter = 16384"]),
+    (mm._wt(128, 128, 16, 64, 32, 4, 8, 8, 256),
+     ["warp_tiles[0]: wm*wn = 2048 must be a multiple of 32*tm*tn*wniter = 8192"]),
+    (mm._wt(128, 128, 16, 128, 64, 4, 8, 4, 64),
+     ["warp_tiles[0]: wm*wn/32 = 256 outputs per thread; at most 128"]),
+    (mm._wt(256, 256, 32, 128, 64, 4, 8, 4, 256),
+     ["warp_tiles[0]: needs 66048 bytes of static shared memory", "49152"]),
+    (mm._wt(128, 64, 16, 64, 128, 4, 8, 4, 128),
+     ["warp_tiles[0]: bm=128 must be a multiple of wm=64 and bn=64 of wn=128"]),
+])
+def test_bad_warp_tiles_are_refused_naming_the_entry(tile, needles):
+    msg = _err({"warp_tiles": [tile]})
+    assert "experiments.matmul.warp_tiles[0]:" in msg
+    for n in needles:
+        assert n in msg, (n, msg)
+    # the second entry is named as such, the first (valid) one not at all
+    msg = _err({"warp_tiles": [mm.DEFAULT_WARP_TILES[0], tile]})
+    assert "warp_tiles[1]:" in msg and "warp_tiles[0]" not in msg
+
+
+def test_sub_tile_rule_beyond_the_schema_s_values():
+    """wn/wniter < tn cannot come from the schema's powers of two within its ranges; the
+    pure rule still says it (the kernel's static_assert would)."""
+    msgs = mm.check_warp_tile(mm._wt(256, 32, 8, 256, 32, 8, 4, 8, 32))
+    assert msgs[0] == ("wn/wniter = 4 must be a multiple of tn=8 and wn/wniter/tn = 0.5 must "
+                       "divide 32")
+
+
+def test_warp_tile_schema_names_bad_values_and_missing_keys():
+    bad = dict(mm.DEFAULT_WARP_TILES[0], tm=6)
+    msg = _err({"warp_tiles": [bad]})
+    assert "experiments.matmul.warp_tiles[0].tm" in msg and "[4, 8]" in msg
+    short = {k: v for k, v in mm.DEFAULT_WARP_TILES[0].items() if k != "threads"}
+    assert "missing key 'threads'" in _err({"warp_tiles": [short]})
+
+
+def test_vec4_tiles_rules_count_dbuf_s_two_buffers():
+    msg = _err({"vec4_tiles": [{"rt": 8, "bt": 128, "bk": 32}]})
+    assert "experiments.matmul.vec4_tiles[0]:" in msg
+    assert "66560 bytes of static shared memory" in msg and "2 buffers (dbuf)" in msg
+    assert "allowed values" in _err({"vec4_tiles": [{"rt": 2, "bt": 32, "bk": 8}]})
+    msg = _err({"vec4_tiles": [{"rt": 4, "bt": 16, "bk": 8}]})
+    assert "16 threads per block" in msg and "at least 64" in msg
+
+
+def test_defaults_and_smoke_tiles_pass_every_rule():
+    for t in mm.DEFAULT_WARP_TILES + EXP.smoke["warp_tiles"]:
+        assert mm.check_warp_tile(t) == [], t
+        g = mm.warp_geometry(t)
+        assert g["wmiter"] == int(g["wmiter"]) >= 1 and g["smem"] <= mm.MAX_STATIC_SMEM
+    assert EXP.check_config(_block(**copy.deepcopy(EXP.smoke))) == []
+
+
+def test_dtypes_expand_only_the_fp64_variants():
+    b = _block(sizes=[[160, 240, 320], 1000], dtypes=["float64"])
+    pts = EXP.points(b)
+    assert {p.variant for p in pts} == set(mm.FP64_VARIANTS)
+    assert all(p.params["dtype"] == "float64" and p.gpu for p in pts)
+    assert len(pts) == 2 * (1 + 3 + 1)
+    assert "cublas-m1000-k1000-n1000-dtypefloat64" in {p.point_id for p in pts}
+    both = EXP.points(_block(sizes=[256], variants=["naive", "register"],
+                             dtypes=["float32", "float64"]))
+    assert [(p.variant, p.params.get("dtype")) for p in both] == [
+        ("naive", None), ("register", None), ("register", None), ("register", None),
+        ("naive", "float64")]
+    with pytest.raises(cfg.ConfigError, match="experiments.matmul.dtypes"):
+        _block(dtypes=["float16"])
+
+
+def test_fp64_ratio_by_compute_capability():
+    assert mm.fp64_ratio("9.0") == mm.fp64_ratio((8, 0)) == mm.fp64_ratio("sm_70") == 0.5
+    assert mm.fp64_ratio("sm_86") == mm.fp64_ratio("8.9") == 1 / 64
+    assert mm.fp64_ratio("7.5") is None and mm.fp64_ratio("not a cc") is None
+    assert mm.ratio_text(0.5) == "1:2" and mm.ratio_text(None) == "unknown"
+
+
+class _DeviceStub:
+    """A GPU's facts for the derived metrics (H100 SXM clocks)."""
+
+    info = {"compute_capability": "9.0"}
+    _attrs = {"COMPUTE_CAPABILITY_MAJOR": 9, "COMPUTE_CAPABILITY_MINOR": 0,
+              "MULTIPROCESSOR_COUNT": 132, "CLOCK_RATE": 1980000,
+              "MEMORY_CLOCK_RATE": 2619000, "GLOBAL_MEMORY_BUS_WIDTH": 5120}
+
+    def attr(self, name):
+        return self._attrs[name]
+
+
+def test_fp64_metrics_and_kernel_resources_from_device_facts():
+    from types import SimpleNamespace
+
+    gpu = _DeviceStub()
+    m = mm.fp64_metrics(gpu, 2.0 * 4096**3, 4.0e-3)
+    peak32 = 2 * 128 * 132 * 1.98e6 * 1e3 / 1e9
+    assert m["peak_fp64_gflops"] == pytest.approx(peak32 / 2)
+    assert m["pct_peak_fp64"] == pytest.approx(100 * 2 * 4096**3 / 4e-3 / 1e9 / (peak32 / 2))
+    assert mm.fp64_metrics(SimpleNamespace(), 1.0, 1.0) == {}
+    res = mm.kernel_resources(gpu, SimpleNamespace(num_regs=128, shared_size_bytes=16640), 256)
+    assert res == {"regs": 128, "smem_bytes": 16640, "threads": 256, "occupancy": 0.25}
+    assert mm.kernel_resources(gpu, SimpleNamespace(), 256) == {}
+
+
+def test_float64_unwritten_elements_are_caught(monkeypatch):
+    ctx = _fake_ctx(sizes=[[20, 20, 20]])
+    point = Point("matmul", "tiled", {"m": 20, "k": 20, "n": 20, "tile": 8, "dtype": "float64"})
+    real = FakeFunc.prepared_call
+
+    def skip_last(self, grid, block, a_d, b_d, c_d, M, N, K):
+        keep = c_d.buf.view(np.float64)[M * N - 1]
+        real(self, grid, block, a_d, b_d, c_d, M, N, K)
+        c_d.buf.view(np.float64)[M * N - 1] = keep
+
+    monkeypatch.setattr(FakeFunc, "prepared_call", skip_last)
+    res = EXP.measure(ctx, point)
+    assert not res.check.passed and res.check.detail == "unwritten (NaN) elements"
+    monkeypatch.setattr(FakeFunc, "prepared_call", real)
+    res = EXP.measure(ctx, point)
+    assert res.check.passed and ctx.cache[("matmul_out", 20, 20, 20, "float64")].dtype == np.float64
+
+
+def test_naive_caption_no_longer_says_straight_from_global_memory():
+    assert "straight from global memory" not in EXP.caption
+    assert "2K global loads" in EXP.caption and "L1 and L2" in EXP.caption
+    assert set(mm.LADDER_NOTES) == set(mm.LADDER)
+
+
+def test_compile_variants_cover_every_ladder_kernel_and_tile():
+    cvs = EXP.compile_variants(None)
+    by = {}
+    for cv in cvs:
+        by.setdefault(cv.kernel, []).append(cv)
+    assert len(by["matmul_register"]) == len(mm.DEFAULT_REGISTER_TILES)
+    assert len(by["matmul_vec4"]) == len(by["matmul_dbuf"]) == len(mm.DEFAULT_VEC4_TILES)
+    assert len(by["matmul_warptile"]) == len(mm.DEFAULT_WARP_TILES)
+    assert {cv.file for k in ("matmul_vec4", "matmul_dbuf", "matmul_warptile")
+            for cv in by[k]} == {"matmul_ladder.cu"}
+    assert by["matmul_warptile"][0].defines["NTHREADS"] == 128
+    config = cfg.validate({"experiments": {"matmul": {
+        "warp_tiles": mm.DEFAULT_WARP_TILES[:1], "vec4_tiles": [{"rt": 4, "bt": 64, "bk": 8}]}}})
+    got = EXP.compile_variants(config)
+    assert [cv.params for cv in got if cv.kernel == "matmul_dbuf"] == [
+        {"rt": 4, "bt": 64, "bk": 8}]
+    assert len([cv for cv in got if cv.kernel == "matmul_warptile"]) == 1
+
+
+# -- the ladder figure, tables and expectation ---------------------------------------------
+def test_ladder_figure_labels_each_step_with_pct_of_cublas_and_of_peak(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from cudalab import figcheck
+
+    fig = EXP.plot("ladder", _table(synthetic_records(ladder=True)))
+    axes = fig.get_axes()
+    assert [a.get_title() for a in axes] == [
+        "largest square product: n = 4096", "the course's product 160x240.240x320"]
+    ticks = [t.get_text() for t in axes[0].get_yticklabels()]
+    assert ticks == ["naive (16x16)", "tiled (32x32)", "register 8x8 (128x128x8)",
+                     "vec4 8x8 (128x128x16)", "dbuf 8x8 (128x128x16)",
+                     "warptile 128x128x16 w64x64/4 t8x4", "cuBLAS SGEMM"]
+    texts = [t.get_text() for t in axes[0].texts]
+    # register 20000 of cuBLAS 40000 and of the 66.9 TFLOP/s peak; cuBLAS has no % of itself
+    assert "20.0 TFLOP/s, 50% of cuBLAS, 30% of FP32 peak" in texts
+    assert "36.0 TFLOP/s, 90% of cuBLAS, 54% of FP32 peak" in texts
+    assert "40.0 TFLOP/s, 60% of FP32 peak" in texts
+    assert "TFLOP/s" in axes[0].get_xlabel() and fig._suptitle.get_text()
+    assert figcheck.problems(fig) == []
+    figures.save(fig, tmp_path / "ladder")
+    # without cuBLAS: bars without % of cuBLAS; without any GPU point: no figure
+    fig = EXP.plot("ladder", _table(synthetic_records(cublas="skipped", ladder=True)))
+    assert not any("of cuBLAS" in t.get_text() for t in fig.get_axes()[0].texts)
+    assert EXP.plot("ladder", _table([r for r in synthetic_records()
+                                      if r["variant"] == "cpu"])) is None
+
+
+def test_ladder_expectation_passes_fails_and_needs_cublas():
+    claim = "the best hand-written kernel reaches at least 80% of cuBLAS SGEMM"
+    ex = _by_claim(EXP.expectations(_table(synthetic_records(ladder=True))))
+    e = ex[claim]
+    assert e.passed is True and "warptile 128x128x16 w64x64/4 t8x4" in e.evidence
+    assert "90% of cuBLAS (40.0 TFLOP/s) at 4096" in e.evidence
+    slow = synthetic_records(ladder=True)
+    for r in slow:
+        if r["variant"] in mm.LADDER_KERNELS:
+            r["timing"]["median"] *= 2  # the ladder at half speed: 45 % of cuBLAS
+    assert _by_claim(EXP.expectations(_table(slow)))[claim].passed is False
+    no_cub = _by_claim(EXP.expectations(_table(synthetic_records(cublas="skipped",
+                                                                 ladder=True))))[claim]
+    assert no_cub.passed is None and "not importable" in no_cub.evidence
+    # no kernel past register tiling measured (the H100 reference): no claim
+    assert not any(c.claim.startswith(claim)
+                   for c in EXP.expectations(_table(synthetic_records())))
+    # the float64 rows take no part in the float32 checks
+    cub = _by_claim(EXP.expectations(_table(synthetic_records(ladder=True))))[
+        "cuBLAS SGEMM is the ceiling"]
+    assert cub.passed is True and "DGEMM" not in cub.evidence
+
+
+def test_ladder_and_fp64_tables():
+    tables = EXP.tables(_table(synthetic_records(ladder=True)))
+    assert [t["title"].split(" (")[0].split(":")[0] for t in tables] == [
+        "The ladder, step by step", "Double precision"]
+    lad = tables[0]["html"]
+    assert "cp.async" in lad and "warptile 128x128x16 w64x64/4 t8x4" in lad
+    assert "<td>219</td><td>16.2 KiB</td><td>25 %</td>" in lad
+    assert "<td>–</td>" in lad  # naive has no recorded registers here
+    fp64 = tables[1]["html"]
+    assert "compute capability 9.0): 1:2" in fp64
+    assert "cuBLAS DGEMM / SGEMM = 1.30 at 4096" in fp64
+    assert "<td>cublas</td><td>52.0 TFLOP/s</td><td>40.0 TFLOP/s</td><td>1.30</td>" in fp64
+    # without float64 points (the H100 reference): the ladder table alone, of the steps run
+    [only] = EXP.tables(_table(synthetic_records()))
+    assert only["title"] == tables[0]["title"] and "warptile" not in only["html"]
+
+
+# -- nvcc: every ladder kernel compiles as the experiment builds it ---------------------------
+NVCC = shutil.which("nvcc")
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found (CUDA toolkit)")
+
+
+def _flags(defines: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(defines.items()))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_every_ladder_kernel_compiles_without_spills(arch):
+    from cudalab.experiments import static_analysis as sa
+
+    config = cfg.validate({"experiments": {"matmul": copy.deepcopy(EXP.smoke)}})
+    cvs = EXP.compile_variants(None) + EXP.compile_variants(config)
+    seen = set()
+    for cv in cvs:
+        if cv.kernel == "matmul_register" or (cv.kernel, _flags(cv.defines)) in seen:
+            continue
+        seen.add((cv.kernel, _flags(cv.defines)))
+        rep_ = sa.compile_report(NVCC, ROOT / "cuda" / cv.file, _flags(cv.defines), arch, 300)
+        u = rep_[cv.kernel]
+        assert u["spill_stores"] == u["spill_loads"] == 0 and u["local"] == 0, (cv, u)
+        if cv.kernel == "matmul_warptile":
+            want = mm.warp_geometry(cv.params)["smem"]
+            assert u["max_threads"] == cv.params["threads"]
+        else:
+            want = mm.vec4_smem_bytes(cv.params["bt"], cv.params["bk"],
+                                      2 if cv.kernel == "matmul_dbuf" else 1)
+            assert u["max_threads"] == mm.register_threads(cv.params["rt"], cv.params["bt"])
+        assert u["smem_static"] == want, (cv, u)
+    assert {k for k, _ in seen} == {"matmul_vec4", "matmul_dbuf", "matmul_warptile"}
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch, async_copy", [("sm_75", False), ("sm_80", True),
+                                              ("sm_90", True)])
+def test_dbuf_uses_cp_async_from_sm_80(arch, async_copy, tmp_path):
+    import subprocess
+
+    out = tmp_path / "dbuf.ptx"
+    subprocess.run([NVCC, "-ptx", f"-arch={arch}", "-O3", "-DBM=128", "-DBN=128", "-DBK=8",
+                    "-DTM=8", "-DTN=8", "-o", str(out), str(ROOT / "cuda" / "matmul_ladder.cu")],
+                   check=True, capture_output=True)
+    ptx = out.read_text()
+    dbuf = ptx[ptx.index(".entry matmul_dbuf"):]
+    assert ("cp.async.cg.shared.global" in dbuf) == async_copy
+    vec4 = ptx[ptx.index(".entry matmul_vec4"):ptx.index(".entry matmul_dbuf")] \
+        if ptx.index(".entry matmul_vec4") < ptx.index(".entry matmul_dbuf") else \
+        ptx[ptx.index(".entry matmul_vec4"):]
+    assert "ld.global.nc.v4.f32" in vec4 and "ld.shared.v4.f32" in vec4
+    assert "cp.async" not in vec4
+
+
+@needs_nvcc
+@pytest.mark.parametrize("tile", [
+    mm._wt(128, 128, 16, 64, 64, 4, 8, 4, 256),  # threads
+    mm._wt(128, 128, 16, 64, 64, 8, 8, 8, 128),  # wm*wn vs 32*tm*tn*wniter
+    mm._wt(256, 32, 8, 256, 32, 8, 4, 8, 32),  # sub-tile narrower than tn
+    *mm.DEFAULT_WARP_TILES[:2],
+])
+def test_python_warp_tile_rules_match_the_kernel_s_static_asserts(tile):
+    from cudalab.experiments import static_analysis as sa
+    from cudalab.experiments.base import CompileFailure
+
+    defines = mm.kernel_defines(Point("matmul", "warptile", dict(tile)))
+    python_ok = not [m for m in mm.check_warp_tile(tile) if "outputs per thread" not in m]
+    try:
+        sa.compile_report(NVCC, ROOT / "cuda" / "matmul_ladder.cu", _flags(defines), "sm_90", 300)
+        compiled = True
+    except CompileFailure:
+        compiled = False
+    assert compiled == python_ok, (tile, mm.check_warp_tile(tile))
+
+
+# -- scripts/bench_matmul_ladder.py: its pure parts (the GPU run is in tests/gpu) -------------
+def _bench():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_matmul_ladder", ROOT / "scripts" / "bench_matmul_ladder.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_script_sizes_block_and_table():
+    b = _bench()
+    assert b.parse_size("4096") == 4096 and b.parse_size("160x240x320") == [160, 240, 320]
+    with pytest.raises(Exception, match="give n or MxKxN"):
+        b.parse_size("3x4")
+    block = b.bench_block([4096, [160, 240, 320]], b.STEPS)
+    pts = EXP.points(block)
+    assert {p.variant for p in pts} == set(mm.LADDER) and block["dtypes"] == ["float32"]
+    assert len([p for p in pts if p.variant == "warptile"]) == 2 * len(mm.DEFAULT_WARP_TILES)
+    rows = [{"size": "4096", "variant": v, "config": c, "tflops": t, "error": 1e-7,
+             "correct": True, "status": "ok"}
+            for v, c, t in (("warptile", "warptile 128x128x16 w64x64/4 t8x4", 45.0),
+                            ("cublas", "cuBLAS SGEMM", 50.0))]
+    rows.append({"size": "1000", "variant": "naive", "config": "naive (16x16)",
+                 "tflops": 5.0, "error": 1e-7, "correct": True, "status": "ok"})
+    rows = b.with_pct_of_cublas(rows)
+    assert rows[0]["pct_cublas"] == pytest.approx(90.0) and math.isnan(rows[2]["pct_cublas"])
+    text = b.format_table(rows)
+    assert "warptile 128x128x16 w64x64/4 t8x4" in text and "90 %" in text
+    assert "yes (1.0e-07)" in text

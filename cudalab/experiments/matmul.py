@@ -1,15 +1,23 @@
 """Matrix multiplication: CPU (numpy BLAS), naive, shared-memory tiled (plain, padded and
-bank-conflicting), register-tiled kernels, and cuBLAS SGEMM (through CuPy) as the ceiling.
+bank-conflicting), register-tiled kernels, the ladder toward cuBLAS (float4 loads, double
+buffering, warp tiling), and cuBLAS SGEMM / DGEMM (through CuPy) as the ceiling.
 
-C[M x N] = A[M x K] . B[K x N], float32, checked against a float64 CPU product.
+C[M x N] = A[M x K] . B[K x N], float32 (and float64 for naive, tiled and cuBLAS), checked
+against a float64 CPU product.
 Parameters of a point: m, k, n, and
   naive                         tile (block edge)
   tiled, tiled_padded,
   tiled_conflict                tile (tile width: TILE x TILE threads, TILE x TILE tiles)
-  register                      rt (each thread computes rt x rt elements of C),
+  register, vec4, dbuf          rt (each thread computes rt x rt elements of C),
                                 bt (a block computes a bt x bt tile of C), bk (k depth of
                                 the shared-memory slices)
+  warptile                      bm, bn, bk (block tile), wm, wn (warp tile), wniter (warp
+                                sub-tiles along n), tm, tn (outputs per thread and
+                                sub-tile), threads
   cpu, cublas                   nothing else.
+float64 points carry dtype=float64; float32 points carry no dtype parameter, so their ids
+(and the recorded references) are those of the float32-only grid (the table's p_dtype is
+filled with float32 by _frame).
 cuBLAS is optional: where CuPy is not importable its points are recorded as "skipped".
 """
 
@@ -17,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import html
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -33,8 +42,14 @@ if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
 
 TILED = ["tiled", "tiled_padded", "tiled_conflict"]  # one kernel each, the same `tiles`
-GPU_VARIANTS = ["naive", *TILED, "register", "cublas"]
+LADDER_KERNELS = ["vec4", "dbuf", "warptile"]  # cuda/matmul_ladder.cu
+GPU_VARIANTS = ["naive", *TILED, "register", *LADDER_KERNELS, "cublas"]
 VARIANTS = ["cpu", *GPU_VARIANTS]
+# The ladder figure's steps, in course order; each step shows its best configuration.
+LADDER = ["naive", "tiled", "register", "vec4", "dbuf", "warptile", "cublas"]
+DTYPES = ["float32", "float64"]
+FP64_VARIANTS = ("naive", "tiled", "cublas")  # the float64 points: kernels built with REAL=double
+ITEMSIZE = {"float32": 4, "float64": 8}
 
 TILES = [8, 16, 32]
 RT = [2, 4, 8]  # register tile edge (RM = RN)
@@ -50,6 +65,48 @@ DEFAULT_REGISTER_TILES = [
     {"rt": 4, "bt": 64, "bk": 16},
     {"rt": 8, "bt": 128, "bk": 8},
 ]
+# vec4 and dbuf: the register tile with float4 loads; rt and bk multiples of 4
+VEC4_RT = [4, 8]
+VEC4_BK = [8, 16, 32]
+DEFAULT_VEC4_TILES = [{"rt": 8, "bt": 128, "bk": 8}, {"rt": 8, "bt": 128, "bk": 16}]
+# warptile: a small tile search (Kernel Tuner style) over these; the figure keeps the best
+WARP_KEYS = ("bm", "bn", "bk", "wm", "wn", "wniter", "tm", "tn", "threads")
+WARP_ENUMS: dict[str, list[int]] = {
+    "bm": [32, 64, 128, 256], "bn": [32, 64, 128, 256], "bk": [8, 16, 32],
+    "wm": [16, 32, 64, 128], "wn": [16, 32, 64, 128], "wniter": [1, 2, 4, 8],
+    "tm": [4, 8], "tn": [4, 8], "threads": [64, 128, 256, 512],
+}
+MAX_WARP_ACC = 128  # outputs per thread (wm*wn/32): more do not fit 255 registers unspilled
+
+
+def _wt(bm, bn, bk, wm, wn, wniter, tm, tn, threads) -> dict[str, int]:
+    return dict(zip(WARP_KEYS, (bm, bn, bk, wm, wn, wniter, tm, tn, threads)))
+
+
+DEFAULT_WARP_TILES = [
+    _wt(128, 128, 16, 64, 64, 4, 8, 4, 128),  # the known-good FP32 start on Ampere/Hopper
+    _wt(128, 128, 8, 64, 64, 4, 8, 4, 128),
+    _wt(128, 128, 16, 32, 64, 2, 8, 4, 256),
+    _wt(128, 64, 16, 64, 32, 2, 8, 4, 128),
+    _wt(64, 128, 16, 32, 64, 2, 8, 4, 128),
+]
+
+def _tile_list(default: list[dict[str, int]], rts: list[int], bks: list[int],
+               description: str) -> dict[str, Any]:
+    """Schema of a list of {rt, bt, bk} tiles (register_tiles, vec4_tiles)."""
+    return {
+        "type": "array", "minItems": 1, "uniqueItems": True, "default": default,
+        "description": description,
+        "items": {
+            "type": "object", "additionalProperties": False, "required": ["rt", "bt", "bk"],
+            "properties": {
+                "rt": {"enum": rts, "description": "each thread computes rt x rt elements of C"},
+                "bt": {"enum": BT, "description": "each block computes a bt x bt tile of C"},
+                "bk": {"enum": bks, "description": "k depth of the shared A and B slices"},
+            },
+        },
+    }
+
 
 _size = base.size_schema(3, 1, 65536, "a square size n (n x n . n x n) or [M, K, N] for "
                          "M x K . K x N")
@@ -65,13 +122,88 @@ def register_smem_bytes(bt: int, bk: int) -> int:
     return 4 * bk * ((bt + APAD) + bt)
 
 
+def vec4_smem_bytes(bt: int, bk: int, buffers: int = 1) -> int:
+    """Static shared memory of matmul_vec4 (1 buffer) and matmul_dbuf (2): per buffer
+    As[BK][BM + APAD] + Bs[BK][BN] floats (cuda/matmul_ladder.cu)."""
+    return buffers * register_smem_bytes(bt, bk)
+
+
+def warp_geometry(t: dict[str, int]) -> dict[str, float]:
+    """Derived numbers of a warp tile (cuda/matmul_ladder.cu): warps, WMITER, sub-tile
+    WSUBM x WSUBN, threads of a warp along n (tcols), outputs per thread, shared bytes.
+    Fractions where the tile is inconsistent (check_warp_tile says why)."""
+    warps = (t["bm"] / t["wm"]) * (t["bn"] / t["wn"])
+    wmiter = t["wm"] * t["wn"] / (32 * t["tm"] * t["tn"] * t["wniter"])
+    wsubn = t["wn"] / t["wniter"]
+    return {"warps": warps, "wmiter": wmiter, "wsubm": t["wm"] / wmiter if wmiter else 0.0,
+            "wsubn": wsubn, "tcols": wsubn / t["tn"], "acc": t["wm"] * t["wn"] / 32,
+            "smem": 4 * t["bk"] * (t["bm"] + APAD + t["bn"])}
+
+
+def check_warp_tile(t: dict[str, int]) -> list[str]:
+    """Why a warp tile cannot be compiled or launched (the kernel's static_asserts, the
+    1024-thread and 48 KiB limits), one message per broken rule ([] : it is fine)."""
+    g = warp_geometry(t)
+    out = []
+    if t["bm"] % t["wm"] or t["bn"] % t["wn"]:
+        out.append(f"bm={t['bm']} must be a multiple of wm={t['wm']} and bn={t['bn']} of "
+                   f"wn={t['wn']}")
+    elif t["threads"] != g["warps"] * 32:
+        out.append(f"threads={t['threads']} must be (bm/wm)*(bn/wn)*32 = "
+                   f"({t['bm']}/{t['wm']})*({t['bn']}/{t['wn']})*32 = {int(g['warps'] * 32)}")
+    if (t["wm"] * t["wn"]) % (32 * t["tm"] * t["tn"] * t["wniter"]):
+        out.append(f"wm*wn = {t['wm'] * t['wn']} must be a multiple of 32*tm*tn*wniter = "
+                   f"{32 * t['tm'] * t['tn'] * t['wniter']} (a warp's 32 threads cover its "
+                   "tile in whole sub-tiles)")
+    elif t["wn"] % t["wniter"] or g["wsubn"] % t["tn"] or 32 % g["tcols"]:
+        out.append(f"wn/wniter = {g['wsubn']:g} must be a multiple of tn={t['tn']} and "
+                   f"wn/wniter/tn = {g['tcols']:g} must divide 32")
+    if g["smem"] > MAX_STATIC_SMEM:
+        out.append(f"needs {int(g['smem'])} bytes of static shared memory (A {t['bk']}x"
+                   f"{t['bm'] + APAD} + B {t['bk']}x{t['bn']} floats); at most "
+                   f"{MAX_STATIC_SMEM} (48 KiB): use a smaller bk, bm or bn")
+    if g["acc"] > MAX_WARP_ACC:
+        out.append(f"wm*wn/32 = {g['acc']:g} outputs per thread; at most {MAX_WARP_ACC} fit "
+                   "the 255 registers of a thread without spilling: use a smaller wm or wn")
+    return out
+
+
+# -- double precision ------------------------------------------------------------------------
+# FP64 : FP32 throughput of the CUDA cores by compute capability (CUDA C++ Programming
+# Guide, "Arithmetic Instructions": 64-bit fma results per clock per SM against 32-bit).
+# GA100 / GH100 (and V100) are the HPC parts with full-rate FP64 units; the consumer and
+# workstation chips (sm_86, sm_89, sm_120) have 1:64. cuBLAS DGEMM may also use the FP64
+# tensor cores of sm_80 / sm_90 (DMMA), which double the FP64 rate of GH100 and GA100.
+FP64_RATIO = {"7.0": 1 / 2, "8.0": 1 / 2, "9.0": 1 / 2, "8.6": 1 / 64, "8.9": 1 / 64,
+              "12.0": 1 / 64}
+
+
+def fp64_ratio(cc: Any) -> float | None:
+    """FP64:FP32 rate of the CUDA cores of a compute capability ("9.0", (9, 0), "sm_90"),
+    None where cudalab does not know it."""
+    from cudalab import devicespec
+
+    try:
+        return FP64_RATIO.get(devicespec.cc_key(cc))
+    except ValueError:
+        return None
+
+
+def ratio_text(r: float | None) -> str:
+    return "unknown" if r is None else f"1:{1 / r:.0f}"
+
+
 class Matmul(Experiment):
     name = "matmul"
     order = 30
-    title = "Matrix multiplication: global memory, shared-memory tiles, registers, cuBLAS"
+    title = ("Matrix multiplication: global memory, shared-memory tiles, registers, the "
+             "ladder to cuBLAS, double precision")
     caption = (
-        "Each thread of the naive kernel reads a row of A and a column of B straight from "
-        "global memory: 2K loads for 2K flops. The tiled kernel loads TILE x TILE tiles of A "
+        "Each thread of the naive kernel issues 2K global loads (a row of A and a column of "
+        "B) for 2K flops; neighbouring threads share rows of A and columns of B, so most of "
+        "those loads are served by the L1 and L2 caches, not by DRAM (the profiler shows an "
+        "L2 hit rate well above 50 %), and what limits the kernel is the load traffic "
+        "through the caches. The tiled kernel loads TILE x TILE tiles of A "
         "and B into shared memory once per block and reuses every value TILE times, cutting "
         "global traffic by the tile factor. "
         "Bank conflicts: tiled_conflict and tiled_padded store the B tile transposed, so in "
@@ -83,10 +215,17 @@ class Matmul(Experiment):
         "bank, the column spreads over all 32 banks and the same code runs conflict-free. "
         "Register tiling (unroll-and-jam) lets each thread compute an rt x rt block of C "
         "from a bt x bt block tile: per shared-memory load it does rt FMAs instead of one. "
+        "The ladder goes on toward cuBLAS: vec4 moves tiles with 128-bit loads, dbuf "
+        "overlaps the next tile's loads with the current tile's math, warptile gives each "
+        "warp its own sub-tile (each step is explained in the ladder table). "
         "cuBLAS SGEMM (through CuPy, plain FP32: no TF32, whose 10-bit mantissa would fail "
-        "the correctness check) is the ceiling. "
+        "the correctness check) is the ceiling. In double precision (naive, tiled, cuBLAS "
+        "DGEMM) the same kernels run at the GPU's FP64 rate: half the FP32 rate on GH100 and "
+        "GA100, 1/64 on consumer chips; DGEMM may use the FP64 tensor cores (sm_80, sm_90) "
+        "and so exceed the CUDA cores' FP64 peak it is compared with. "
         "Look for: tiled at least 1.2x above naive (at the course's 160x240.240x320 and at "
-        "the largest size) and register above tiled at large sizes, padded more than 1.1x "
+        "the largest size) and register above tiled at large sizes, the best hand-written "
+        "kernel at 80 % of cuBLAS or more at the largest size, padded more than 1.1x "
         "faster than conflict (far faster at TILE 32), cuBLAS on top from n of about 1000, "
         "the GPU far above the CPU once the matrices fill the chip, and, in the time split, "
         "copies (H2D + D2H) dominating for small matrices: for those, moving data costs "
@@ -105,25 +244,31 @@ class Matmul(Experiment):
                 "description": "tile widths of tiled, tiled_padded and tiled_conflict "
                                "(a block is tile x tile threads, at most 1024)",
             },
-            "register_tiles": {
+            "register_tiles": _tile_list(
+                DEFAULT_REGISTER_TILES, RT, BK,
+                "configurations of the register-tiled kernel; a block has 64 <= (bt/rt)^2 "
+                "<= 1024 threads and 4*bk*(2*bt+4) <= 48 KiB of shared memory"),
+            "vec4_tiles": _tile_list(
+                DEFAULT_VEC4_TILES, VEC4_RT, VEC4_BK,
+                "configurations of vec4 and dbuf (register tiles with float4 loads): "
+                "64 <= (bt/rt)^2 <= 1024 threads, and dbuf's two buffers "
+                "2*4*bk*(2*bt+4) <= 48 KiB of shared memory"),
+            "warp_tiles": {
                 "type": "array", "minItems": 1, "uniqueItems": True,
-                "default": DEFAULT_REGISTER_TILES,
-                "description": "configurations of the register-tiled kernel; a block has "
-                               "64 <= (bt/rt)^2 <= 1024 threads and 4*bk*(2*bt+4) <= 48 KiB "
-                               "of shared memory",
+                "default": DEFAULT_WARP_TILES,
+                "description": "configurations of the warp-tiled kernel (a small tile "
+                               "search: the figures keep the best per size); threads = "
+                               "(bm/wm)*(bn/wn)*32, wm*wn a multiple of 32*tm*tn*wniter, "
+                               "4*bk*(bm+4+bn) <= 48 KiB",
                 "items": {
                     "type": "object", "additionalProperties": False,
-                    "required": ["rt", "bt", "bk"],
-                    "properties": {
-                        "rt": {"enum": RT, "description": "each thread computes rt x rt "
-                                                          "elements of C"},
-                        "bt": {"enum": BT, "description": "each block computes a bt x bt "
-                                                          "tile of C"},
-                        "bk": {"enum": BK, "description": "k depth of the shared A and B "
-                                                          "slices"},
-                    },
+                    "required": list(WARP_KEYS),
+                    "properties": {k: {"enum": v} for k, v in WARP_ENUMS.items()},
                 },
             },
+            "dtypes": {**base.choices_schema(
+                DTYPES, "element types; float64 runs only naive, tiled and cublas (DGEMM); "
+                "config.yaml asks for both"), "default": ["float32"]},
             "naive_block": {
                 "enum": TILES, "default": 16,
                 "description": "block edge of the naive kernel",
@@ -139,7 +284,12 @@ class Matmul(Experiment):
             },
             "tolerance": {
                 "type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 1e-4,
-                "description": "largest ||C - C_ref||_F / ||C_ref||_F that passes",
+                "description": "largest ||C - C_ref||_F / ||C_ref||_F that passes (float32)",
+            },
+            "tolerance_float64": {
+                "type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 1e-12,
+                "description": "the same for float64 products: a double sum of K products "
+                               "errs by about sqrt(K) * 1.1e-16 (7e-15 at K = 4096)",
             },
         })
     smoke = {
@@ -150,8 +300,16 @@ class Matmul(Experiment):
             {"rt": 4, "bt": 64, "bk": 16},
             {"rt": 8, "bt": 128, "bk": 8},
         ],
+        "vec4_tiles": [{"rt": 8, "bt": 128, "bk": 8}, {"rt": 4, "bt": 32, "bk": 16}],
+        "warp_tiles": DEFAULT_WARP_TILES[:1] + DEFAULT_WARP_TILES[2:3],
+        "dtypes": ["float32", "float64"],
     }
     figures = {
+        "ladder": "The ladder from the naive kernel to cuBLAS SGEMM, float32: TFLOP/s of "
+        "each step's best configuration at the largest square size (top) and at the "
+        "course's 160x240.240x320 (bottom); each bar is labelled with its % of cuBLAS "
+        "(same run) and % of the GPU's FP32 peak. The ladder table below gives each step's "
+        "registers, shared memory and occupancy.",
         "gflops": "GFLOP/s of the square products against n (both axes log scale), one "
         "panel per lesson: global memory vs shared-memory tiles, bank conflicts (padded vs "
         "conflicting layout, same colour per tile, dotted = conflicting), register tiling; "
@@ -170,21 +328,22 @@ class Matmul(Experiment):
     # -- config ------------------------------------------------------------------------
     # -- teaching (report) ----------------------------------------------------------------
     try_this = [
+        ("matmul.warp_tiles: [{bm: 128, bn: 128, bk: 16, wm: 64, wn: 64, wniter: 4, tm: 8, "
+         "tn: 4, threads: 128}, {bm: 64, bn: 64, bk: 16, wm: 32, wn: 32, wniter: 1, tm: 4, "
+         "tn: 8, threads: 128}]", "a large and a small warp tile: the small one has 4x the "
+         "blocks (better at the course's size, where 128x128 tiles leave most SMs idle) but "
+         "re-reads A and B twice as often from L2, so it falls behind at 4096"),
         ("measurement.cold_l2: true", "the naive kernel loses most: its re-reads of A and "
          "B were served by the 50 MiB L2; the tiled kernels, which reuse data in shared "
          "memory, lose less, so the tiling gain grows"),
         ("matmul.tiles: [8]", "only TILE 8: 8x less reuse per load than TILE 32 and only 64 "
          "threads per block; tiled falls towards naive and the tiling check may fail"),
-        ("matmul.sizes: [[160, 240, 320], [1600, 2400, 3200]]", "the course's shape ten "
-         "times larger in each dimension: the copies' share of the end-to-end time drops "
-         "because the arithmetic grows as n^3 and the data as n^2"),
     ]
     questions = [
+        "What does double buffering overlap, and why does it need twice the shared memory?",
         "How many global-memory loads does the naive kernel make per output element, and "
         "how many does a TILE x TILE tiled kernel make?",
         "Why does padding the shared tile by one float remove the bank conflict?",
-        "Why is cuBLAS slower than the course's kernels at 256 x 256 but far faster than "
-        "the best of them at 4096?",
     ]
 
     def check_config(self, block: dict[str, Any]) -> list[str]:
@@ -197,63 +356,70 @@ class Matmul(Experiment):
                     f"sizes[{i}]: {size} has a matrix of {elems} elements; the kernels index "
                     f"with 32-bit ints, so at most {MAX_ELEMENTS} (2^31 - 1) per matrix")
         for i, rt in enumerate(block.get("register_tiles", [])):
-            r, b, k = rt["rt"], rt["bt"], rt["bk"]
-            key = f"register_tiles[{i}]"
-            threads = register_threads(r, b)
-            gives = f"{key}: rt={r}, bt={b} gives ({b}/{r})^2 = {threads} threads per block; "
-            if threads > MAX_THREADS:
-                msgs.append(gives + f"at most {MAX_THREADS} are allowed: bt/rt <= 32, so for "
-                            f"bt={b} use rt >= {max(b // 32, 1)} (allowed rt: {RT})")
-            if threads < MIN_THREADS:
-                msgs.append(gives + f"at least {MIN_THREADS} are needed (bt/rt >= 8): smaller "
-                            "blocks leave warps partly empty and their unrolled tile loads "
-                            f"spill registers; for rt={r} use bt >= {8 * r}")
-            smem = register_smem_bytes(b, k)
-            if smem > MAX_STATIC_SMEM:
-                msgs.append(
-                    f"{key}: bt={b}, bk={k} needs {smem} bytes of static shared memory per "
-                    f"block (A {k}x{b + APAD} + B {k}x{b} floats); at most {MAX_STATIC_SMEM} "
-                    f"(48 KiB) are allowed: use a smaller bk or bt")
+            msgs += _check_register_tile(f"register_tiles[{i}]", rt, RT, buffers=1)
+        for i, rt in enumerate(block.get("vec4_tiles", [])):
+            msgs += _check_register_tile(f"vec4_tiles[{i}]", rt, VEC4_RT, buffers=2)
+        for i, wt in enumerate(block.get("warp_tiles", [])):
+            msgs += [f"warp_tiles[{i}]: {m}" for m in check_warp_tile(wt)]
         return msgs
 
     # -- grid --------------------------------------------------------------------------
     def points(self, block: dict[str, Any]) -> list[Point]:
+        """Ordered by size (inputs are made once per size), float32 before float64."""
         pts = []
+        dtypes = block.get("dtypes", ["float32"])
         for size in sorted(block["sizes"], key=lambda s: math.prod(_mkn(s))):
             m, k, n = _mkn(size)
             dims = {"m": m, "k": k, "n": n}
-            for v in block["variants"]:
-                if v == "cpu":
-                    if max(m, k, n) <= block["cpu_max_size"]:
-                        pts.append(Point(self.name, v, dims, gpu=False))
-                elif v == "naive":
-                    pts.append(Point(self.name, v, dims | {"tile": block["naive_block"]}))
-                elif v in TILED:
-                    for t in block["tiles"]:
-                        pts.append(Point(self.name, v, dims | {"tile": t}))
-                elif v == "register":
-                    for rt in block["register_tiles"]:
-                        pts.append(Point(self.name, v, dims | {
-                            "rt": rt["rt"], "bt": rt["bt"], "bk": rt["bk"]}))
-                else:  # cublas
-                    pts.append(Point(self.name, v, dims))
+            for dtype in dtypes:
+                tag = {} if dtype == "float32" else {"dtype": dtype}
+                for v in block["variants"]:
+                    if dtype == "float32" or v in FP64_VARIANTS:
+                        pts += [Point(self.name, v, dims | c | tag, gpu=v != "cpu")
+                                for c in self._configs(block, v, m, k, n)]
         return pts
 
+    @staticmethod
+    def _configs(block: dict[str, Any], v: str, m: int, k: int, n: int) -> list[dict[str, Any]]:
+        """The parameter sets of variant v at one size (beside m, k, n)."""
+        if v == "cpu":
+            return [{}] if max(m, k, n) <= block["cpu_max_size"] else []
+        if v == "naive":
+            return [{"tile": block["naive_block"]}]
+        if v in TILED:
+            return [{"tile": t} for t in block["tiles"]]
+        if v == "register":
+            return [{x: rt[x] for x in ("rt", "bt", "bk")} for rt in block["register_tiles"]]
+        if v in ("vec4", "dbuf"):
+            tiles = block.get("vec4_tiles", DEFAULT_VEC4_TILES)
+            return [{x: rt[x] for x in ("rt", "bt", "bk")} for rt in tiles]
+        if v == "warptile":
+            return [{x: int(wt[x]) for x in WARP_KEYS}
+                    for wt in block.get("warp_tiles", DEFAULT_WARP_TILES)]
+        return [{}]  # cublas
+
     def compile_variants(self, config: dict[str, Any] | None) -> list[base.CompileVariant]:
-        """matmul_register exists only under its tile's -D defines: one per register tile."""
-        tiles = self.settings_in(config).get("register_tiles") or DEFAULT_REGISTER_TILES
+        """matmul_register, matmul_vec4, matmul_dbuf and matmul_warptile exist only under
+        their tile's -D defines: one variant per tile of the run's block (or the defaults)."""
+        blk = self.settings_in(config)
+        tiles = {"register": blk.get("register_tiles") or DEFAULT_REGISTER_TILES,
+                 "vec4": blk.get("vec4_tiles") or DEFAULT_VEC4_TILES,
+                 "warptile": blk.get("warp_tiles") or DEFAULT_WARP_TILES}
         out = []
-        for t in tiles:
-            tile = {k: int(t[k]) for k in ("rt", "bt", "bk")}
-            defines = kernel_defines(Point(self.name, "register", tile))
-            out.append(base.CompileVariant("matmul.cu", "matmul_register", defines, tile))
+        for v in ("register", "vec4", "dbuf", "warptile"):
+            for t in tiles["vec4" if v == "dbuf" else v]:
+                tile = {k: int(x) for k, x in t.items()}
+                p = Point(self.name, v, tile)
+                out.append(base.CompileVariant(kernel_source(p), f"matmul_{v}",
+                                               kernel_defines(p), tile))
         return out
 
     def gpu_bytes(self, point: Point) -> int:
-        """A, B and C in float32; the tiled kernel's end-to-end split allocates a second
-        set while the first is alive, and cuBLAS (CuPy) may hold copies: count those twice."""
+        """A, B and C in the point's dtype; the tiled kernel's end-to-end split allocates a
+        second set while the first is alive, and cuBLAS (CuPy) may hold copies: count those
+        twice."""
         p = point.params
-        one = 4 * (p["m"] * p["k"] + p["k"] * p["n"] + p["m"] * p["n"])
+        one = _itemsize(point) * (p["m"] * p["k"] + p["k"] * p["n"] + p["m"] * p["n"])
         return 2 * one if point.variant in ("tiled", "cublas") else one
 
     def plan_warnings(self, block: dict[str, Any]) -> list[str]:
@@ -267,34 +433,45 @@ class Matmul(Experiment):
     # -- measuring ---------------------------------------------------------------------
     def kernel_for(self, ctx: RunContext, point: Point) -> Any:
         if point.variant == "cublas":
-            return _cublas_info()  # Skipped where CuPy is missing
-        return ctx.gpu.compile("matmul.cu", kernel_defines(point))
+            return _cublas_info(_dtype(point))  # Skipped where CuPy is missing
+        return ctx.gpu.compile(kernel_source(point), kernel_defines(point))
 
-    def _inputs(self, ctx: RunContext, m: int, k: int, n: int):
+    def _inputs(self, ctx: RunContext, m: int, k: int, n: int, dtype: str = "float32"):
+        """(A, B, the float64 reference) of a size. float64 inputs are the float32 ones
+        widened (exactly), so both dtypes share one reference: the float64 CPU product."""
         def make():
             a = base.uniform_f32(ctx.rng, (m, k))
             b = base.uniform_f32(ctx.rng, (k, n))
             return a, b, a.astype(np.float64) @ b.astype(np.float64)
 
         # one size in memory: points are ordered by size
-        return ctx.cache.one_per_slot("matmul_inputs", ("matmul", m, k, n), make)
+        a, b, ref = ctx.cache.one_per_slot("matmul_inputs", ("matmul", m, k, n), make)
+        if dtype == "float32":
+            return a, b, ref
+        a64, b64 = ctx.cache.one_per_slot(
+            "matmul_inputs64", ("matmul64", m, k, n),
+            lambda: (a.astype(np.float64), b.astype(np.float64)))
+        return a64, b64, ref
 
-    def _host_out(self, ctx: RunContext, m: int, k: int, n: int) -> np.ndarray:
-        """The host copy of C for the check, one per size like the inputs: the D2H copy
-        overwrites it whole, so reusing it across variants only saves the page faults of a
-        fresh 64 MiB array (at 4096) per point."""
-        return ctx.cache.one_per_slot("matmul_out", ("matmul_out", m, k, n),
-                                      lambda: np.empty((m, n), np.float32))
+    def _host_out(self, ctx: RunContext, m: int, k: int, n: int,
+                  dtype: str = "float32") -> np.ndarray:
+        """The host copy of C for the check, one per size and dtype like the inputs: the
+        D2H copy overwrites it whole, so reusing it across variants only saves the page
+        faults of a fresh 64 MiB array (at 4096) per point."""
+        key = ("matmul_out", m, k, n) + (() if dtype == "float32" else (dtype,))
+        return ctx.cache.one_per_slot(f"matmul_out_{dtype}", key,
+                                      lambda: np.empty((m, n), np.dtype(dtype)))
 
     def measure(self, ctx: RunContext, point: Point) -> Result:
         p = point.params
         m, k, n = p["m"], p["k"], p["n"]
         if point.variant == "cublas":
             _cupy()  # skip before making inputs
-        a, b, ref = self._inputs(ctx, m, k, n)
+        dtype = _dtype(point)
+        a, b, ref = self._inputs(ctx, m, k, n, dtype)
         flops = 2.0 * m * n * k
-        nbytes = 4.0 * (m * k + k * n + m * n)
-        tol = ctx.block["tolerance"]
+        nbytes = float(ITEMSIZE[dtype] * (m * k + k * n + m * n))
+        tol = ctx.block["tolerance"] if dtype == "float32" else ctx.block["tolerance_float64"]
         if point.variant == "cpu":
             check, timing = self.verify_then_time(
                 ctx, lambda: a @ b, lambda: check_product(a @ b, ref, tol), timer=WallTimer())
@@ -306,35 +483,48 @@ class Matmul(Experiment):
         cuda = gpu.cuda
         p = point.params
         m, k, n = p["m"], p["k"], p["n"]
+        dtype = _dtype(point)
         kernel = self.kernel_for(ctx, point)
-        c = self._host_out(ctx, m, k, n)
+        c = self._host_out(ctx, m, k, n, dtype)
         a_d, b_d, c_d = cuda.mem_alloc(a.nbytes), cuda.mem_alloc(b.nbytes), cuda.mem_alloc(c.nbytes)
         extra: dict[str, Any] = {}
+        metrics: dict[str, Any] = {}
         try:
             cuda.memcpy_htod(a_d, a)
             cuda.memcpy_htod(b_d, b)
             queued = True
             if point.variant == "cublas":
-                launch, timer, sync, extra = _cublas_launcher(gpu, a_d, b_d, c_d, m, k, n)
+                launch, timer, sync, extra = _cublas_launcher(gpu, a_d, b_d, c_d, m, k, n, dtype)
                 queued = extra["queued"]
             else:
                 func = kernel.function(f"matmul_{point.variant}")
                 func.prepare("PPPiii")
                 grid, block = launch_geometry(point)
                 extra = {"grid": list(grid), "block": list(block)}
+                metrics = kernel_resources(gpu, func, math.prod(block))
 
                 def launch() -> None:
                     func.prepared_call(grid, block, a_d, b_d, c_d, m, n, k)
 
                 timer, sync = gpu.event_timer(), gpu.synchronize
 
-            check, timing = self.verify_then_time(
-                ctx, launch, lambda out: check_product(out, ref, tol),
-                output=(c_d, c), timer=timer, sync=sync, asynchronous=queued)
+            check_fn = lambda out: check_product(out, ref, tol)  # noqa: E731
+            if c.itemsize == 4:
+                check, timing = self.verify_then_time(
+                    ctx, launch, check_fn, output=(c_d, c), timer=timer, sync=sync,
+                    asynchronous=queued)
+            else:  # verify_then_time poisons 1- and 4-byte outputs: 8-byte ones here
+                check, timing = self.verify_then_time(
+                    ctx, launch, lambda: _poisoned_run(gpu, launch, sync, c_d, c, check_fn),
+                    timer=timer, sync=sync, asynchronous=queued)
             sync()
-            phases, metrics = {}, {"kernel_s": timing.stats()["median"]}
-            if ctx.block["end_to_end"] and point.variant == "tiled":
-                phases, metrics = self._end_to_end(ctx, a, b, c, a_d, b_d, c_d, timing)
+            phases = {}
+            metrics["kernel_s"] = timing.stats()["median"]
+            if dtype == "float64":
+                metrics |= fp64_metrics(gpu, flops, metrics["kernel_s"])
+            if ctx.block["end_to_end"] and point.variant == "tiled" and dtype == "float32":
+                phases, e2e = self._end_to_end(ctx, a, b, c, a_d, b_d, c_d, timing)
+                metrics |= e2e
         finally:
             for d in (a_d, b_d, c_d):
                 d.free()
@@ -371,8 +561,13 @@ class Matmul(Experiment):
         return phases, metrics
 
     # -- figures -----------------------------------------------------------------------
-    def _frame(self, df: pd.DataFrame) -> pd.DataFrame:
+    def _frame(self, df: pd.DataFrame, dtype: str | None = "float32") -> pd.DataFrame:
+        """The ok rows of one dtype (None: all), with size, label and p_dtype (float32
+        where a point has no dtype parameter)."""
         d = self.ok(df).copy()
+        d["p_dtype"] = (d["p_dtype"].fillna("float32") if "p_dtype" in d else "float32")
+        if dtype is not None:
+            d = d[d["p_dtype"] == dtype].copy()
         d["size"] = [size_label(m, k, n) for m, k, n in zip(d["p_m"], d["p_k"], d["p_n"])]
         d["label"] = [variant_label(r) for r in d.to_dict("records")]
         return d.sort_values("flops", kind="stable")
@@ -386,6 +581,8 @@ class Matmul(Experiment):
             return None
         if name == "gflops":
             return _plot_gflops(d)
+        if name == "ladder":
+            return _plot_ladder(d)
         if name == "time_split":
             if "m_h2d_s" not in d:
                 return None
@@ -445,6 +642,7 @@ class Matmul(Experiment):
                     f"({best['register'][0]} vs {best['tiled'][0]})"))
             out += self._padding_expectation(big, at)
             out += self._cublas_expectation(big, at, df)
+            out += _ladder_expectation(gpu, df)
             cpu = d[d["variant"] == "cpu"]
             common = set(cpu["size"]) & set(gpu["size"])
             if common:
@@ -462,6 +660,19 @@ class Matmul(Experiment):
                     "copies (H2D + D2H) are more than 50% of the end-to-end time of the "
                     "smallest product", bool(sh > 0.5),
                     f"H2D + D2H = {100 * sh:.0f}% at {small['size'].iloc[0]}"))
+        return out
+
+    def tables(self, df: pd.DataFrame) -> list[dict[str, str]]:
+        out = []
+        steps = ladder_rows(self._frame(df))
+        if steps:
+            out.append({"title": f"The ladder, step by step (float32, best configuration of "
+                                 f"each step at {steps[0]['size']})",
+                        "html": _ladder_table_html(steps)})
+        fp64 = fp64_summary(self._frame(df, None))
+        if fp64:
+            out.append({"title": "Double precision: FP64 against FP32 (same kernels, same "
+                                 "inputs)", "html": _fp64_table_html(fp64)})
         return out
 
     @staticmethod
@@ -535,15 +746,58 @@ def check_product(c: np.ndarray, ref: np.ndarray, tolerance: float) -> Check:
     return Check(err, tolerance, "rel_fro", detail=detail)
 
 
+def _check_register_tile(key: str, rt: dict[str, int], rts: list[int],
+                         buffers: int) -> list[str]:
+    """Thread-count and shared-memory rules of a {rt, bt, bk} tile; `buffers` 2: the
+    tile is also dbuf's, which holds two copies of the shared slices."""
+    r, b, k = rt["rt"], rt["bt"], rt["bk"]
+    threads = register_threads(r, b)
+    gives = f"{key}: rt={r}, bt={b} gives ({b}/{r})^2 = {threads} threads per block; "
+    msgs = []
+    if threads > MAX_THREADS:
+        msgs.append(gives + f"at most {MAX_THREADS} are allowed: bt/rt <= 32, so for "
+                    f"bt={b} use rt >= {max(b // 32, 1)} (allowed rt: {rts})")
+    if threads < MIN_THREADS:
+        msgs.append(gives + f"at least {MIN_THREADS} are needed (bt/rt >= 8): smaller "
+                    "blocks leave warps partly empty and their unrolled tile loads "
+                    f"spill registers; for rt={r} use bt >= {8 * r}")
+    smem = vec4_smem_bytes(b, k, buffers)
+    if smem > MAX_STATIC_SMEM:
+        what = "" if buffers == 1 else f"{buffers} buffers (dbuf) of "
+        msgs.append(
+            f"{key}: bt={b}, bk={k} needs {smem} bytes of static shared memory per "
+            f"block ({what}A {k}x{b + APAD} + B {k}x{b} floats); at most {MAX_STATIC_SMEM} "
+            f"(48 KiB) are allowed: use a smaller bk or bt")
+    return msgs
+
+
 # -- kernels and launch geometry -----------------------------------------------------------
-def kernel_defines(point: Point) -> dict[str, int]:
+def _dtype(point: Point) -> str:
+    return str(point.params.get("dtype", "float32"))
+
+
+def _itemsize(point: Point) -> int:
+    return ITEMSIZE[_dtype(point)]
+
+
+def kernel_source(point: Point) -> str:
+    """The file in cuda/ a point's kernel is compiled from."""
+    return "matmul_ladder.cu" if point.variant in LADDER_KERNELS else "matmul.cu"
+
+
+def kernel_defines(point: Point) -> dict[str, Any]:
     """nvcc -D defines of the module a point's kernel comes from."""
     p = point.params
+    real = {"REAL": "double"} if _dtype(point) == "float64" else {}
     if point.variant in TILED:
-        return {"TILE": p["tile"]}
+        return {"TILE": p["tile"]} | real
     if point.variant == "register":
         return {"BM": p["bt"], "BN": p["bt"], "BK": p["bk"], "RM": p["rt"], "RN": p["rt"]}
-    return {}
+    if point.variant in ("vec4", "dbuf"):
+        return {"BM": p["bt"], "BN": p["bt"], "BK": p["bk"], "TM": p["rt"], "TN": p["rt"]}
+    if point.variant == "warptile":
+        return {k.upper() if k != "threads" else "NTHREADS": int(p[k]) for k in WARP_KEYS}
+    return real
 
 
 def launch_geometry(point: Point) -> tuple[tuple[int, int], tuple[int, int, int]]:
@@ -553,8 +807,58 @@ def launch_geometry(point: Point) -> tuple[tuple[int, int], tuple[int, int, int]
     if point.variant == "register":
         bt, rt = p["bt"], p["rt"]
         return (-(-n // bt), -(-m // bt)), (bt // rt, bt // rt, 1)
+    if point.variant in ("vec4", "dbuf"):  # 1-D blocks: tx = tid % (BN/TN)
+        bt, rt = p["bt"], p["rt"]
+        return (-(-n // bt), -(-m // bt)), (register_threads(rt, bt), 1, 1)
+    if point.variant == "warptile":
+        return (-(-n // p["bn"]), -(-m // p["bm"])), (p["threads"], 1, 1)
     t = p["tile"]
     return (-(-n // t), -(-m // t)), (t, t, 1)
+
+
+def _poisoned_run(gpu: Any, launch: Callable[[], None], sync: Callable[[], None], c_d: Any,
+                  c: np.ndarray, check: Callable[[np.ndarray], Check]) -> Check:
+    """verify_then_time's poison-launch-copy-check for 8-byte outputs: all-ones words make
+    every double a NaN, so an element the kernel does not write fails the check."""
+    gpu.cuda.memset_d32(c_d, 0xFFFFFFFF, c.nbytes // 4)
+    launch()
+    sync()
+    gpu.cuda.memcpy_dtoh(c, c_d)
+    return check(c)
+
+
+def kernel_resources(gpu: Any, func: Any, threads: int) -> dict[str, Any]:
+    """Registers and static shared memory of a loaded kernel (pycuda Function.num_regs,
+    shared_size_bytes) and the occupancy they allow at this block size (cudalab's
+    calculator); {} where the function does not say (a stand-in)."""
+    regs, smem = getattr(func, "num_regs", None), getattr(func, "shared_size_bytes", None)
+    if regs is None or smem is None:
+        return {}
+    out: dict[str, Any] = {"regs": int(regs), "smem_bytes": int(smem), "threads": int(threads)}
+    try:
+        from cudalab import occupancy
+
+        cc = gpu.info["compute_capability"]
+        out["occupancy"] = occupancy.occupancy(cc, threads, int(regs), int(smem)).occupancy
+    except Exception:  # noqa: BLE001 - a compute capability the limits table lacks
+        pass
+    return out
+
+
+def fp64_metrics(gpu: Any, flops: float, seconds: float) -> dict[str, float]:
+    """The FP64 peak (FP32 peak x the FP64:FP32 ratio of the CUDA cores) and this point's
+    % of it; {} where the ratio or the FP32 peak is unknown."""
+    from cudalab import devicespec
+
+    try:
+        ratio = fp64_ratio(gpu.info["compute_capability"])
+        peak32 = devicespec.device_peaks(gpu)["peak_fp32_gflops"]
+    except Exception:  # noqa: BLE001 - no device facts (a stand-in)
+        return {}
+    if ratio is None or not math.isfinite(peak32) or not seconds > 0:
+        return {}
+    peak = peak32 * ratio
+    return {"peak_fp64_gflops": peak, "pct_peak_fp64": 100 * flops / seconds / 1e9 / peak}
 
 
 # -- cuBLAS through CuPy -------------------------------------------------------------------
@@ -579,7 +883,11 @@ def _cupy() -> tuple[Any, Any, Any]:
     return got
 
 
-def _cublas_info() -> Any:
+def _gemm_name(dtype: str) -> str:
+    return "DGEMM" if dtype == "float64" else "SGEMM"
+
+
+def _cublas_info(dtype: str = "float32") -> Any:
     """A Kernel-like record for provenance and the cache key: CuPy's and cuBLAS's versions."""
     from cudalab.gpu import Kernel
 
@@ -588,8 +896,10 @@ def _cublas_info() -> Any:
         cublas_version = str(cublas.getVersion(cp.cuda.device.get_cublas_handle()))
     except Exception:  # noqa: BLE001 - no handle yet / older CuPy
         cublas_version = "unknown"
-    ident = f"cublasSgemm CUBLAS_DEFAULT_MATH cupy={cp.__version__} cublas={cublas_version}"
-    return Kernel(module=None, source_file="cuBLAS SGEMM via CuPy", options=[],
+    name = _gemm_name(dtype)
+    ident = (f"cublas{name.capitalize()} CUBLAS_DEFAULT_MATH cupy={cp.__version__} "
+             f"cublas={cublas_version}")
+    return Kernel(module=None, source_file=f"cuBLAS {name} via CuPy", options=[],
                   source_hash=hashlib.sha256(ident.encode()).hexdigest()[:16])
 
 
@@ -616,8 +926,9 @@ class CupyEventTimer:
         return self.cp.cuda.get_elapsed_time(self.start, self.end) * 1e-3
 
 
-def _cublas_launcher(gpu, a_d, b_d, c_d, m, k, n):
-    """cublasSgemm on the job's pycuda buffers, on the job's (primary) context.
+def _cublas_launcher(gpu, a_d, b_d, c_d, m, k, n, dtype="float32"):
+    """cublasSgemm (cublasDgemm for float64) on the job's pycuda buffers, on the job's
+    (primary) context.
 
     Returns (launch, timer, sync, extra). On the legacy default stream (CuPy's unless
     CUPY_CUDA_PTDS=1) cuBLAS runs on the very stream pycuda's events and hold kernel use, and
@@ -640,9 +951,12 @@ def _cublas_launcher(gpu, a_d, b_d, c_d, m, k, n):
         raise RuntimeError(f"CuPy runs on CUDA context {here:#x}, not on the job's primary "
                            f"context {int(ours):#x}: cuBLAS would not see the job's buffers")
 
+    dt = getattr(cp, dtype)
+
     def wrap(ptr: Any, shape: tuple[int, int]) -> Any:
-        mem = cp.cuda.UnownedMemory(int(ptr), 4 * shape[0] * shape[1], ptr, gpu.index)
-        return cp.ndarray(shape, cp.float32, cp.cuda.MemoryPointer(mem, 0))
+        nbytes = ITEMSIZE[dtype] * shape[0] * shape[1]
+        mem = cp.cuda.UnownedMemory(int(ptr), nbytes, ptr, gpu.index)
+        return cp.ndarray(shape, dt, cp.cuda.MemoryPointer(mem, 0))
 
     a, b, c = wrap(a_d, (m, k)), wrap(b_d, (k, n)), wrap(c_d, (m, n))
     handle = cp.cuda.device.get_cublas_handle()
@@ -660,7 +974,7 @@ def _cublas_launcher(gpu, a_d, b_d, c_d, m, k, n):
         gpu.synchronize()
 
     extra = {
-        "library": "cuBLAS cublasSgemm via cupy.cublas.gemm",
+        "library": f"cuBLAS cublas{_gemm_name(dtype).capitalize()} via cupy.cublas.gemm",
         "cupy_version": cp.__version__,
         "cublas_math_mode": int(cublas.getMathMode(handle)),
         "cublas_math_mode_before": mode_before,
@@ -681,12 +995,46 @@ REGISTER_GAIN = 1.2  # register-tiled vs tiled
 PADDING_GAIN = 1.1  # padded vs conflicting tiles
 GPU_VS_CPU = 10.0  # best GPU kernel vs numpy on the host
 
+LADDER_GAIN = 0.8  # best hand-written kernel vs cuBLAS SGEMM, largest square size
+LADDER_MIN_STEPS = 2  # steps measured at a size before the ladder figure shows it
+
 # -- figures -------------------------------------------------------------------------------
 PANELS = [
     ("global memory vs shared-memory tiles", ["cpu", "naive", "tiled"]),
     ("bank conflicts: padded vs conflicting tile", ["tiled_conflict", "tiled_padded"]),
     ("register tiling", ["register"]),
+    ("toward cuBLAS: float4, double buffer, warp tiles", LADDER_KERNELS),
 ]
+
+# One paragraph per step of the ladder (the report's ladder table): what it changes, what
+# it buys.
+LADDER_NOTES = {
+    "naive": "One thread per element of C, operands read from global memory: 2K loads for "
+             "2K flops. The caches catch most of them (neighbours share rows and columns), "
+             "but every flop still waits on a load through L1.",
+    "tiled": "A block stages TILE x TILE tiles of A and B in shared memory and every thread "
+             "reuses each staged value TILE times: global loads drop by the tile factor; now "
+             "one shared-memory load feeds one FMA.",
+    "register": "Each thread computes an rt x rt block of C in registers (unroll-and-jam): "
+                "per k it loads rt values of A and rt of B from shared memory and does "
+                "rt*rt FMAs, so the FMA units, not the shared-memory port, set the pace.",
+    "vec4": "The register tile with 128-bit (float4) global loads and stores, and A stored "
+            "transposed (As[k][m]) so a thread reads its A and B values from shared memory "
+            "as float4 too: a quarter of the load instructions, conflict-free (neighbouring "
+            "threads read neighbouring float4s). Edge tiles and rows whose length is no "
+            "multiple of 4 fall back to guarded scalar loads.",
+    "dbuf": "vec4 with two shared buffers: while the block multiplies one tile pair, the "
+            "next is loaded into the other (B by cp.async straight into shared memory on "
+            "sm_80+, A through registers because it is stored transposed), so load latency "
+            "hides behind the math and one barrier per tile remains instead of two.",
+    "warptile": "Warp tiling: each warp owns a WM x WN sub-tile of the block tile and each "
+                "thread TM x TN outputs in each of its WMITER x WNITER sub-sub-tiles. A "
+                "warp's shared-memory reads stay inside its own rows and columns (broadcasts, "
+                "register reuse across sub-tiles): the structure of cuBLAS/CUTLASS kernels, "
+                "on the CUDA cores.",
+    "cublas": "cuBLAS SGEMM through CuPy, plain FP32 (no TF32): NVIDIA's tuned kernel for "
+              "this GPU, the ceiling of the ladder.",
+}
 
 
 def size_label(m: Any, k: Any, n: Any) -> str:
@@ -703,9 +1051,12 @@ def variant_label(r: dict[str, Any]) -> str:
     if v == "cpu":
         return "cpu"
     if v == "cublas":
-        return "cuBLAS SGEMM"
-    if v == "register":
-        return f"register {i('rt')}x{i('rt')} ({i('bt')}x{i('bt')}x{i('bk')})"
+        return f"cuBLAS {_gemm_name(str(r.get('p_dtype') or 'float32'))}"
+    if v in ("register", "vec4", "dbuf"):
+        return f"{v} {i('rt')}x{i('rt')} ({i('bt')}x{i('bt')}x{i('bk')})"
+    if v == "warptile":
+        return (f"warptile {i('bm')}x{i('bn')}x{i('bk')} w{i('wm')}x{i('wn')}/{i('wniter')} "
+                f"t{i('tm')}x{i('tn')}")
     if v == "tiled_padded":
         return f"tiled_padded ({i('tile')}x{i('tile') + 1})"
     t = r.get("p_tile")
@@ -721,7 +1072,8 @@ def _config_order(r: dict[str, Any]) -> tuple:
         return -1.0 if v is None or pd.isna(v) else float(v)
 
     return (VARIANTS.index(r["variant"]) if r["variant"] in VARIANTS else len(VARIANTS),
-            num("tile"), num("rt"), num("bt"), num("bk"))
+            num("tile"), num("rt"), num("bt"), num("bm"), num("bn"), num("bk"), num("wm"),
+            num("wn"), num("wniter"), num("tm"), num("tn"))
 
 
 def _best_per_variant(rows: pd.DataFrame) -> dict[str, tuple[str, float]]:
@@ -862,3 +1214,175 @@ def _mkn(size: Any) -> tuple[int, int, int]:
         return size, size, size
     m, k, n = size
     return int(m), int(k), int(n)
+
+
+# -- the ladder ----------------------------------------------------------------------------
+def _largest_square(d: pd.DataFrame) -> str | None:
+    sq = d[(d["p_m"] == d["p_k"]) & (d["p_k"] == d["p_n"])]
+    return None if sq.empty else str(sq.loc[sq["flops"].idxmax(), "size"])
+
+
+def _num(r: Any, col: str) -> float:
+    v = r.get(col) if hasattr(r, "get") else None
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def ladder_at(d: pd.DataFrame, size: str) -> list[dict[str, Any]]:
+    """The ladder's steps at one size (float32 rows of _frame): the best configuration of
+    each step in LADDER order, with its % of cuBLAS (same run, same size; NaN without
+    cuBLAS), % of the FP32 peak and the kernel's registers, shared memory, occupancy."""
+    at = d[(d["size"] == size) & d["variant"].isin(LADDER)]
+    cub = at[at["variant"] == "cublas"]["gflops"].max() if (at["variant"] == "cublas").any() \
+        else math.nan
+    rows = []
+    for v in LADDER:
+        g = at[at["variant"] == v]
+        if g.empty:
+            continue
+        top = g.loc[g["gflops"].idxmax()]
+        rows.append({"step": v, "size": size, "label": str(top["label"]),
+                     "gflops": float(top["gflops"]), "pct_cublas": 100 * top["gflops"] / cub,
+                     "pct_peak": _num(top, "pct_peak_gflops"), "regs": _num(top, "m_regs"),
+                     "smem": _num(top, "m_smem_bytes"), "occupancy": _num(top, "m_occupancy")})
+    return rows
+
+
+def ladder_rows(d: pd.DataFrame) -> list[dict[str, Any]]:
+    """The ladder at the largest square size ([] without square products)."""
+    size = _largest_square(d)
+    return [] if size is None else ladder_at(d, size)
+
+
+def _ladder_expectation(gpu: pd.DataFrame, df: pd.DataFrame) -> list[Expectation]:
+    """Best hand-written kernel vs cuBLAS SGEMM at the largest square size; made only where
+    a kernel past register tiling was measured (the claim is the ladder's)."""
+    size = _largest_square(gpu)
+    if size is None:
+        return []
+    at = gpu[gpu["size"] == size]
+    if not at["variant"].isin(LADDER_KERNELS).any():
+        return []
+    claim = (f"the best hand-written kernel reaches at least {100 * LADDER_GAIN:.0f}% of "
+             "cuBLAS SGEMM at the largest square size")
+    cub = at[at["variant"] == "cublas"]
+    if cub.empty:
+        why = df[df["variant"] == "cublas"]["reason"].dropna()
+        return [Expectation(claim, None, f"cuBLAS not measured at {size}"
+                            + (f": {why.iloc[0]}" if len(why) else ""))]
+    mine = at[~at["variant"].isin(["cublas", "cpu"])]
+    top = mine.loc[mine["gflops"].idxmax()]
+    r = float(top["gflops"] / cub["gflops"].max())
+    return [Expectation(claim, bool(r >= LADDER_GAIN),
+                        f"{top['label']}: {fmt.flop_rate(top['gflops'])} = {100 * r:.0f}% of "
+                        f"cuBLAS ({fmt.flop_rate(cub['gflops'].max())}) at {size}")]
+
+
+def _cell(x: float, f: Callable[[float], str]) -> str:
+    return "–" if not math.isfinite(x) else f(x)
+
+
+def _ladder_table_html(steps: list[dict[str, Any]]) -> str:
+    head = ("<tr><th>step</th><th>what it changes, what it buys</th><th>best configuration"
+            "</th><th>TFLOP/s</th><th>% of cuBLAS</th><th>% of FP32 peak</th>"
+            "<th>registers</th><th>shared memory</th><th>occupancy</th></tr>")
+    body = "".join(
+        f"<tr><td>{html.escape(r['step'])}</td><td>{html.escape(LADDER_NOTES[r['step']])}</td>"
+        f"<td>{html.escape(r['label'])}</td><td>{r['gflops'] / 1e3:.1f}</td>"
+        f"<td>{_cell(r['pct_cublas'], lambda x: f'{x:.0f} %')}</td>"
+        f"<td>{_cell(r['pct_peak'], lambda x: f'{x:.0f} %')}</td>"
+        f"<td>{_cell(r['regs'], lambda x: f'{x:.0f}')}</td>"
+        f"<td>{_cell(r['smem'], lambda x: f'{x / 1024:.1f} KiB')}</td>"
+        f"<td>{_cell(r['occupancy'], lambda x: f'{100 * x:.0f} %')}</td></tr>"
+        for r in steps)
+    return f'<table class="kv">{head}{body}</table>'
+
+
+def fp64_summary(d: pd.DataFrame) -> dict[str, Any] | None:
+    """FP64 against FP32 per size and variant (best configuration of each), the theoretical
+    FP64:FP32 ratio of the run's GPU and cuBLAS DGEMM / SGEMM at the largest size both
+    ran; None without float64 rows. d: _frame(df, None)."""
+    f64 = d[d["p_dtype"] == "float64"]
+    if f64.empty:
+        return None
+    ccs = d["compute_capability"].dropna() if "compute_capability" in d else pd.Series([])
+    cc = str(ccs.iloc[0]) if len(ccs) else ""
+    rows = []
+    for (size, v), g in f64.groupby(["size", "variant"], sort=False):
+        top = g.loc[g["gflops"].idxmax()]
+        f32 = d[(d["p_dtype"] == "float32") & (d["size"] == size) & (d["variant"] == v)]
+        g32 = float(f32["gflops"].max()) if not f32.empty else math.nan
+        rows.append({"size": size, "variant": v, "flops": float(top["flops"]),
+                     "gflops64": float(top["gflops"]), "gflops32": g32,
+                     "pct_peak_fp64": _num(top, "m_pct_peak_fp64")})
+    rows.sort(key=lambda r: (r["flops"], LADDER.index(r["variant"])))
+    both = [r for r in rows if r["variant"] == "cublas" and math.isfinite(r["gflops32"])]
+    measured = None
+    if both:
+        b = max(both, key=lambda r: r["flops"])
+        measured = (b["size"], b["gflops64"] / b["gflops32"])
+    theory = fp64_ratio(cc) if cc else None
+    return {"cc": cc, "theory": theory, "measured": measured, "rows": rows}
+
+
+def _fp64_table_html(s: dict[str, Any]) -> str:
+    meas = "not measured (cuBLAS DGEMM and SGEMM at one size)"
+    if s["measured"] is not None:
+        size, r = s["measured"]
+        meas = f"cuBLAS DGEMM / SGEMM = {r:.2f}" + (f" (1:{1 / r:.1f})" if r < 1 else "") \
+            + f" at {size}"
+    lead = (f"<p>FP64:FP32 of the CUDA cores of this GPU (compute capability "
+            f"{html.escape(s['cc'] or '?')}): {ratio_text(s['theory'])}; measured: "
+            f"{html.escape(meas)}.</p>")
+    head = ("<tr><th>size</th><th>variant</th><th>float64</th><th>float32</th>"
+            "<th>FP64 / FP32</th><th>% of FP64 peak</th></tr>")
+    body = "".join(
+        f"<tr><td>{html.escape(r['size'])}</td><td>{html.escape(r['variant'])}</td>"
+        f"<td>{fmt.flop_rate(r['gflops64'])}</td>"
+        f"<td>{_cell(r['gflops32'], fmt.flop_rate)}</td>"
+        f"<td>{_cell(r['gflops64'] / r['gflops32'], lambda x: f'{x:.2f}')}</td>"
+        f"<td>{_cell(r['pct_peak_fp64'], lambda x: f'{x:.0f} %')}</td></tr>"
+        for r in s["rows"])
+    return f'{lead}<table class="kv">{head}{body}</table>'
+
+
+def _plot_ladder(d: pd.DataFrame):
+    """Horizontal bars, one per step, at the largest square size and at the course's
+    product; each labelled with TFLOP/s, % of cuBLAS and % of the FP32 peak."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    course = size_label(*COURSE_SIZE)
+    big = _largest_square(d)
+    panels = [(f"largest square product: n = {big}", ladder_at(d, big)) if big else ("", []),
+              (f"the course's product {course}", ladder_at(d, course))]
+    # one step is no ladder
+    panels = [(t, rows) for t, rows in panels if len(rows) >= LADDER_MIN_STEPS]
+    if not panels:
+        return None
+    heights = [len(rows) for _, rows in panels]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 1.6 + 0.42 * sum(heights)
+                                                      + 0.9 * len(panels)),
+                             squeeze=False, gridspec_kw={"height_ratios": heights})
+    colors = dict(zip(LADDER, sns.color_palette("deep", len(LADDER))))
+    colors["cublas"] = (0.25, 0.25, 0.25)
+    for ax, (title, rows) in zip(axes[:, 0], panels):
+        tf = [r["gflops"] / 1e3 for r in rows]
+        ax.barh(range(len(rows)), tf, color=[colors[r["step"]] for r in rows])
+        ax.set_yticks(range(len(rows)), [r["label"] for r in rows], fontsize=8)
+        ax.invert_yaxis()
+        top = max(tf)
+        ax.set_xlim(0, top * 1.75)
+        for i, r in enumerate(rows):
+            parts = [fmt.flop_rate(r["gflops"])]
+            if math.isfinite(r["pct_cublas"]) and r["step"] != "cublas":
+                parts.append(f"{r['pct_cublas']:.0f}% of cuBLAS")
+            if math.isfinite(r["pct_peak"]):
+                parts.append(f"{r['pct_peak']:.0f}% of FP32 peak")
+            ax.text(tf[i] + top * 0.02, i, ", ".join(parts), va="center", fontsize=7.5)
+        ax.set(xlabel="TFLOP/s (float32, best configuration of each step)", title=title)
+    fig.suptitle("The matmul ladder: from the naive kernel to cuBLAS SGEMM")
+    fig.tight_layout()
+    return fig
