@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # compute-sanitizer over a small grid, on a GPU machine: every kernel of the listed
-# experiments runs under memcheck and racecheck (and synccheck, initcheck), each tool's log
+# experiments runs under each tool of $TOOLS (default memcheck racecheck; synccheck and
+# initcheck are the other two), each tool's log
 # written to OUT_DIR/<tool>-<experiment>.log and a summary to OUT_DIR/sanitizer.txt.
 #   bash tools/sanitize.sh OUT_DIR CONFIG EXPERIMENT...
+#   e.g. bash tools/sanitize.sh sanitizer tools/sanitize.yaml matmul coalescing
 # A tool that reports an error makes the script exit 1 (after all runs), so a CI or a person
 # sees it. The grid is small because sanitized kernels run 10-100x slower.
 set -uo pipefail
@@ -12,17 +14,20 @@ summary=$out/sanitizer.txt
 : > "$summary"
 status=0
 for exp in "$@"; do
-  for tool in memcheck racecheck synccheck initcheck; do
+  for tool in ${TOOLS:-memcheck racecheck}; do
     log=$out/$tool-$exp.log
     rm -rf "/tmp/sanitize-$exp-$tool"
     compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
       cudalab measure "$exp" --config "$config" --results "/tmp/sanitize-$exp-$tool" > "$log" 2>&1
     rc=$?
     errors=$(grep -E "ERROR SUMMARY: [0-9]+ error" "$log" | tail -1)
-    points=$(grep -cE "^\[|\] .*: (ok|WRONG|FAILED)" "$log" || true)
-    verdict=clean; [ $rc -ne 0 ] && { verdict="ERRORS (rc=$rc)"; status=1; }
-    printf '%-10s %-12s %-16s %s; %s log lines of points\n' "$exp" "$tool" "$verdict" \
-      "${errors:-no summary line}" "$points" | tee -a "$summary"
+    done_line=$(grep -oE "done: [0-9]+ ok, [0-9]+ wrong, [0-9]+ failed.*" "$log" | tail -1)
+    verdict=clean
+    [ $rc -ne 0 ] && { verdict="ERRORS (rc=$rc)"; status=1; }
+    # a point that is wrong or failed under the sanitizer is a finding too
+    echo "$done_line" | grep -qE "done: [0-9]+ ok, 0 wrong, 0 failed" || { verdict="POINTS NOT OK"; status=1; }
+    printf '%-10s %-10s %-14s %s | %s\n' "$exp" "$tool" "$verdict" \
+      "${errors:-no summary line}" "${done_line:-no done line}" | tee -a "$summary"
   done
 done
 exit $status
