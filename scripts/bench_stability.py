@@ -16,6 +16,9 @@ Runs every enabled experiment of a config (default: config.yaml, the default gri
 
   python scripts/bench_stability.py --out reports/reference/<GPU>/stability   # GPU machine
   python scripts/bench_stability.py --config fast.yaml --experiments matmul     # anywhere
+  python scripts/bench_stability.py --against results --runs 1 --out stability
+      # run 1 is an earlier run of the same grid (e.g. the pipeline's results/ from a fresh
+      # clone, another process): one more run is measured and compared with it
 
 `--out PREFIX` writes PREFIX.json (every point, every number) and PREFIX.txt (the printout).
 Nothing here changes GPU clocks.
@@ -66,6 +69,18 @@ def measure_pass(i: int, config: Path, names: list[str], work: Path) -> dict[str
               file=sys.stderr, flush=True)
     return {"dir": str(out), "wall_s": walls, "total_s": time.perf_counter() - t_run,
             "failed": failed}
+
+
+def earlier_pass(results_dir: Path, names: list[str]) -> dict[str, Any]:
+    """An earlier run of the grid (a results folder: the pipeline's, or a pass of this
+    script) as a pass: its jobs' wall times from their manifests."""
+    manifests = {m["experiment"]: m for m in results.read_manifests(results_dir / "raw")}
+    missing = [n for n in names if n not in manifests]
+    if missing:
+        raise SystemExit(f"--against {results_dir}: no finished job for {', '.join(missing)}")
+    walls = {n: manifests[n]["t_end"] - manifests[n]["t_start"] for n in names}
+    return {"dir": str(results_dir), "wall_s": walls, "total_s": sum(walls.values()),
+            "failed": {}, "earlier": True}
 
 
 def timed_s(timing: dict[str, Any] | None) -> float:
@@ -183,18 +198,21 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default=str(ROOT / "config.yaml"))
     ap.add_argument("--experiments", default="", help="comma list (default: all enabled)")
-    ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=2, help="new runs to measure")
+    ap.add_argument("--against", default="", help="an earlier run's results folder, taken "
+                    "as run 1 (its wall times include whatever that run did after timing)")
     ap.add_argument("--work", default="", help="folder for the runs' results (default: temp)")
     ap.add_argument("--out", default="", help="write OUT.json and OUT.txt")
     ap.add_argument("--strict", action="store_true", help="exit 1 if a target is not met")
     a = ap.parse_args(argv)
-    if a.runs < 2:
-        ap.error("--runs: at least 2 runs are needed to compare")
+    if a.runs + bool(a.against) < 2:
+        ap.error("--runs: at least 2 runs are needed to compare (or 1 with --against)")
     config = cfg.load(a.config)
     names = [n for n in a.experiments.split(",") if n] or cfg.enabled_experiments(config)
     work = Path(a.work or tempfile.mkdtemp(prefix="cudalab-stability-"))
-    passes = [measure_pass(i, Path(a.config).resolve(), names, work)
-              for i in range(1, a.runs + 1)]
+    passes = [earlier_pass(Path(a.against), names)] if a.against else []
+    passes += [measure_pass(i, Path(a.config).resolve(), names, work)
+               for i in range(len(passes) + 1, len(passes) + a.runs + 1)]
     rows, summary = summarize(passes, config["measurement"]["target_cv"])
     text = io.StringIO()
     with redirect_stdout(text):

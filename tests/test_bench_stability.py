@@ -43,6 +43,27 @@ def test_two_fresh_runs_through_cudalab_measure_on_the_cpu(bench, tmp_path):
     assert data["meta"]["measurement"]["budget_s"] == 0.05  # settings from --config
 
 
+def test_an_earlier_run_is_run_1(bench, tmp_path):
+    """--against: an earlier results folder (here a first pass of the script) is run 1, and
+    only one new run is measured; its numbers are compared like two fresh runs."""
+    conf = tmp_path / "fast.yaml"
+    conf.write_text("measurement: {warmup: 1, min_samples: 3, max_samples: 20, budget_s: 0.05}\n"
+                    "experiments: {matmul: {variants: [cpu], sizes: [32, 48]}}\n")
+    first = tmp_path / "first"
+    assert bench.main(["--config", str(conf), "--work", str(first)]) == 0
+    out, work = tmp_path / "stability", tmp_path / "work"
+    assert bench.main(["--config", str(conf), "--work", str(work), "--out", str(out),
+                       "--against", str(first / "run1"), "--runs", "1"]) == 0
+    data = json.loads(out.with_suffix(".json").read_text())
+    passes = data["meta"]["passes"]
+    assert [p["dir"] for p in passes] == [str(first / "run1"), str(work / "run2")]
+    assert passes[0]["earlier"] and not (work / "run1").exists()
+    assert data["summary"]["runs"] == 2 and data["summary"]["n"] == 2
+    with pytest.raises(SystemExit, match="no finished job for matmul"):
+        bench.main(["--config", str(conf), "--against", str(tmp_path / "nothing"),
+                    "--runs", "1"])
+
+
 def _run(times):
     return {("e", f"p{i}"): {"median_s": t, "timer": "cuda_event_queued"}
             for i, t in enumerate(times)}
