@@ -1370,3 +1370,18 @@ def test_bench_script_sizes_block_and_table():
     text = b.format_table(rows)
     assert "warptile 128x128x16 w64x64/4 t8x4" in text and "90 %" in text
     assert "yes (1.0e-07)" in text
+
+
+@pytest.mark.parametrize("cc, variant, ratio, units", [
+    ("9.0", "cublas", 1.0, "FP64 tensor cores"),  # H100: DGEMM on DMMA at the FP32 rate
+    ("8.0", "cublas", 1.0, "FP64 tensor cores"),
+    ("9.0", "naive", 0.5, "FP64 CUDA cores"),
+    ("8.6", "cublas", 1 / 64, "FP64 CUDA cores"),  # no FP64 tensor cores: the CUDA cores
+    ("5.0", "cublas", None, ""),
+])
+def test_fp64_peak_of_the_units_a_point_runs_on(cc, variant, ratio, units):
+    """cuBLAS DGEMM is judged against the FP64 tensor cores where the GPU has them (else the
+    H100's DGEMM, 63 TFLOP/s, would read 188 % of a CUDA-core FP64 peak)."""
+    from cudalab.experiments.matmul import fp64_peak_ratio
+
+    assert fp64_peak_ratio(cc, variant) == (ratio, units)
