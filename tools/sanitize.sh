@@ -20,7 +20,7 @@ for exp in "$@"; do
     compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
       cudalab measure "$exp" --config "$config" --results "/tmp/sanitize-$exp-$tool" > "$log" 2>&1
     rc=$?
-    errors=$(grep -E "ERROR SUMMARY: [0-9]+ error" "$log" | tail -1)
+    errors=$(grep -E "(ERROR|RACECHECK) SUMMARY: [0-9]+ (error|hazard)" "$log" | tail -1)
     done_line=$(grep -oE "done: [0-9]+ ok, [0-9]+ wrong, [0-9]+ failed.*" "$log" | tail -1)
     verdict=clean
     [ $rc -ne 0 ] && { verdict="ERRORS (rc=$rc)"; status=1; }

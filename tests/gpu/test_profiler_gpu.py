@@ -73,9 +73,13 @@ def test_counters_are_plausible(runs):
         assert gpu[col].between(0, 100).all() and (gpu[col] > 0).any(), gpu[col]
     hit = gpu["m_ncu_l2_hit_rate_pct"]
     assert hit[gpu["experiment"] == "matmul"].notna().all()
-    # ncu's sector hit rate runs slightly above 100 % for small kernels whose data is all in
-    # L2 (seen on the H100: 101.6 % for a 512^2 matmul, 101.0 % for vector_add at 50 000)
-    assert hit.dropna().between(0, 105).all(), hit
+    # ncu's sector hit rate can read above 100 % for small kernels whose data all sits in
+    # L2 (seen: 101.6 % on the H100, 110.6 % on the H200 for a 512^2 padded-tile matmul), so
+    # no upper bound here; the lesson the report draws from it must hold: the naive matmul's
+    # loads are mostly served by L2
+    assert (hit.dropna() >= 0).all(), hit
+    naive = hit[(gpu["experiment"] == "matmul") & (gpu["variant"] == "naive")]
+    assert not naive.empty and (naive > 50).all(), naive
     assert (gpu["m_ncu_registers"] > 0).all() and (gpu["m_ncu_registers"] % 1 == 0).all()
     assert (gpu["m_ncu_top_stall"].str.len() > 0).all(), gpu["m_ncu_top_stall"]
     # the kernel's own duration: near the harness's median (both at the clocks found)
