@@ -60,6 +60,41 @@ def convergence(df: pd.DataFrame, default_target: float = 0.02) -> dict[str, Any
             "share_pct": 100 * float(ok.sum()) / n if n else math.nan, "points": rows}
 
 
+# The harness's per-launch time agrees with Nsight Compute's gpu__time_duration when within
+# this share of it, or this many microseconds (issue 8: max(10 %, 0.5 us)).
+NCU_AGREE_SHARE = 0.10
+NCU_AGREE_US = 0.5
+
+
+def ncu_agreement(df: pd.DataFrame, worst: int = 10) -> dict[str, Any] | None:
+    """The queued per-launch time of every profiled single-kernel GPU point against ncu's
+    duration of the same kernel (m_ncu_time_us, profile.ncu), or None without counters."""
+    need = ("m_ncu_time_us", "m_ncu_status", "m_ncu_kernels")
+    if any(c not in df for c in need):
+        return None
+    g = gpu_timed(df)
+    g = g[(g["timer"].astype("string") == "cuda_event_queued")
+          & (g["m_ncu_status"].astype("string") == "ok")
+          & (pd.to_numeric(g["m_ncu_kernels"], errors="coerce") == 1)]
+    g = g.copy()  # a slice of a wide table: new columns go on a compact copy
+    ncu = pd.to_numeric(g["m_ncu_time_us"], errors="coerce")
+    g = g.assign(ours_us=1e6 * g["time_median_s"].astype(float), ncu_us=ncu)
+    g = g[g["ncu_us"] > 0]
+    if g.empty:
+        return None
+    tol = (NCU_AGREE_SHARE * g["ncu_us"]).clip(lower=NCU_AGREE_US)
+    agree = (g["ours_us"] - g["ncu_us"]).abs() <= tol
+    g = g.assign(ratio=g["ncu_us"] / g["ours_us"])
+    off = g[~agree].assign(gap=lambda x: (x["ratio"] - 1).abs()).sort_values(
+        "gap", ascending=False)
+    return {"n": len(g), "n_agree": int(agree.sum()), "share_pct": 100 * float(agree.mean()),
+            "tolerance": f"{NCU_AGREE_SHARE:.0%} or {NCU_AGREE_US:g} µs, whichever is larger",
+            "ratio_median": float(g["ratio"].median()),
+            "worst": [{"experiment": r["experiment"], "point_id": r["point_id"],
+                       "ours_us": float(r["ours_us"]), "ncu_us": float(r["ncu_us"]),
+                       "ratio": float(r["ratio"])} for _, r in off.head(worst).iterrows()]}
+
+
 def launch_overhead(df: pd.DataFrame) -> list[dict[str, Any]]:
     """One row per point that measured its launch cost, every piece in microseconds."""
     if "m_host_call_s" not in df:
@@ -78,4 +113,4 @@ def launch_overhead(df: pd.DataFrame) -> list[dict[str, Any]]:
 def context(df: pd.DataFrame, default_target: float = 0.02) -> dict[str, Any]:
     """The template's `timing` block."""
     return {"convergence": convergence(df, default_target), "launch": launch_overhead(df),
-            "launch_parts": LAUNCH_PARTS}
+            "launch_parts": LAUNCH_PARTS, "ncu": ncu_agreement(df)}

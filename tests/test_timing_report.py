@@ -83,3 +83,40 @@ def test_report_keeps_host_launch_cost_one_launch_and_kernel_apart(tmp_path):
                    "<td>4.2</td>", "<td>14.3</td>", "<td>2.04</td>", "1 of 2 GPU points (50 %)",
                    "gpu-n1000-threads256", "Points that did not converge"]:
         assert needle in html, needle
+
+
+def _profiled(point_id: str, us: float, ncu_us: float, kernels: int = 1,
+              status: str = "ok") -> dict:
+    """SYNTHETIC TEST DATA: a queued point whose record carries ncu counters."""
+    rec = _record(point_id, _timing([us * 1e-6], 0.02),
+                  metrics={"ncu_time_us": ncu_us, "ncu_status": status,
+                           "ncu_kernels": kernels})
+    return rec
+
+
+def test_kernel_time_against_nsight_compute_within_10_percent_or_half_a_microsecond():
+    df = results.build_table([
+        _profiled("a", 100.0, 109.0),  # 9 %: agrees
+        _profiled("b", 100.0, 125.0),  # 25 %: does not
+        _profiled("c", 2.0, 2.45),  # 22 % but 0.45 us: agrees (the 0.5 us floor)
+        _profiled("d", 2.0, 2.7),  # 0.7 us: does not
+        _profiled("e", 100.0, 300.0, kernels=3),  # several kernels: not compared
+        _profiled("f", 100.0, 300.0, status="not profiled: no kernel ran"),
+    ])
+    a = timing_report.ncu_agreement(df)
+    assert (a["n"], a["n_agree"]) == (4, 2) and a["share_pct"] == pytest.approx(50.0)
+    assert [r["point_id"] for r in a["worst"]] == ["d", "b"]  # largest gap first
+    assert a["worst"][0]["ratio"] == pytest.approx(1.35)
+    assert timing_report.ncu_agreement(df.drop(columns=["m_ncu_time_us"])) is None
+
+
+def test_reference_report_shows_the_ncu_agreement(tmp_path):
+    ref = Path(__file__).resolve().parent.parent / "reports" / "reference" / \
+        "NVIDIA-H100-80GB-HBM3" / "results.csv"
+    df = results.read_table(ref)
+    a = timing_report.ncu_agreement(df)
+    assert a is not None and a["n"] > 400 and a["n_agree"] / a["n"] > 0.8
+    page = report.render(df[df["experiment"].isin(["vector_add", "device_query"])], tmp_path,
+                         cfg.validate({"experiments": {"vector_add": {}}}),
+                         tmp_path / "r.html").read_text()
+    assert 'id="ncu-agreement"' in page and "10% or 0.5 µs, whichever is larger" in page
