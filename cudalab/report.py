@@ -87,7 +87,10 @@ def table_html(df: pd.DataFrame, cols: list[str], max_rows: int, raw_href: str =
                                                   and (df[c].astype(str) != "").any())]
     # not printed: metric columns (in results.csv and the raw record), the link (paper
     # cannot follow it) and the reason (listed in full above the table)
-    cls = {c: ' class="metric"' if c.startswith("m_") or c == "reason" else "" for c in cols}
+    # (nor the % of a theoretical peak where the % of the measured ceiling is beside it)
+    measured = {"pct_peak_gbps": "pct_ceil_gbps", "pct_peak_gflops": "pct_ceil_gflops"}
+    cls = {c: ' class="metric"' if c.startswith("m_") or c == "reason"
+           or measured.get(c) in cols else "" for c in cols}
     head = '<th class="metric">raw record</th>' + "".join(
         f"<th{cls[c]}>{html.escape(HEADERS.get(c, fmt.header(c)))}</th>" for c in cols)
     body = []
@@ -109,11 +112,19 @@ def _param_cols(df: pd.DataFrame) -> list[str]:
     return [c for c in df.columns if c.startswith("p_") and df[c].notna().any()]
 
 
+# Of the ~20 Nsight Compute columns (profile.ncu), the results tables show these three: the
+# rest stay in results.csv (and feed the explanations), so a table still fits a printed page.
+NCU_TABLE_COLS = ("m_ncu_achieved_occupancy_pct", "m_ncu_dram_throughput_pct",
+                  "m_ncu_l2_hit_rate_pct")
+
+
 def _metric_cols(df: pd.DataFrame, max_chars: int = 60) -> list[str]:
     """The m_ columns worth a table cell: not empty, and no long text (a stream timeline,
     a note) that would stretch every row; those stay in results.csv."""
     cols = []
     for c in sorted(c for c in df.columns if c.startswith("m_")):
+        if c.startswith("m_ncu_") and c not in NCU_TABLE_COLS:
+            continue
         v = df[c].dropna()
         if v.empty or v.map(lambda x: isinstance(x, str) and len(x) > max_chars).any():
             continue

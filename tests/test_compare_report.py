@@ -139,13 +139,20 @@ H200 = ROOT / "reports" / "reference" / "NVIDIA-H200"
 
 @pytest.mark.skipif(not H200.is_dir(), reason="no H200 reference committed")
 def test_two_real_gpu_runs_compare_point_by_point(tmp_path):
-    """The committed H100 and H200 references (same grid, two real GPUs): every point is
-    matched, both sides are named by their GPU, and the H200 report's comparison block is
-    built with the H100 as its baseline."""
+    """The committed H100 and H200 references (two real GPUs; the H100's grid is this round's,
+    a superset of the H200's): every H200 point is matched, the H100's new points are
+    'only baseline', both sides are named by their GPU, and the H200 report's comparison
+    block is built with the H100 as its baseline."""
     [base] = compare.load_runs(REFERENCE)
     [h200] = compare.load_runs(H200)
     cmp = compare.compare_runs(base, [h200])
-    assert not cmp["verdict"].isin(["only baseline", "only this", "not ok"]).any()
+    # static analysis rows are named by their -D lists, which this round's matmul changed:
+    # those are untimed and may differ; every measured H200 point is matched
+    measured = cmp[cmp["experiment"] != "static_analysis"]
+    assert not measured["verdict"].isin(["only this", "not ok"]).any()
+    new = cmp[cmp["verdict"] == "only baseline"]
+    h200_ids = set(results.read_table(H200 / "results.csv")["point_id"])
+    assert not new.empty and not set(new["point_id"]) & h200_ids
     timed = cmp[cmp["verdict"].isin(["faster", "slower", "same"])]
     assert len(timed) > 300 and set(timed["verdict"]) >= {"faster", "same"}
     df = results.read_table(H200 / "results.csv")

@@ -36,7 +36,7 @@ def test_every_lesson_matches_a_point_of_the_default_grid(rows, h100):
                               else ("", "not checked in this run")), r
 
 
-def test_numbers_from_the_h100_run(rows):
+def test_numbers_from_the_h100_run(rows, h100):
     sms = rows["vectorAdd: the GPU's streaming multiprocessors"]
     assert sms["this"] == 132 and sms["ratio"] == pytest.approx(132 / 13)
     assert "132 SMs at 1980 MHz" in sms["why"] and sms["check"] == "seen"
@@ -45,7 +45,8 @@ def test_numbers_from_the_h100_run(rows):
     speedup = rows["matmul 160×240 · 240×320: tiled / naive speed-up"]
     assert 1.0 < speedup["this"] < 2.5 and "50 MiB L2" in speedup["why"]
     racy = rows["atomics: the racy counter"]
-    assert racy["this"] == 4 and "270336 threads" in racy["why"]
+    counted = h100[h100["variant"] == "racy_counter"]["m_counted"].dropna()
+    assert racy["this"] == counted.iloc[0] < 100 and "270336 threads" in racy["why"]
     copies = rows["nvprof: copies take the GPU's time"]
     assert 50 < copies["this"] < 100 and "PCIe Gen5 x16" in copies["why"]
 

@@ -48,7 +48,9 @@ def test_figure_text_never_collides(ref, name, fig_name):
 def test_telemetry_figures_text_never_collides():
     figures.setup_style()
     df, jobs = telemetry_report._run_samples(REFERENCE)
-    assert len(jobs) == 10 and len(df) > 1000
+    gpu_jobs = len(list((REFERENCE / "telemetry").glob("*/nvidia_smi.csv")))
+    # a job stopped by the reference run's time box left telemetry but no manifest
+    assert 10 <= len(jobs) <= gpu_jobs and len(df) > 1000
     _check(telemetry_report.plot_run(df, jobs))
     for m in jobs:
         smi = telemetry_report.telemetry_dir(REFERENCE, m) / "nvidia_smi.csv"

@@ -1208,7 +1208,9 @@ def _lesson_panel(ax, sub: pd.DataFrame, cub: pd.DataFrame, title: str) -> None:
            title=title)
     ax.legend(handles=handles, title="variant: % of cuBLAS" if not cub.empty else "variant",
               fontsize=7.5, title_fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16),
-              ncol=2 if len(handles) > 4 else 1, frameon=False)
+              # two columns of the long warp-tile labels would run off the panel
+              ncol=2 if len(handles) > 4 and max(len(str(h.get_label())) for h in handles)
+              <= 40 else 1, frameon=False)
 
 
 def _course_panel(ax, rect: pd.DataFrame) -> None:

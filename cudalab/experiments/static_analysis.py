@@ -267,10 +267,13 @@ class StaticAnalysis(Experiment):
                           if r["m_smem_static"] + r["m_dynamic_smem"] else "") + ")")
                 grid[lab] = [100 * o.occupancy for o in curve]
             heat = pd.DataFrame(grid, index=BLOCK_SIZES).T
+            heat.index = [_wrap(str(x)) for x in heat.index]
             # every 64 threads (and 32): a number fits in each cell at the report's width
             heat = heat[[b for b in BLOCK_SIZES if b == 32 or b % 64 == 0]]
             annot = heat.map(lambda v: "" if v == 0 else f"{v:.0f}")
-            fig, ax = plt.subplots(figsize=(11, 1.8 + 0.3 * len(heat)))
+            fig, ax = plt.subplots(figsize=(min(MAX_WIDTH_IN, 11 + _label_extra_in(heat.index)),
+                                            1.8 + _row_in(heat.index) * len(heat)),
+                                   layout="constrained")
             sns.heatmap(heat, vmin=0, vmax=100, cmap="viridis", ax=ax, linewidths=0.3,
                         annot=annot, fmt="", annot_kws={"fontsize": 6.5},
                         cbar_kws={"label": "theoretical occupancy (%)"})
@@ -286,7 +289,6 @@ class StaticAnalysis(Experiment):
                 for j, v in enumerate(row):
                     if v == 0:
                         ax.add_patch(plt.Rectangle((j, i), 1, 1, color="black"))
-            fig.tight_layout()
             return fig
         if name == "registers":
             pivot = d.pivot_table(index="label", columns="p_arch", values="m_registers",
@@ -295,15 +297,19 @@ class StaticAnalysis(Experiment):
                 index="label", columns="p_arch", values="s", aggfunc="max")
             cols = sorted(pivot.columns, key=_arch_order)
             pivot, spill = pivot[cols], spill.reindex(columns=cols)
+            pivot.index = spill.index = [_wrap(str(x)) for x in pivot.index]
             annot = pivot.map(lambda v: "" if pd.isna(v) else f"{int(v)}")
             annot = annot.where(~(spill.fillna(0) > 0), annot + "*")
-            fig, ax = plt.subplots(figsize=(4.5 + 1.0 * len(cols), 1.4 + 0.32 * len(pivot)),
+            width = 4.5 + 1.0 * len(cols) + _label_extra_in(pivot.index)
+            fig, ax = plt.subplots(figsize=(min(MAX_WIDTH_IN, width),
+                                            1.4 + _row_in(pivot.index) * len(pivot)),
                                    layout="constrained")  # fits the colour bar's label too
             sns.heatmap(pivot, annot=annot, fmt="", cmap="rocket_r", ax=ax,
                         cbar_kws={"label": "registers per thread"}, linewidths=0.5)
             ax.set(xlabel="target architecture", ylabel="",
                    title="Registers per thread (ptxas)\n* = spills to local memory")
             ax.tick_params(axis="x", rotation=0)
+            ax.tick_params(axis="y", labelsize=7.5)
             return fig
         raise KeyError(name)
 
@@ -638,3 +644,26 @@ def _nvcc_version(nvcc: str) -> str:
     m = re.search(r"release ([\d.]+)", text)
     return f"nvcc {m.group(1)}" if m else "nvcc"
 
+
+# Kernel labels carry their -D list (the ladder's run to 90 characters): longer ones wrap
+# onto two lines, and the heat maps grow a little wider (at most to the figures' 11.5 in).
+LABEL_WIDTH = 56
+MAX_WIDTH_IN = 11.5
+
+
+def _wrap(label: str, width: int = LABEL_WIDTH) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(label, width)) if len(label) > width else label
+
+
+def _row_in(labels: Any) -> float:
+    """Height of a heat-map row, inches (one 7.5 pt line fits 0.32 in)."""
+    lines = max((str(x).count("\n") + 1 for x in labels), default=1)
+    return 0.32 if lines == 1 else 0.08 + 0.15 * lines
+
+
+def _label_extra_in(labels: Any) -> float:
+    """Width the row labels need beyond the ~40 characters the base figure leaves them."""
+    longest = max((len(line) for x in labels for line in str(x).split("\n")), default=0)
+    return max(0.0, 0.075 * (longest - 40))
