@@ -252,16 +252,21 @@ def theoretical_peaks(cc: Any, sm_count: int, sm_clock_khz: float, mem_clock_khz
             "fp32_cores": s.fp32_cores_per_sm * int(sm_count)}
 
 
+def _device_attr(gpu: Any, name: str) -> int | None:
+    """gpu.attr(name) as an int, or None where this pycuda / driver lacks the attribute."""
+    try:
+        return int(gpu.attr(name))
+    except Exception:  # noqa: BLE001 - attribute missing in this pycuda / driver
+        return None
+
+
 def device_peaks(gpu: Any) -> dict[str, float]:
     """Peak DRAM GB/s and FP32 GFLOP/s of an open device (anything with attr(NAME) -> int,
     such as cudalab.gpu.GpuSession), from the driver's clocks: the one place GB/s and
     GFLOP/s are turned into % of peak. NaN where the driver does not report what a formula
     needs, or (FP32) for a compute capability the limits table lacks."""
     def attr(name: str) -> int | None:
-        try:
-            return int(gpu.attr(name))
-        except Exception:  # noqa: BLE001 - attribute missing in this pycuda / driver
-            return None
+        return _device_attr(gpu, name)
 
     out = {"peak_mem_gbps": math.nan, "peak_fp32_gflops": math.nan}
     mem, bus = attr("MEMORY_CLOCK_RATE"), attr("GLOBAL_MEMORY_BUS_WIDTH")
@@ -299,10 +304,7 @@ def memory_peaks(gpu: Any) -> dict[str, float]:
     derived from the SM clock disagree with measurements by large factors, so no formula
     here would be reliable. The measured ceil_l2_gbps stands alone."""
     def attr(name: str) -> int | None:
-        try:
-            return int(gpu.attr(name))
-        except Exception:  # noqa: BLE001 - attribute missing in this pycuda / driver
-            return None
+        return _device_attr(gpu, name)
 
     out = {"peak_smem_gbps": math.nan, "peak_l2_gbps": math.nan, "l2_bytes": math.nan}
     major, minor = attr("COMPUTE_CAPABILITY_MAJOR"), attr("COMPUTE_CAPABILITY_MINOR")
