@@ -167,3 +167,36 @@ def test_uniform_f32_draws_in_range_and_reproducibly():
     b = uniform_f32(np.random.default_rng(8), (3, 1000), -2.0, 3.0)
     assert a.dtype == np.float32 and a.shape == (3, 1000)
     assert np.array_equal(a, b) and a.min() >= -2.0 and a.max() < 3.0
+
+
+def test_an_8_byte_output_is_poisoned_with_nan_words():
+    """verify_then_time poisons float64 outputs too: all-ones 32-bit words, two per element,
+    read back as NaN, so an element the kernel does not write fails its check."""
+    from types import SimpleNamespace
+
+    from cudalab.experiments.base import Experiment, RunContext
+    from cudalab.harness import Harness, Settings, WallTimer
+
+    dev = np.zeros(6, np.float64)
+    calls = []
+
+    def memset_d32(d, word, count):
+        calls.append((word, count))
+        d.view(np.uint32)[:count] = word
+
+    cuda = SimpleNamespace(memset_d32=memset_d32,
+                           memcpy_dtoh=lambda host, d: np.copyto(host, d))
+    gpu = SimpleNamespace(cuda=cuda, synchronize=lambda: None)
+    ctx = RunContext(gpu=gpu, harness=Harness(Settings(warmup=0, min_samples=1,
+                                                       max_samples=1)),
+                     rng=np.random.default_rng(0), config={}, block={})
+    host = np.zeros(6, np.float64)
+    seen = []
+
+    def launch():
+        dev[:3] = 1.0  # writes half of its output
+
+    Experiment().verify_then_time(ctx, launch, lambda out: seen.append(out.copy()),
+                                  output=(dev, host), timer=WallTimer())
+    assert calls == [(0xFFFFFFFF, 12)]
+    assert (seen[0][:3] == 1.0).all() and np.isnan(seen[0][3:]).all()

@@ -21,6 +21,7 @@ import pandas as pd
 from cudalab.harness import Harness, Timer, Timing
 
 NAN_BITS = 0x7FC00000  # float32 quiet NaN: poisons float outputs before every check
+POISON_64_WORD = 0xFFFFFFFF  # both halves of an 8-byte output: a float64 NaN
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -301,12 +302,13 @@ class Experiment:
 
         With `output` (the device buffer and the host array the D2H copy overwrites whole):
         poison it with `fill` (a 32-bit word: NaN bits for floats, 0 for counters and sums;
-        a byte for 1-byte outputs), launch once, wait (sync, default the context), copy it
-        back, check(host array). Without: check() runs its own verification (a round trip,
-        a traced run) and must do so before returning. Then launch() is timed with the
-        harness (timer: CUDA events on the default stream unless given). `asynchronous`:
-        launch() only enqueues GPU work (kernel launches, async copies), nothing that
-        synchronises or allocates; the harness may then queue launches ahead."""
+        a byte for 1-byte outputs; 8-byte outputs get all-ones words, a NaN), launch once,
+        wait (sync, default the context), copy it back, check(host array). Without:
+        check() runs its own verification (a round trip, a traced run) and must do so
+        before returning. Then launch() is timed with the harness (timer: CUDA events on
+        the default stream unless given). `asynchronous`: launch() only enqueues GPU work
+        (kernel launches, async copies), nothing that synchronises or allocates; the
+        harness may then queue launches ahead."""
         gpu = ctx.gpu
         if output is not None:
             cuda = gpu.cuda
@@ -315,8 +317,11 @@ class Experiment:
                 cuda.memset_d32(device, fill, host.size)
             elif host.itemsize == 1:
                 cuda.memset_d8(device, fill, host.size)
+            elif host.itemsize == 8:  # all-ones words: every double a NaN (fill is 32-bit)
+                cuda.memset_d32(device, POISON_64_WORD, 2 * host.size)
             else:
-                raise ValueError(f"cannot poison a {host.dtype} output: 1- or 4-byte elements")
+                raise ValueError(f"cannot poison a {host.dtype} output: 1-, 4- or 8-byte "
+                                 "elements")
             launch()
             (sync or gpu.synchronize)()
             cuda.memcpy_dtoh(host, device)
