@@ -200,16 +200,16 @@ def on_device(experiment: Any, timer: Any) -> bool:
 
 
 def _level(r: pd.Series, c: Ceilings) -> str:
-    """The contract's rule: 'l2' when the working set fits L2 and L2 was not flushed,
-    'dram' otherwise, '' for CPU points and PCIe experiments or where the L2 size is
-    unknown."""
+    """results.memory_level for a row of an older table: '' for CPU points and PCIe
+    experiments; the L2 size from the row or, for old tables, the run's (device_query)."""
+    from cudalab import results
+
     if not on_device(r.get("experiment"), r.get("timer")):
         return ""
-    ws, l2 = _f(r.get("working_set_bytes")), _f(r.get("l2_bytes"))
-    l2 = l2 if math.isfinite(l2) else c.l2_bytes
-    if not (math.isfinite(ws) and math.isfinite(l2)):
-        return ""
-    return "l2" if ws <= l2 and r.get("cold_l2") is not True else "dram"
+    l2 = _f(r.get("l2_bytes"))
+    return results.memory_level(_f(r.get("working_set_bytes")),
+                                l2 if math.isfinite(l2) else _f(c.l2_bytes),
+                                r.get("cold_l2") is True)
 
 
 def _f(v: Any) -> float:
