@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cudalab import fmt
+from cudalab import fmt, results
 
 # Experiments that get a roofline figure of their own in their report section.
 PER_EXPERIMENT = ("vector_add", "matmul", "occupancy", "coalescing", "sobel", "fast_math")
@@ -202,8 +202,6 @@ def on_device(experiment: Any, timer: Any) -> bool:
 def _level(r: pd.Series, c: Ceilings) -> str:
     """results.memory_level for a row of an older table: '' for CPU points and PCIe
     experiments; the L2 size from the row or, for old tables, the run's (device_query)."""
-    from cudalab import results
-
     if not on_device(r.get("experiment"), r.get("timer")):
         return ""
     l2 = _f(r.get("l2_bytes"))
