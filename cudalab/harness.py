@@ -14,8 +14,8 @@ cost (~12 us per pycuda launch) stays out of the kernel time; where that cannot 
 says why in the timing's `method_note`.
 
 Profile mode (a `Profiler` given to the Harness: cudalab.profiler's child under Nsight
-Compute) takes no timing at all: measure() runs fn once as warm-up, then once inside the
-profiler's range, and returns a one-sample Timing whose timer is PROFILE_TIMER. The
+Compute) takes no timing at all: measure() runs fn `warmup` times, then `profiler.runs`
+times inside the profiler's range, and returns a one-sample Timing whose timer is PROFILE_TIMER. The
 parent job's timings are never taken under the profiler.
 """
 
@@ -71,12 +71,17 @@ class Timer(Protocol):
 
 
 class Profiler(Protocol):
-    """Brackets the profiled run of fn in profile mode. begin() opens the profiler's range
-    and returns whether this run is profiled (only a point's first measure() is: later ones,
-    such as a copy phase, would mix other work into its counters); end() closes it after
-    the run, and is called only when begin() returned True."""
+    """Brackets the profiled runs of fn in profile mode. begin() opens the profiler's range
+    and returns whether this measure() is profiled (only a point's first is: later ones,
+    such as a copy phase, would mix other work into its counters); fn then runs `runs`
+    times, with mark() before every run after the first; end() closes the range, and is
+    called only when begin() returned True."""
+
+    runs: int
 
     def begin(self) -> bool: ...
+
+    def mark(self) -> None: ...
 
     def end(self) -> None: ...
 
@@ -231,14 +236,19 @@ class Harness:
     @staticmethod
     def _profile_run(fn: Callable[[], Any], timer: Timer, s: Settings,
                      profiler: Profiler) -> Timing:
-        """Profile mode: fn once as warm-up (module load, first-touch, library handles stay
-        outside the profiled range), then once inside it, through the point's own timer
-        (its stream and synchronisation). The one sample is no timing and is discarded."""
+        """Profile mode: fn as warm-up, as often as the timings warm up (module load,
+        first-touch, library handles, the L2's content stay outside the profiled range),
+        then profiler.runs times inside it, through the point's own timer (its stream and
+        synchronisation). The sample is no timing and is discarded."""
         wall0 = time.perf_counter()
-        fn()
+        for _ in range(max(1, s.warmup)):
+            fn()
         profiled = profiler.begin()
         try:
             dt = timer.time(fn, 1)
+            for _ in range(profiler.runs - 1 if profiled else 0):
+                profiler.mark()
+                timer.time(fn, 1)
         finally:
             if profiled:
                 profiler.end()

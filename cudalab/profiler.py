@@ -1,15 +1,27 @@
 """Opt-in Nsight Compute (ncu) counters behind each GPU point (config `profile.ncu`).
 
-After a job's timing walk the runner calls profile_job(): ONE child process per job,
+After a job's timing walk the runner calls profile_job(): TWO child processes per job,
 
     ncu --target-processes all --profile-from-start off --csv --page raw --metrics <list>
-        python -m cudalab.profiler <experiment> --config <json> --points <ids> ...
+        python -m cudalab.profiler <experiment> --config <json> --points <ids> --runs N ...
 
-walks the job's ok GPU points again, in grid order, with the harness in profile mode
-(harness.Profiler): each point's first Harness.measure() runs fn once as warm-up, then
-opens the profiler range (cuProfilerStart), launches the MARKER kernel with grid =
-point index + 1 blocks, runs fn once, synchronises and closes the range (cuProfilerStop).
-No timing is ever taken under the profiler: the child's numbers are thrown away.
+each walks the job's ok GPU points again, in grid order, with the harness in profile mode
+(harness.Profiler): each point's first Harness.measure() runs fn as warm-up, then opens
+the profiler range (cuProfilerStart) and, N times, launches the MARKER kernel with grid =
+point index + 1 blocks and runs fn once; it synchronises and closes the range
+(cuProfilerStop). No timing is ever taken under the profiler: the child's numbers are
+thrown away.
+
+  the time pass     TIME_METRICS only (the kernel's duration and its SM clock): they fit one
+                    pass, so ncu runs every kernel once, as launched, with nothing saved or
+                    restored around it; N = TIME_RUNS launches, the median is m_ncu_time_us.
+                    This is the duration the harness's queued times are checked against.
+  the counters pass profile.metrics: many passes per kernel (kernel replay saves and restores
+                    device memory between them, which leaves an L2-resident working set
+                    partly cold and the GPU idle): the counters, never the time (its
+                    duration is kept as m_ncu_replay_time_us, for information). Seen on an
+                    H100: the replayed duration of a 16 MiB latency chain read 1.86x the
+                    harness's time, the time pass's 0.99x.
 
 The parent reads ncu's CSV: rows in launch order, a marker row starts a point, the kernel
 rows up to the next marker are that point's (several: the longest is "the kernel", and the
@@ -30,6 +42,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -42,6 +55,9 @@ ROOT = Path(__file__).resolve().parent.parent
 MARKER_KERNEL = "cudalab_marker"
 MARKER_SOURCE = f'extern "C" __global__ void {MARKER_KERNEL}(void) {{}}\n'
 TIME_METRIC = "gpu__time_duration.sum"
+CLOCK_METRIC = "gpc__cycles_elapsed.avg.per_second"  # the GPC (SM) clock during the kernel
+TIME_METRICS = [TIME_METRIC, CLOCK_METRIC]  # the time pass: one pass, no replay
+TIME_RUNS = 5  # profiled launches of each point in the time pass (the median is kept)
 STALL_RE = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
 # `selected` is the issuing warp, not a stall; the rest are reasons a warp waited.
 NOT_STALLS = frozenset({"selected"})
@@ -64,7 +80,7 @@ SHORT_NAMES: dict[str, str] = {
     "launch__occupancy_limit_shared_mem": "occupancy_limit_smem",
     "launch__occupancy_limit_warps": "occupancy_limit_warps",
     "launch__occupancy_limit_blocks": "occupancy_limit_blocks",
-    TIME_METRIC: "time_us",
+    TIME_METRIC: "replay_time_us",  # the counters pass's (replayed) duration
 }
 # Scale of a unit to the column's unit: time in microseconds, bytes in bytes. ncu runs
 # with --print-units base (ns, byte); the scaled spellings are read too.
@@ -95,6 +111,12 @@ class KernelRow:
     def time_us(self) -> float:
         v = self.values.get(TIME_METRIC, math.nan)
         return v * UNIT_SCALE.get(self.units.get(TIME_METRIC, ""), 1e-3)
+
+    def clock_mhz(self) -> float:
+        """The GPC clock during the kernel (ncu prints cycle/second or cycle/nsecond)."""
+        v = self.values.get(CLOCK_METRIC, math.nan)
+        unit = self.units.get(CLOCK_METRIC, "")
+        return v * (1e3 if unit.endswith("nsecond") else 1e-6)
 
 
 def parse_number(text: str) -> float:
@@ -137,22 +159,39 @@ def parse_raw_csv(text: str) -> list[KernelRow]:
     return rows
 
 
-def group_by_marker(rows: list[KernelRow], n_points: int) -> dict[int, list[KernelRow]]:
-    """Point index -> its kernel rows. A marker with grid x = i + 1 starts point i; the
-    kernels up to the next marker are its own (a point may open its range more than once:
-    consecutive markers of one point add up). Rows before any marker, or after a marker
-    out of range, belong to no point."""
-    out: dict[int, list[KernelRow]] = {}
-    current: int | None = None
+def group_runs(rows: list[KernelRow], n_points: int) -> dict[int, list[list[KernelRow]]]:
+    """Point index -> its runs, each the kernel rows of one run. A marker with grid x = i + 1
+    starts a run of point i; the kernels up to the next marker are that run's. Rows before
+    any marker, or after a marker out of range, belong to no point."""
+    out: dict[int, list[list[KernelRow]]] = {}
+    current: list[KernelRow] | None = None
     for row in rows:
         if row.is_marker:
             i = row.grid_x - 1
-            current = i if 0 <= i < n_points else None
-            if current is not None:
-                out.setdefault(current, [])
+            current = None
+            if 0 <= i < n_points:
+                current = []
+                out.setdefault(i, []).append(current)
         elif current is not None:
-            out[current].append(row)
+            current.append(row)
     return out
+
+
+def group_by_marker(rows: list[KernelRow], n_points: int) -> dict[int, list[KernelRow]]:
+    """Point index -> all its kernel rows (its runs one after the other)."""
+    return {i: [k for run in runs for k in run]
+            for i, runs in group_runs(rows, n_points).items()}
+
+
+def time_pass_values(runs: list[list[KernelRow]]) -> dict[str, Any]:
+    """A point's time-pass metrics: the median over its runs of the run's summed kernel
+    duration (a point may launch several kernels), the median SM clock, the run count."""
+    times = [sum(k.time_us() for k in run) for run in runs if run]
+    clocks = [k.clock_mhz() for run in runs for k in run]
+    clocks = [c for c in clocks if math.isfinite(c)]
+    return {"ncu_time_us": statistics.median(times) if times else math.nan,
+            "ncu_time_runs": len(times),
+            "ncu_clock_mhz": statistics.median(clocks) if clocks else math.nan}
 
 
 def short_name(metric: str) -> str:
@@ -191,7 +230,7 @@ def point_counters(kernels: list[KernelRow], metrics: list[str]) -> dict[str, An
         out[f"ncu_{short_name(metric)}"] = v * (UNIT_SCALE[unit] if unit.endswith("byte")
                                                 and unit in UNIT_SCALE else 1.0)
     times = [k.time_us() for k in kernels]  # all kernels' time, in us (not the main one's)
-    out["ncu_time_us"] = sum(times) if all(math.isfinite(t) for t in times) else math.nan
+    out["ncu_replay_time_us"] = sum(times) if all(math.isfinite(t) for t in times) else math.nan
     ld, st = out.get("ncu_smem_bank_conflicts_ld"), out.get("ncu_smem_bank_conflicts_st")
     if ld is not None and st is not None:
         out["ncu_smem_bank_conflicts"] = ld + st
@@ -218,6 +257,7 @@ class NcuRun:
     rc: int | None
     timed_out: bool
     seconds: float
+    command: list[str] = field(default_factory=list)
 
 
 def metric_list(metrics: list[str]) -> list[str]:
@@ -251,9 +291,10 @@ def ncu_command(ncu: str, metrics: list[str], log_file: Path, child: list[str],
 
 
 def child_command(name: str, config_path: Path, point_ids: list[str], seed: int,
-                  report: Path) -> list[str]:
+                  report: Path, runs: int = 1) -> list[str]:
     return [sys.executable, "-m", "cudalab.profiler", name, "--config", str(config_path),
-            "--points", ",".join(point_ids), "--seed", str(seed), "--report", str(report)]
+            "--points", ",".join(point_ids), "--seed", str(seed), "--report", str(report),
+            "--runs", str(runs)]
 
 
 def run_ncu(cmd: list[str], out_dir: Path, timeout_s: float) -> NcuRun:
@@ -330,19 +371,30 @@ def point_status(kernels: list[KernelRow] | None, child: str, job_reason: str) -
 
 
 def needs_profile(rec: dict[str, Any] | None, metrics: list[str]) -> bool:
-    """An ok, timed GPU record whose counters are missing, failed or of another metric set
-    (a record reused from the cache keeps the counters of its earlier profile)."""
+    """An ok, timed GPU record whose counters are missing, failed, of another metric set or
+    without the time pass (a record reused from the cache keeps its earlier profile)."""
     if not rec or rec.get("status") != "ok" or not rec.get("timing"):
         return False
     prof = rec.get("profile") or {}
-    return not (prof.get("status") == "ok" and prof.get("metrics") == metrics)
+    return not (prof.get("status") == "ok" and prof.get("metrics") == metrics
+                and prof.get("time_metrics") == TIME_METRICS)
+
+
+@dataclass
+class Pass:
+    """One ncu run over the job's points: its metrics, launches per point, folder."""
+
+    name: str
+    metrics: list[str]
+    runs: int
+    out_dir: Path
 
 
 def profile_job(config: dict[str, Any], name: str, points: list[Any], raw_dir: Path,
                 out_dir: Path, seed: int) -> dict[str, Any]:
-    """Profile the job's ok GPU points that lack counters in one ncu run and write the
-    counters (or why there are none) into their raw records. Returns the manifest's
-    `profile` entry; its "line" is the job log's one line about it."""
+    """Profile the job's ok GPU points that lack counters (the time pass, then the counters
+    pass: one ncu run each) and write the counters (or why there are none) into their raw
+    records. Returns the manifest's `profile` entry; its "line" is the job log's one line."""
     from cudalab import results
 
     prof = config["profile"]
@@ -354,40 +406,63 @@ def profile_job(config: dict[str, Any], name: str, points: list[Any], raw_dir: P
         return entry | {"status": "nothing to profile",
                         "line": "ncu: nothing to profile (no ok GPU point lacks counters)"}
     ncu = shutil.which("ncu")
+    info = {"tool": "ncu", "metrics": metrics, "time_metrics": TIME_METRICS,
+            "time_runs": TIME_RUNS}
     if ncu is None:
         reason = "not profiled: ncu not found on PATH"
         for _, path in todo:
-            write_counters(path, {}, reason, {"tool": "ncu", "metrics": metrics})
+            write_counters(path, {"ncu_time_status": reason}, reason, info)
         return entry | {"status": reason, "profiled": 0, "line": f"ncu: {len(todo)} GPU "
                         f"point(s) {reason} (install Nsight Compute or load its module)"}
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.json").write_text(json.dumps(config, default=str))
-    for stale in ("ncu.log", "report.json"):
-        (out_dir / stale).unlink(missing_ok=True)
     ids = [p.point_id for p, _ in todo]
-    child = child_command(name, (out_dir / "config.json").resolve(), ids, seed,
-                          (out_dir / "report.json").resolve())
-    cmd = ncu_command(ncu, metrics, (out_dir / "ncu.log").resolve(), child,
+    passes = [Pass("time", TIME_METRICS, TIME_RUNS, out_dir / "time"),
+              Pass("counters", metrics, 1, out_dir)]
+    runs = {ps.name: _run_pass(ncu, ps, name, ids, seed, config, out_dir / "config.json")
+            for ps in passes}
+    info |= {"version": ncu_version(ncu), "log": str(out_dir / "ncu.log")}
+    statuses = _write_points(todo, runs, prof["timeout_s"], info)
+    return entry | _summary(statuses, runs, info) | {
+        "command": runs["counters"].command, "time_command": runs["time"].command}
+
+
+def _run_pass(ncu: str, ps: Pass, name: str, ids: list[str], seed: int,
+              config: dict[str, Any], config_path: Path) -> NcuRun:
+    ps.out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in ("ncu.log", "report.json"):
+        (ps.out_dir / stale).unlink(missing_ok=True)
+    child = child_command(name, config_path.resolve(), ids, seed,
+                          (ps.out_dir / "report.json").resolve(), ps.runs)
+    cmd = ncu_command(ncu, ps.metrics, (ps.out_dir / "ncu.log").resolve(), child,
                       config["measurement"]["cold_l2"])
-    run = run_ncu(cmd, out_dir, prof["timeout_s"])
-    info = {"tool": "ncu", "version": ncu_version(ncu), "metrics": metrics,
-            "log": str(out_dir / "ncu.log")}
-    statuses = _write_points(todo, run, prof["timeout_s"], info)
-    return entry | _summary(statuses, run, info) | {"command": cmd}
+    run = run_ncu(cmd, ps.out_dir, config["profile"]["timeout_s"])
+    run.command = cmd
+    return run
 
 
-def _write_points(todo: list[tuple[Any, Path]], run: NcuRun, timeout_s: float,
+def _write_points(todo: list[tuple[Any, Path]], runs: dict[str, NcuRun], timeout_s: float,
                   info: dict[str, Any]) -> list[str]:
-    groups = group_by_marker(parse_raw_csv(run.log_text), len(todo))
-    job_reason = job_failure(run, timeout_s)
+    """Each point's counters (counters pass) and duration (time pass) into its record;
+    returns the counters' statuses."""
+    count_run, time_run = runs["counters"], runs["time"]
+    groups = group_by_marker(parse_raw_csv(count_run.log_text), len(todo))
+    time_groups = group_runs(parse_raw_csv(time_run.log_text), len(todo))
+    job_reason = job_failure(count_run, timeout_s)
+    time_reason = job_failure(time_run, timeout_s)
     statuses = []
     for i, (point, path) in enumerate(todo):
         kernels = groups.get(i)
-        status = point_status(kernels, run.report.get(point.point_id, ""), job_reason)
+        status = point_status(kernels, count_run.report.get(point.point_id, ""), job_reason)
         ran = kernels if status == "ok" and kernels else []
         extra = {"kernels": [k.name for k in ran],
                  "values": requested(main_kernel(ran).values, info["metrics"]) if ran else {}}
-        write_counters(path, point_counters(ran, info["metrics"]) if ran else {}, status,
+        t_runs = time_groups.get(i)
+        t_flat = None if t_runs is None else [k for run in t_runs for k in run]
+        t_status = point_status(t_flat, time_run.report.get(point.point_id, ""), time_reason)
+        timed = time_pass_values(t_runs) if t_status == "ok" and t_runs else {}
+        counters = point_counters(ran, info["metrics"]) if ran else {}
+        write_counters(path, counters | timed | {"ncu_time_status": t_status}, status,
                        info | extra)
         statuses.append(status)
     return statuses
@@ -408,16 +483,21 @@ def write_counters(path: Path, counters: dict[str, Any], status: str,
     results.write_json_atomic(path, rec)
 
 
-def _summary(statuses: list[str], run: NcuRun, info: dict[str, Any]) -> dict[str, Any]:
+def _summary(statuses: list[str], runs: dict[str, NcuRun], info: dict[str, Any]
+             ) -> dict[str, Any]:
     ok = statuses.count("ok")
-    bad = [s for s in statuses if s != "ok"]
+    bad = [st for st in statuses if st != "ok"]
     common = max(set(bad), key=bad.count) if bad else ""
-    line = (f"ncu: {ok} of {len(statuses)} GPU point(s) profiled in {run.seconds:.1f} s"
+    seconds = sum(r.seconds for r in runs.values())
+    line = (f"ncu: {ok} of {len(statuses)} GPU point(s) profiled in {seconds:.1f} s"
+            f" (time pass {runs['time'].seconds:.1f} s, counters pass "
+            f"{runs['counters'].seconds:.1f} s)"
             + (f"; {len(bad)} {common}" + (" (and other reasons)" if len(set(bad)) > 1 else "")
                if bad else "")
             + f" (ncu {info['version'] or 'version unknown'}; output {info['log']})")
     return {"status": "ok" if not bad else common, "profiled": ok,
-            "seconds": round(run.seconds, 3), "rc": run.rc, "version": info["version"],
+            "seconds": round(seconds, 3), "rc": runs["counters"].rc,
+            "time_rc": runs["time"].rc, "version": info["version"],
             "log": info["log"], "line": line}
 
 
@@ -429,32 +509,39 @@ def _libcuda() -> Any:
 
 class NcuRange:
     """harness.Profiler for the child: the first measure() of point `point_index` opens
-    the profiler range and launches the marker with point_index + 1 blocks; end() waits
-    for the GPU and closes the range. Later measure() calls of the same point run
-    unprofiled."""
+    the profiler range and launches the marker with point_index + 1 blocks; before each
+    further run of fn (`runs` in all) mark() launches it again, so every run's kernels
+    are told apart; end() waits for the GPU and closes the range. Later measure() calls
+    of the same point run unprofiled."""
 
     def __init__(self, start: Callable[[], int], stop: Callable[[], int],
-                 marker: Callable[[int], None], sync: Callable[[], None]) -> None:
+                 marker: Callable[[int], None], sync: Callable[[], None],
+                 runs: int = 1) -> None:
         self._start, self._stop, self._marker, self._sync = start, stop, marker, sync
+        self.runs = runs
         self.point_index = -1
         self._opened = -1
 
     @classmethod
-    def for_session(cls, gpu: Any) -> NcuRange:
+    def for_session(cls, gpu: Any, runs: int = 1) -> NcuRange:
         from pycuda.compiler import SourceModule
 
         func = SourceModule(MARKER_SOURCE, no_extern_c=True).get_function(MARKER_KERNEL)
         lib = _libcuda()
         return cls(lib.cuProfilerStart, lib.cuProfilerStop,
-                   lambda blocks: func(block=(1, 1, 1), grid=(blocks, 1)), gpu.synchronize)
+                   lambda blocks: func(block=(1, 1, 1), grid=(blocks, 1)), gpu.synchronize,
+                   runs)
 
     def begin(self) -> bool:
         if self.point_index < 0 or self._opened == self.point_index:
             return False
         self._opened = self.point_index
         _driver_ok(self._start(), "cuProfilerStart")
-        self._marker(self.point_index + 1)
+        self.mark()
         return True
+
+    def mark(self) -> None:
+        self._marker(self.point_index + 1)
 
     def end(self) -> None:
         self._sync()
@@ -484,12 +571,13 @@ def child_main(argv: list[str] | None = None) -> int:
     for opt in ("--config", "--points", "--report"):
         ap.add_argument(opt, required=True)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--runs", type=int, default=1)
     a = ap.parse_args(argv)
     config = json.loads(Path(a.config).read_text())
     exp = REGISTRY[a.experiment]
     grid = {p.point_id: p for p in exp.grid(config)}
     gpu = open_session(config["gpu_index"])
-    rng = NcuRange.for_session(gpu)
+    rng = NcuRange.for_session(gpu, a.runs)
     ctx = RunContext(gpu, Harness(Settings.from_config(config["measurement"]), profiler=rng),
                      np.random.default_rng(a.seed), config, config["experiments"][a.experiment])
     exp.prepare(ctx)

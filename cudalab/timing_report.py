@@ -68,13 +68,15 @@ NCU_AGREE_US = 0.5
 
 def ncu_agreement(df: pd.DataFrame, worst: int = 10) -> dict[str, Any] | None:
     """The queued per-launch time of every profiled single-kernel GPU point against ncu's
-    duration of the same kernel (m_ncu_time_us, profile.ncu), or None without counters."""
+    duration of the same kernel (m_ncu_time_us: profile.ncu's time pass, or in a table of
+    before the time pass the replayed duration), or None without counters."""
     need = ("m_ncu_time_us", "m_ncu_status", "m_ncu_kernels")
     if any(c not in df for c in need):
         return None
     g = gpu_timed(df)
+    status = g["m_ncu_time_status"] if "m_ncu_time_status" in g else g["m_ncu_status"]
     g = g[(g["timer"].astype("string") == "cuda_event_queued")
-          & (g["m_ncu_status"].astype("string") == "ok")
+          & (status.astype("string") == "ok")
           & (pd.to_numeric(g["m_ncu_kernels"], errors="coerce") == 1)]
     g = g.copy()  # a slice of a wide table: new columns go on a compact copy
     ncu = pd.to_numeric(g["m_ncu_time_us"], errors="coerce")
@@ -88,6 +90,9 @@ def ncu_agreement(df: pd.DataFrame, worst: int = 10) -> dict[str, Any] | None:
     off = g[~agree].assign(gap=lambda x: (x["ratio"] - 1).abs()).sort_values(
         "gap", ascending=False)
     return {"n": len(g), "n_agree": int(agree.sum()), "share_pct": 100 * float(agree.mean()),
+            "method": ("ncu's time pass: gpu__time_duration alone (one pass, nothing replayed),"
+                       " median of 5 launches" if "m_ncu_time_status" in df else
+                       "ncu's replayed duration (a table of before the time pass)"),
             "tolerance": f"{NCU_AGREE_SHARE:.0%} or {NCU_AGREE_US:g} µs, whichever is larger",
             "ratio_median": float(g["ratio"].median()),
             "worst": [{"experiment": r["experiment"], "point_id": r["point_id"],

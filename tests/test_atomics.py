@@ -7,6 +7,7 @@ model, never measurements.
 
 from __future__ import annotations
 
+import json
 import math
 
 import matplotlib
@@ -19,6 +20,7 @@ from cudalab.config import ConfigError
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.atomics import (
     COUNTERS,
+    RACY_MIN_SAMPLE_S,
     SUMS,
     U,
     counter_check,
@@ -288,7 +290,7 @@ def test_smoke_grid_through_the_runner_on_a_fake_gpu(tmp_path, monkeypatch):
     from test_fast_math import run_on_fake_gpu
 
     gpu = _fake_gpu()
-    df = run_on_fake_gpu(NAME, EXP.smoke, gpu, tmp_path, monkeypatch)
+    df = run_on_fake_gpu(NAME, EXP.smoke, gpu, tmp_path, monkeypatch, min_sample_s=1e-4)
     assert (df["status"] == "ok").all(), df[["point_id", "reason"]].to_string()
     d = df.set_index("point_id")
     racy = d.loc["racy_counter-grid1024-block1024"]
@@ -296,6 +298,11 @@ def test_smoke_grid_through_the_runner_on_a_fake_gpu(tmp_path, monkeypatch):
     assert racy["m_lost_fraction"] == pytest.approx(1 - 1 / 32)
     atom = d.loc["atomic_counter-grid1024-block1024"]
     assert atom["m_counted"] == atom["m_expected"] == 1 << 20 and atom["error"] == 0
+    # the race makes each launch's time vary: the racy counter's samples are longer, and
+    # its own harness settings travel with its number; every other point keeps the job's
+    harness = {p: json.loads(h) for p, h in d["harness"].items()}
+    assert harness["racy_counter-grid1024-block1024"]["min_sample_s"] == RACY_MIN_SAMPLE_S
+    assert {h["min_sample_s"] for p, h in harness.items() if not p.startswith("racy")} == {1e-4}
     sums = df[df["variant"].isin(SUMS)]
     assert (sums["bytes"] == 4 * sums["p_n"]).all() and sums["gbps"].notna().all()
     red = d.loc["reduce_sum-n1000-block256"]

@@ -384,8 +384,9 @@ class FakeGpu:
         pass
 
 
-def run_on_fake_gpu(name, block, gpu, tmp_path, monkeypatch):
-    """The real runner over `block` with `gpu` standing in for the device; the table."""
+def run_on_fake_gpu(name, block, gpu, tmp_path, monkeypatch, **measurement):
+    """The real runner over `block` with `gpu` standing in for the device; the table.
+    `measurement` overrides the (fast, unbatched) harness settings."""
     from cudalab import gpu as gpumod
     from cudalab.runner import run_experiment
 
@@ -393,7 +394,7 @@ def run_on_fake_gpu(name, block, gpu, tmp_path, monkeypatch):
     config = cfg.validate({
         # the fake device runs only this experiment's kernels: no measured ceilings
         "measurement": {"warmup": 1, "min_samples": 2, "max_samples": 3, "budget_s": 0.01,
-                        "min_sample_s": 0, "ceilings": False},
+                        "min_sample_s": 0, "ceilings": False, **measurement},
         "telemetry": {"nvidia_smi": False, "nvml": False},
         "experiments": {name: dict(block)},
     })

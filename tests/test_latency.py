@@ -434,9 +434,13 @@ def _fake_gpu(**emulators):
         def chain_bytes(self, variant, words, data):
             return self.constant_bytes if data is None else data.buf.size
 
+        def l2_flusher(self):
+            return lambda: self.flushes.append(1)
+
     gpu = LatencyGpu({f"chase_{v}": emulators.get(v) or _emulator(v)
                       for v in ("global", "global_cg", "shared", "constant")},
                      global_sizes={"latency_constant_chain": 64 * KIB})
+    gpu.flushes = []
 
     def alloc(nbytes):
         a = AddrAlloc(int(nbytes))
@@ -463,6 +467,9 @@ def test_smoke_grid_through_the_runner_on_a_fake_gpu(tmp_path, monkeypatch):
     assert (df["status"] == "ok").all(), df[["point_id", "reason"]].to_string()
     assert len(df) == len(EXP.points(validate(dict(EXP.smoke))))
     assert (df["error_metric"] == "launches_off_the_chain").all()
+    # a global chain too large to prime starts from an L2 flushed once, not from its upload
+    unprimed = df["variant"].isin(["global", "global_cg"]) & ~df["m_primed"].astype(bool)
+    assert unprimed.any() and len(gpu.flushes) == unprimed.sum()
     assert df["bytes"].isna().all() and df["gbps"].isna().all() and df["gflops"].isna().all()
     assert df["pct_peak_gbps"].isna().all()
     for _, r in df.iterrows():  # the kernel's counters, per load, are the metrics

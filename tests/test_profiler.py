@@ -111,6 +111,24 @@ def test_grouping_merges_a_point_that_opened_its_range_twice_and_drops_strays():
     groups = profiler.group_by_marker(rows, n_points=3)
     assert {i: [k.name for k in ks] for i, ks in groups.items()} == {
         0: ["a", "a_again"], 2: ["c"], 1: []}
+    runs = profiler.group_runs(rows, n_points=3)
+    assert {i: [[k.name for k in run] for run in rs] for i, rs in runs.items()} == {
+        0: [["a"], ["a_again"]], 2: [["c"]], 1: [[]]}
+
+
+def test_the_time_pass_keeps_the_median_run_of_summed_kernels_and_the_clock():
+    def k(t_ns: float, clock: float = 1.98e9) -> profiler.KernelRow:
+        return profiler.KernelRow(
+            "k", 1, {profiler.TIME_METRIC: t_ns, profiler.CLOCK_METRIC: clock},
+            {profiler.TIME_METRIC: "nsecond", profiler.CLOCK_METRIC: "cycle/second"})
+
+    runs = [[k(1000), k(500)], [k(2000), k(900)], [k(1100), k(450, 1.7e9)], []]
+    v = profiler.time_pass_values(runs)
+    # per run 1.5, 2.9, 1.55 us (an empty run launched nothing and is no time)
+    assert v["ncu_time_us"] == pytest.approx(1.55) and v["ncu_time_runs"] == 3
+    assert v["ncu_clock_mhz"] == pytest.approx(1980.0)
+    nothing = profiler.time_pass_values([])
+    assert math.isnan(nothing["ncu_time_us"]) and nothing["ncu_time_runs"] == 0
 
 
 # -- one point's counters -----------------------------------------------------------------
@@ -119,13 +137,13 @@ def test_the_longest_kernel_gives_the_counters_and_the_times_add_up():
     c = profiler.point_counters(groups[1], DEFAULTS)
     assert c["ncu_kernel"] == "void gemm<float, 128>"  # 1204 us beats 3.8 us
     assert c["ncu_kernels"] == 2
-    assert c["ncu_time_us"] == pytest.approx(1204.224 + 3.776)
+    assert c["ncu_replay_time_us"] == pytest.approx(1204.224 + 3.776)
     assert c["ncu_registers"] == 128.0
     assert math.isnan(c["ncu_l2_hit_rate_pct"])
     # stall reasons: selected is no stall, the largest first, one decimal
     assert c["ncu_top_stall"] == "barrier 7.2, long_scoreboard 0.4"
     single = profiler.point_counters(groups[0], DEFAULTS)
-    assert single["ncu_time_us"] == pytest.approx(8.0645)
+    assert single["ncu_replay_time_us"] == pytest.approx(8.0645)
     assert (single["ncu_l2_hit_rate_pct"], single["ncu_kernel"]) == (93.71, "matmul_tiled")
     assert single["ncu_top_stall"] == "long_scoreboard 3.0, barrier 1.5"
 
@@ -149,7 +167,7 @@ def test_the_real_h100_output_gives_each_point_its_kernel_and_only_the_asked_cou
     assert {i: [k.name for k in ks] for i, ks in groups.items()} == {
         0: ["vadd"], 1: ["vadd", "scale"], 2: ["vadd"]}
     c = [profiler.point_counters(groups[i], profiler.metric_list(DEFAULTS)) for i in range(3)]
-    assert [x["ncu_time_us"] for x in c] == pytest.approx([6.304, 6.304 + 7.680, 6.144])
+    assert [x["ncu_replay_time_us"] for x in c] == pytest.approx([6.304, 6.304 + 7.680, 6.144])
     assert [x["ncu_kernel"] for x in c] == ["vadd", "scale", "vadd"]  # scale: 7.7 > 6.3 us
     assert c[1] == pytest.approx({
         "ncu_achieved_occupancy_pct": 43.73, "ncu_theoretical_occupancy_pct": 100.0,
@@ -158,7 +176,7 @@ def test_the_real_h100_output_gives_each_point_its_kernel_and_only_the_asked_cou
         "ncu_smem_bank_conflicts_st": 0.0, "ncu_smem_bank_conflicts": 0.0,
         "ncu_registers": 16.0, "ncu_occupancy_limit_blocks": 32.0,
         "ncu_occupancy_limit_registers": 32.0, "ncu_occupancy_limit_smem": 32.0,
-        "ncu_occupancy_limit_warps": 16.0, "ncu_time_us": 13.984,
+        "ncu_occupancy_limit_warps": 16.0, "ncu_replay_time_us": 13.984,
         "ncu_top_stall": "long_scoreboard 42.2", "ncu_kernel": "scale", "ncu_kernels": 2})
 
 
@@ -173,13 +191,17 @@ def test_top_stalls_keeps_three_and_skips_zeros():
 class Recorder:
     """A Profiler and fn that log what happens, in order."""
 
-    def __init__(self, profile_all: bool = True) -> None:
+    def __init__(self, profile_all: bool = True, runs: int = 1) -> None:
         self.events: list[str] = []
         self.profile_all = profile_all
+        self.runs = runs
 
     def begin(self) -> bool:
         self.events.append("begin")
         return self.profile_all
+
+    def mark(self) -> None:
+        self.events.append("mark")
 
     def end(self) -> None:
         self.events.append("end")
@@ -188,18 +210,24 @@ class Recorder:
         self.events.append("fn")
 
 
-def test_profile_mode_runs_fn_once_as_warm_up_then_once_profiled_and_times_nothing():
+def test_profile_mode_warms_up_as_the_timings_do_then_runs_once_profiled_and_times_nothing():
     rec = Recorder()
-    h = Harness(Settings(warmup=5, min_samples=10), profiler=rec)
+    h = Harness(Settings(warmup=2, min_samples=10), profiler=rec)
     t = h.measure(rec.fn, WallTimer(), asynchronous=True)
-    assert rec.events == ["fn", "begin", "fn", "end"]
+    assert rec.events == ["fn", "fn", "begin", "fn", "end"]
     assert (t.timer, t.n, t.batch, t.stop_reason) == (PROFILE_TIMER, 1, 1, "profiled")
     assert "not a timing" in t.note
 
 
-def test_a_run_the_profiler_declines_is_not_closed():
-    rec = Recorder(profile_all=False)
-    Harness(Settings(), profiler=rec).measure(rec.fn, WallTimer())
+def test_profile_mode_marks_every_further_run_of_a_point():
+    rec = Recorder(runs=3)
+    Harness(Settings(warmup=0), profiler=rec).measure(rec.fn, WallTimer())
+    assert rec.events == ["fn", "begin", "fn", "mark", "fn", "mark", "fn", "end"]
+
+
+def test_a_run_the_profiler_declines_is_not_closed_nor_repeated():
+    rec = Recorder(profile_all=False, runs=3)
+    Harness(Settings(warmup=1), profiler=rec).measure(rec.fn, WallTimer())
     assert rec.events == ["fn", "begin", "fn"]
 
 
@@ -209,7 +237,7 @@ def test_the_ncu_range_profiles_a_point_once_with_its_marker_grid():
                             stop=lambda: log.append("stop") or 0,
                             marker=lambda blocks: log.append(f"marker<<<{blocks}>>>"),
                             sync=lambda: log.append("sync"))
-    h = Harness(Settings(), profiler=rng)
+    h = Harness(Settings(warmup=1), profiler=rng)
     h.measure(lambda: log.append("fn"), WallTimer())  # before any point: not profiled
     assert log == ["fn", "fn"]
     log.clear()
@@ -316,7 +344,8 @@ def fake_job(monkeypatch, tmp_path):
         recs = {r["point_id"]: r for r in results.iter_records(out / "raw")}
         return manifest, recs
 
-    run.argv = lambda: json.loads((tmp_path / "argv.json").read_text())
+    run.argvs = lambda: json.loads((tmp_path / "argv.json").read_text())
+    run.argv = lambda: run.argvs()[-1]  # the counters pass: the last ncu run
     run.out = out
     return run
 
@@ -335,7 +364,11 @@ def test_counters_land_in_the_records_and_the_table(fake_job, capsys):
     n3 = recs["k-n3"]["metrics"]
     # the fake's point 1 (k-n3) ran two kernels: the second (500 ns longer) is the kernel
     assert n3["ncu_kernel"] == "kernel_1_1" and n3["ncu_kernels"] == 2
-    assert n3["ncu_time_us"] == pytest.approx(2.2345 + 2.7345)
+    assert n3["ncu_replay_time_us"] == pytest.approx(2.2345 + 2.7345)
+    # the time pass: 5 runs, run r 100*r ns longer per kernel: the median run is r = 2
+    assert n3["ncu_time_us"] == pytest.approx(2.4345 + 2.9345)
+    assert n3["ncu_time_runs"] == profiler.TIME_RUNS == 5
+    assert n3["ncu_clock_mhz"] == pytest.approx(1970.0) and n3["ncu_time_status"] == "ok"
     assert n3["ncu_registers"] == 24.0 and n3["ncu_dram_bytes"] == 2 * 1048576
     assert n3["ncu_smem_bank_conflicts"] == 2048 + 2049
     assert n3["ncu_top_stall"] == "long_scoreboard 4.1, barrier 2.0, wait 1.1"
@@ -348,8 +381,9 @@ def test_counters_land_in_the_records_and_the_table(fake_job, capsys):
              "dram_bytes", "l2_hit_rate_pct", "l2_throughput_pct", "l1_hit_rate_pct",
              "sm_throughput_pct", "smem_bank_conflicts_ld", "smem_bank_conflicts_st",
              "registers", "occupancy_limit_registers", "occupancy_limit_smem",
-             "occupancy_limit_warps", "occupancy_limit_blocks", "time_us"}
-    derived = {"smem_bank_conflicts", "top_stall", "kernel", "kernels", "status"}
+             "occupancy_limit_warps", "occupancy_limit_blocks", "replay_time_us"}
+    derived = {"smem_bank_conflicts", "top_stall", "kernel", "kernels", "status",
+               "time_us", "time_runs", "clock_mhz", "time_status"}
     assert {c for c in df.columns if c.startswith("m_ncu_")} == {
         f"m_ncu_{x}" for x in asked | derived}
     row = df.set_index("point_id").loc["k-n3"]
@@ -370,6 +404,13 @@ def test_ncu_is_asked_for_the_ok_gpu_points_in_grid_order_with_the_configured_me
     child = argv[argv.index("-m"):]
     assert child[:3] == ["-m", "cudalab.profiler", "fakencu"]
     assert child[child.index("--points") + 1] == ",".join(OK_GPU)
+    assert child[child.index("--runs") + 1] == "1"
+    # first the time pass: the duration and clock only (one pass: nothing replayed), 5 runs
+    first = fake_job.argvs()[0]
+    assert first[first.index("--metrics") + 1] == ("gpu__time_duration.sum,"
+                                                  "gpc__cycles_elapsed.avg.per_second")
+    assert first[first.index("--runs") + 1] == "5"
+    assert first[first.index("--cache-control") + 1] == "none"
 
 
 def test_timings_are_untouched_and_profiled_points_are_not_profiled_again(fake_job, capsys):

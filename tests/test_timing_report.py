@@ -86,12 +86,13 @@ def test_report_keeps_host_launch_cost_one_launch_and_kernel_apart(tmp_path):
 
 
 def _profiled(point_id: str, us: float, ncu_us: float, kernels: int = 1,
-              status: str = "ok") -> dict:
-    """SYNTHETIC TEST DATA: a queued point whose record carries ncu counters."""
-    rec = _record(point_id, _timing([us * 1e-6], 0.02),
-                  metrics={"ncu_time_us": ncu_us, "ncu_status": status,
-                           "ncu_kernels": kernels})
-    return rec
+              status: str = "ok", time_status: str | None = "ok") -> dict:
+    """SYNTHETIC TEST DATA: a queued point whose record carries ncu counters (and the time
+    pass's status unless None: a table of before the time pass)."""
+    metrics = {"ncu_time_us": ncu_us, "ncu_status": status, "ncu_kernels": kernels}
+    if time_status is not None:
+        metrics["ncu_time_status"] = time_status
+    return _record(point_id, _timing([us * 1e-6], 0.02), metrics=metrics)
 
 
 def test_kernel_time_against_nsight_compute_within_10_percent_or_half_a_microsecond():
@@ -101,13 +102,19 @@ def test_kernel_time_against_nsight_compute_within_10_percent_or_half_a_microsec
         _profiled("c", 2.0, 2.45),  # 22 % but 0.45 us: agrees (the 0.5 us floor)
         _profiled("d", 2.0, 2.7),  # 0.7 us: does not
         _profiled("e", 100.0, 300.0, kernels=3),  # several kernels: not compared
-        _profiled("f", 100.0, 300.0, status="not profiled: no kernel ran"),
+        _profiled("f", 100.0, 300.0, status="not profiled: no kernel ran",
+                  time_status="not profiled: no kernel ran"),
+        _profiled("g", 100.0, 300.0, time_status="not profiled: ncu timed out after 600 s"),
     ])
     a = timing_report.ncu_agreement(df)
     assert (a["n"], a["n_agree"]) == (4, 2) and a["share_pct"] == pytest.approx(50.0)
+    assert a["method"].startswith("ncu's time pass")
     assert [r["point_id"] for r in a["worst"]] == ["d", "b"]  # largest gap first
     assert a["worst"][0]["ratio"] == pytest.approx(1.35)
     assert timing_report.ncu_agreement(df.drop(columns=["m_ncu_time_us"])) is None
+    # a table of before the time pass: the counters' status decides, and the method says so
+    old = timing_report.ncu_agreement(df.drop(columns=["m_ncu_time_status"]))
+    assert old["n"] == 5 and old["method"].startswith("ncu's replayed duration")
 
 
 def test_reference_report_shows_the_ncu_agreement(tmp_path):

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from cudalab.harness import Harness, Timer, Timing
+from cudalab.harness import Harness, Settings, Timer, Timing
 
 NAN_BITS = 0x7FC00000  # float32 quiet NaN: poisons float outputs before every check
 POISON_64_WORD = 0xFFFFFFFF  # both halves of an 8-byte output: a float64 NaN
@@ -297,6 +297,7 @@ class Experiment:
         sync: Callable[[], None] | None = None,
         asynchronous: bool = False,
         batchable: bool = True,
+        settings: Settings | None = None,
     ) -> tuple[Check, Timing]:
         """Correct first, then timed: the one sequence every GPU experiment uses.
 
@@ -308,7 +309,8 @@ class Experiment:
         before returning. Then launch() is timed with the harness (timer: CUDA events on
         the default stream unless given). `asynchronous`: launch() only enqueues GPU work
         (kernel launches, async copies), nothing that synchronises or allocates; the
-        harness may then queue launches ahead."""
+        harness may then queue launches ahead. `settings`: this point's own harness settings
+        (they travel with its timing), else the job's."""
         gpu = ctx.gpu
         if output is not None:
             cuda = gpu.cuda
@@ -329,7 +331,7 @@ class Experiment:
         else:
             result = check()
         timing = ctx.harness.measure(launch, timer or gpu.event_timer(), batchable=batchable,
-                                     asynchronous=asynchronous)
+                                     asynchronous=asynchronous, settings=settings)
         return result, timing
 
     def plot(self, name: str, df: pd.DataFrame) -> Figure | None:
