@@ -89,6 +89,8 @@ UNIT_SCALE: dict[str, float] = {
     "s": 1e6, "second": 1e6,
     "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12,
 }
+NO_KERNEL = ("not profiled: no kernel ran in the profiled run (copies and host work have no "
+             "kernel counters)")
 PERM_REASON = ("not profiled: ERR_NVGPUCTRPERM (GPU performance counters not permitted for "
                "this user: see https://developer.nvidia.com/ERR_NVGPUCTRPERM)")
 
@@ -363,8 +365,7 @@ def point_status(kernels: list[KernelRow] | None, child: str, job_reason: str) -
     if kernels:
         return "ok"
     if kernels is not None:
-        return ("not profiled: no kernel ran in the profiled run (copies and host work "
-                "have no kernel counters)")
+        return NO_KERNEL
     if child.startswith(("failed", "skipped")):
         return f"not profiled: {child.replace(':', ' in the profiling run:', 1)}"
     return job_reason or "not profiled: no result for this point in ncu's CSV"
@@ -372,11 +373,12 @@ def point_status(kernels: list[KernelRow] | None, child: str, job_reason: str) -
 
 def needs_profile(rec: dict[str, Any] | None, metrics: list[str]) -> bool:
     """An ok, timed GPU record whose counters are missing, failed, of another metric set or
-    without the time pass (a record reused from the cache keeps its earlier profile)."""
+    without the time pass (a record reused from the cache keeps its earlier profile; a
+    point found to launch no kernel is not profiled again)."""
     if not rec or rec.get("status") != "ok" or not rec.get("timing"):
         return False
     prof = rec.get("profile") or {}
-    return not (prof.get("status") == "ok" and prof.get("metrics") == metrics
+    return not (prof.get("status") in ("ok", NO_KERNEL) and prof.get("metrics") == metrics
                 and prof.get("time_metrics") == TIME_METRICS)
 
 
@@ -417,14 +419,19 @@ def profile_job(config: dict[str, Any], name: str, points: list[Any], raw_dir: P
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.json").write_text(json.dumps(config, default=str))
     ids = [p.point_id for p, _ in todo]
-    passes = [Pass("time", TIME_METRICS, TIME_RUNS, out_dir / "time"),
-              Pass("counters", metrics, 1, out_dir)]
-    runs = {ps.name: _run_pass(ncu, ps, name, ids, seed, config, out_dir / "config.json")
-            for ps in passes}
+    cfg_path = out_dir / "config.json"
+    time_run = _run_pass(ncu, Pass("time", TIME_METRICS, TIME_RUNS, out_dir / "time"), name,
+                         ids, seed, config, cfg_path)
+    time_status = _time_statuses(ids, time_run, prof["timeout_s"])
+    # the counters pass skips what the time pass saw launch no kernel (copies, host work)
+    counted = [i for i in ids if time_status[i][0] != NO_KERNEL]
+    count_run = (_run_pass(ncu, Pass("counters", metrics, 1, out_dir), name, counted, seed,
+                           config, cfg_path) if counted else None)
     info |= {"version": ncu_version(ncu), "log": str(out_dir / "ncu.log")}
-    statuses = _write_points(todo, runs, prof["timeout_s"], info)
+    statuses = _write_points(todo, time_status, counted, count_run, prof["timeout_s"], info)
+    runs = {"time": time_run, "counters": count_run}
     return entry | _summary(statuses, runs, info) | {
-        "command": runs["counters"].command, "time_command": runs["time"].command}
+        "command": count_run.command if count_run else [], "time_command": time_run.command}
 
 
 def _run_pass(ncu: str, ps: Pass, name: str, ids: list[str], seed: int,
@@ -441,26 +448,42 @@ def _run_pass(ncu: str, ps: Pass, name: str, ids: list[str], seed: int,
     return run
 
 
-def _write_points(todo: list[tuple[Any, Path]], runs: dict[str, NcuRun], timeout_s: float,
+def _time_statuses(ids: list[str], run: NcuRun, timeout_s: float
+                   ) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Point id -> (status, time-pass metrics) from the time pass."""
+    groups = group_runs(parse_raw_csv(run.log_text), len(ids))
+    reason = job_failure(run, timeout_s)
+    out = {}
+    for i, pid in enumerate(ids):
+        runs = groups.get(i)
+        flat = None if runs is None else [k for r in runs for k in r]
+        status = point_status(flat, run.report.get(pid, ""), reason)
+        out[pid] = (status, time_pass_values(runs) if status == "ok" and runs else {})
+    return out
+
+
+def _write_points(todo: list[tuple[Any, Path]], time_status: dict[str, tuple[str, dict]],
+                  counted: list[str], count_run: NcuRun | None, timeout_s: float,
                   info: dict[str, Any]) -> list[str]:
     """Each point's counters (counters pass) and duration (time pass) into its record;
-    returns the counters' statuses."""
-    count_run, time_run = runs["counters"], runs["time"]
-    groups = group_by_marker(parse_raw_csv(count_run.log_text), len(todo))
-    time_groups = group_runs(parse_raw_csv(time_run.log_text), len(todo))
-    job_reason = job_failure(count_run, timeout_s)
-    time_reason = job_failure(time_run, timeout_s)
+    returns the counters' statuses (a point without a kernel: the time pass's)."""
+    groups = group_by_marker(parse_raw_csv(count_run.log_text), len(counted)) \
+        if count_run else {}
+    job_reason = job_failure(count_run, timeout_s) if count_run else ""
+    index = {pid: i for i, pid in enumerate(counted)}
     statuses = []
-    for i, (point, path) in enumerate(todo):
-        kernels = groups.get(i)
-        status = point_status(kernels, count_run.report.get(point.point_id, ""), job_reason)
-        ran = kernels if status == "ok" and kernels else []
+    for point, path in todo:
+        t_status, timed = time_status[point.point_id]
+        ran: list[KernelRow] = []
+        if point.point_id in index and count_run is not None:
+            kernels = groups.get(index[point.point_id])
+            status = point_status(kernels, count_run.report.get(point.point_id, ""),
+                                  job_reason)
+            ran = kernels if status == "ok" and kernels else []
+        else:
+            status = t_status  # no kernel ran: there was nothing to count
         extra = {"kernels": [k.name for k in ran],
                  "values": requested(main_kernel(ran).values, info["metrics"]) if ran else {}}
-        t_runs = time_groups.get(i)
-        t_flat = None if t_runs is None else [k for run in t_runs for k in run]
-        t_status = point_status(t_flat, time_run.report.get(point.point_id, ""), time_reason)
-        timed = time_pass_values(t_runs) if t_status == "ok" and t_runs else {}
         counters = point_counters(ran, info["metrics"]) if ran else {}
         write_counters(path, counters | timed | {"ncu_time_status": t_status}, status,
                        info | extra)
@@ -483,21 +506,23 @@ def write_counters(path: Path, counters: dict[str, Any], status: str,
     results.write_json_atomic(path, rec)
 
 
-def _summary(statuses: list[str], runs: dict[str, NcuRun], info: dict[str, Any]
+def _summary(statuses: list[str], runs: dict[str, NcuRun | None], info: dict[str, Any]
              ) -> dict[str, Any]:
     ok = statuses.count("ok")
     bad = [st for st in statuses if st != "ok"]
     common = max(set(bad), key=bad.count) if bad else ""
-    seconds = sum(r.seconds for r in runs.values())
+    secs = {k: r.seconds if r else 0.0 for k, r in runs.items()}
+    seconds = sum(secs.values())
     line = (f"ncu: {ok} of {len(statuses)} GPU point(s) profiled in {seconds:.1f} s"
-            f" (time pass {runs['time'].seconds:.1f} s, counters pass "
-            f"{runs['counters'].seconds:.1f} s)"
+            f" (time pass {secs['time']:.1f} s, counters pass "
+            + (f"{secs['counters']:.1f} s)" if runs["counters"] else "skipped: no kernel)")
             + (f"; {len(bad)} {common}" + (" (and other reasons)" if len(set(bad)) > 1 else "")
                if bad else "")
             + f" (ncu {info['version'] or 'version unknown'}; output {info['log']})")
     return {"status": "ok" if not bad else common, "profiled": ok,
-            "seconds": round(seconds, 3), "rc": runs["counters"].rc,
-            "time_rc": runs["time"].rc, "version": info["version"],
+            "seconds": round(seconds, 3),
+            "rc": runs["counters"].rc if runs["counters"] else None,
+            "time_rc": runs["time"].rc if runs["time"] else None, "version": info["version"],
             "log": info["log"], "line": line}
 
 

@@ -479,8 +479,24 @@ def test_a_point_that_failed_in_the_child_says_why(fake_job):
 
 def test_a_point_without_a_kernel_is_not_profiled(fake_job):
     _, recs = fake_job("nokernel")
-    assert _ncu_status(recs)["k-n3"].startswith("not profiled: no kernel ran")
+    assert _ncu_status(recs)["k-n3"] == profiler.NO_KERNEL
+    assert recs["k-n3"]["metrics"]["ncu_time_status"] == profiler.NO_KERNEL
     assert "ncu_time_us" not in recs["k-n3"]["metrics"]
+    # the time pass saw it launch nothing: the counters pass does not walk it again
+    time_argv, count_argv = fake_job.argvs()
+    assert time_argv[time_argv.index("--points") + 1] == "k-n1,k-n3,k-n4"
+    assert count_argv[count_argv.index("--points") + 1] == "k-n1,k-n4"
+    # nor does a later run of the job
+    fake_job("nokernel")
+    assert not (fake_job.out.parent / "argv.json").exists()
+
+
+def test_a_job_of_copies_gets_no_counters_pass(fake_job, capsys):
+    m, recs = fake_job("copies")
+    assert {_ncu_status(recs)[p] for p in OK_GPU} == {profiler.NO_KERNEL}
+    assert len(fake_job.argvs()) == 1  # the time pass only
+    assert "counters pass skipped: no kernel" in capsys.readouterr().err
+    assert m["profile"]["rc"] is None and m["profile"]["time_rc"] == 0
 
 
 def test_without_a_gpu_nothing_is_profiled(fake_job, monkeypatch):
