@@ -38,6 +38,14 @@ def gpu_timed(df: pd.DataFrame) -> pd.DataFrame:
     return df[(df["status"] == "ok") & timer.str.startswith("cuda_event")]
 
 
+def noise_reason(experiment: str, variant: str) -> str:
+    """Why this kind of point may not converge (the experiment's `noise`), or ''."""
+    from cudalab.experiments import REGISTRY
+
+    exp = REGISTRY.get(experiment)
+    return exp.noise.get(variant, "") if exp is not None else ""
+
+
 def convergence(df: pd.DataFrame, default_target: float = 0.02) -> dict[str, Any]:
     """Share of GPU points whose sample CV ended at or below the target they were measured
     with, and the list of those that did not or whose timing carries a note (too few
@@ -54,6 +62,8 @@ def convergence(df: pd.DataFrame, default_target: float = 0.02) -> dict[str, Any
         "stop_reason": r["stop_reason"], "n_samples": r["n_samples"],
         "median_us": 1e6 * float(r["time_median_s"]),
         "note": "" if pd.isna(r.get("timing_note")) else str(r.get("timing_note") or ""),
+        "why": noise_reason(r["experiment"], r["variant"]) if r["time_cv"] > r["target_cv"]
+        else "",
     } for _, r in listed.sort_values(["experiment", "point_id"]).iterrows()]
     n = len(g)
     return {"n_gpu": n, "n_converged": int(ok.sum()),

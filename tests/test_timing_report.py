@@ -28,9 +28,10 @@ def test_recorded_h100_points_above_target_cv_are_listed_with_their_cv():
     assert timing_report.launch_overhead(df) == []  # recorded before launch costs existed
 
 
-def _record(point_id: str, timing, metrics=None, params=None) -> dict:
-    return {"schema_version": results.SCHEMA_VERSION, "experiment": "vector_add",
-            "variant": "gpu", "point_id": point_id, "params": params or {"n": 50000},
+def _record(point_id: str, timing, metrics=None, params=None, experiment="vector_add",
+            variant="gpu") -> dict:
+    return {"schema_version": results.SCHEMA_VERSION, "experiment": experiment,
+            "variant": variant, "point_id": point_id, "params": params or {"n": 50000},
             "status": "ok", "timing": timing.as_dict(), "metrics": metrics or {},
             "work": {"flops": 5e4, "bytes": 6e5}, "provenance": {"gpu_name": "sim"}}
 
@@ -60,6 +61,22 @@ def test_convergence_uses_each_points_own_target_and_lists_notes(tmp_path):
     assert by_id["throttled"]["note"] == ("all 20 samples throttled: statistics from "
                                           "throttled samples")
     assert math.isclose(by_id["noisy"]["target_pct"], 2.0)
+    assert by_id["noisy"]["why"] == by_id["throttled"]["why"] == ""  # vector_add: no reason
+
+
+def test_a_point_that_did_not_converge_says_why_where_its_experiment_knows(tmp_path):
+    noisy = _timing([2e-6, 3e-6], 0.02)
+    recs = [_record("pageable-directionh2d-size4096", noisy, experiment="transfer",
+                    variant="pageable"),
+            _record("pinned-directionh2d-size4096", noisy, experiment="transfer",
+                    variant="pinned"),
+            _record("pinned-directiond2h-size4096", _timing([2e-6], 0.02),
+                    experiment="transfer", variant="pinned")]
+    c = timing_report.convergence(results.build_table(recs))
+    why = {r["point_id"]: r["why"] for r in c["points"]}
+    assert set(why) == {"pageable-directionh2d-size4096", "pinned-directionh2d-size4096"}
+    assert "staged by the CPU" in why["pageable-directionh2d-size4096"]
+    assert "root complex" in why["pinned-directionh2d-size4096"]
 
 
 def test_report_keeps_host_launch_cost_one_launch_and_kernel_apart(tmp_path):

@@ -61,6 +61,9 @@ class Atomics(Experiment):
     name = "atomics"
     order = 90
     title = "Atomics: a racy counter, atomicAdd, and a float sum by atomics or reduction"
+    noise = {"racy_counter": ("how the race unfolds sets how many read-modify-writes collide, "
+                              "so each launch takes a different time (per-launch CV about 9 % "
+                              "on an H100); a sample averages 20 ms of launches")}
     caption = (
         "Counter: each of grid x block threads adds 1 to one global counter. The plain "
         "version reads, adds and writes back in three steps, so threads that read the same "

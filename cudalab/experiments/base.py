@@ -216,6 +216,8 @@ class Experiment:
     title: str = ""
     # What to look for and the expected effect: shown above the figures in the report.
     caption: str = ""
+    # variant -> why its samples may not converge (the report's list of such points says it)
+    noise: dict[str, str] = {}
     schema: dict[str, Any] = {}
     # figure name -> caption; plot() draws each of these names
     figures: dict[str, str] = {}

@@ -101,6 +101,9 @@ class Streams(Experiment):
     name = "streams"
     order = 50
     title = "CUDA streams: overlapping copies with computation"
+    noise = {v: ("every sample is a pipeline of pinned copies over PCIe, which crosses the "
+                 "host's root complex that other devices and guests share: bursts of slower "
+                 "copies (tens of ms) are seen on a shared VM") for v in ("serial", "streams")}
     caption = (
         "The serial program copies the whole array to the GPU, runs the map kernel, and copies "
         "the result back: the copy engines and the SMs take turns and each waits for the "

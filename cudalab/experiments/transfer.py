@@ -89,6 +89,15 @@ class Transfer(Experiment):
     order = 40
     title = "Host-device transfers: pageable against pinned memory over PCIe"
     vs_device_peak = False  # bytes cross PCIe: compared with the link instead
+    noise = {
+        "pageable": ("a pageable copy is staged by the CPU through a pinned buffer, so its "
+                     "time follows the host's memory system and scheduler (on a shared VM, "
+                     "its neighbours): seen on an H100 VM, a 16 MiB copy's CV stays near "
+                     "5-10 % however many copies a sample averages"),
+        "pinned": ("PCIe traffic crosses the host's root complex, which other devices and "
+                   "guests share: bursts of slower copies (tens of ms) are seen on a shared "
+                   "VM"),
+    }
     caption = (
         "Copies between host and GPU memory cross the PCIe link, whose theoretical bandwidth "
         "per direction is set by its generation and width (dashed line; read from NVML). "
