@@ -126,6 +126,8 @@ def test_kernel_time_against_nsight_compute_within_10_percent_or_half_a_microsec
     a = timing_report.ncu_agreement(df)
     assert (a["n"], a["n_agree"]) == (4, 2) and a["share_pct"] == pytest.approx(50.0)
     assert a["method"].startswith("ncu's time pass")
+    # c and d are the short kernels (< 5 us): ncu reads 0.45 and 0.7 us more, median 0.575
+    assert a["short_n"] == 2 and a["short_gap_us"] == pytest.approx(0.575)
     assert [r["point_id"] for r in a["worst"]] == ["d", "b"]  # largest gap first
     assert a["worst"][0]["ratio"] == pytest.approx(1.35)
     assert timing_report.ncu_agreement(df.drop(columns=["m_ncu_time_us"])) is None
