@@ -386,7 +386,6 @@ def needs_profile(rec: dict[str, Any] | None, metrics: list[str]) -> bool:
 class Pass:
     """One ncu run over the job's points: its metrics, launches per point, folder."""
 
-    name: str
     metrics: list[str]
     runs: int
     out_dir: Path
@@ -420,12 +419,15 @@ def profile_job(config: dict[str, Any], name: str, points: list[Any], raw_dir: P
     (out_dir / "config.json").write_text(json.dumps(config, default=str))
     ids = [p.point_id for p, _ in todo]
     cfg_path = out_dir / "config.json"
-    time_run = _run_pass(ncu, Pass("time", TIME_METRICS, TIME_RUNS, out_dir / "time"), name,
+    time_run = _run_pass(ncu, Pass(TIME_METRICS, TIME_RUNS, out_dir / "time"), name,
                          ids, seed, config, cfg_path)
     time_status = _time_statuses(ids, time_run, prof["timeout_s"])
-    # the counters pass skips what the time pass saw launch no kernel (copies, host work)
-    counted = [i for i in ids if time_status[i][0] != NO_KERNEL]
-    count_run = (_run_pass(ncu, Pass("counters", metrics, 1, out_dir), name, counted, seed,
+    # the counters pass skips what the time pass saw launch no kernel (copies, host work),
+    # and everything when counters are not permitted or the time pass (the shorter one)
+    # already ran out of time: those points keep the time pass's reason
+    hopeless = time_run.timed_out or job_failure(time_run, prof["timeout_s"]) == PERM_REASON
+    counted = [] if hopeless else [i for i in ids if time_status[i][0] != NO_KERNEL]
+    count_run = (_run_pass(ncu, Pass(metrics, 1, out_dir), name, counted, seed,
                            config, cfg_path) if counted else None)
     info |= {"version": ncu_version(ncu), "log": str(out_dir / "ncu.log")}
     statuses = _write_points(todo, time_status, counted, count_run, prof["timeout_s"], info)

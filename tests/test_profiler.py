@@ -435,6 +435,7 @@ def test_counters_not_permitted_are_named_whatever_ncu_exits_with(fake_job, monk
         "user: see https://developer.nvidia.com/ERR_NVGPUCTRPERM)")
     assert m["counts"]["ok"] == 4 and m["profile"]["profiled"] == 0
     assert all(r["timing"]["timer"] == "perf_counter" for r in recs.values())
+    assert len(fake_job.argvs()) == 1  # the counters pass would be refused just the same
 
 
 def test_without_ncu_every_gpu_point_says_so_and_the_job_goes_on(fake_job, monkeypatch,
@@ -451,6 +452,7 @@ def test_a_hung_ncu_is_killed_at_its_timeout(fake_job):
     assert {_ncu_status(recs)[p] for p in OK_GPU} == {
         "not profiled: ncu timed out after 1 s (profile.timeout_s)"}
     assert m["profile"]["rc"] is None and m["profile"]["seconds"] < 30
+    assert len(fake_job.argvs()) == 1  # the longer counters pass is not even started
 
 
 def test_a_crash_keeps_the_points_profiled_before_it(fake_job):
