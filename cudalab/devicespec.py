@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -272,14 +273,22 @@ def device_peaks(gpu: Any) -> dict[str, float]:
     mem, bus = attr("MEMORY_CLOCK_RATE"), attr("GLOBAL_MEMORY_BUS_WIDTH")
     if mem and bus and mem > 0 and bus > 0:
         out["peak_mem_gbps"] = peak_mem_gbps(mem, bus)
+    out["peak_fp32_gflops"] = _per_sm_peak(attr, peak_fp32_gflops)
+    return out
+
+
+def _per_sm_peak(attr: Callable[[str], int | None],
+                 peak: Callable[[str, int, int], float]) -> float:
+    """peak(cc, SM count, SM clock in kHz) from the device's attributes; NaN where the
+    driver does not say or the compute capability is not in the table."""
     major, minor = attr("COMPUTE_CAPABILITY_MAJOR"), attr("COMPUTE_CAPABILITY_MINOR")
     sms, clock = attr("MULTIPROCESSOR_COUNT"), attr("CLOCK_RATE")
     if major and minor is not None and sms and clock and sms > 0 and clock > 0:
         try:
-            out["peak_fp32_gflops"] = peak_fp32_gflops(f"{major}.{minor}", sms, clock)
+            return peak(f"{major}.{minor}", sms, clock)
         except KeyError:
             pass
-    return out
+    return math.nan
 
 
 def smem_bytes_per_clock(cc: Any) -> int:
@@ -307,13 +316,7 @@ def memory_peaks(gpu: Any) -> dict[str, float]:
         return _device_attr(gpu, name)
 
     out = {"peak_smem_gbps": math.nan, "peak_l2_gbps": math.nan, "l2_bytes": math.nan}
-    major, minor = attr("COMPUTE_CAPABILITY_MAJOR"), attr("COMPUTE_CAPABILITY_MINOR")
-    sms, clock = attr("MULTIPROCESSOR_COUNT"), attr("CLOCK_RATE")
-    if major and minor is not None and sms and clock and sms > 0 and clock > 0:
-        try:
-            out["peak_smem_gbps"] = peak_smem_gbps(f"{major}.{minor}", sms, clock)
-        except KeyError:
-            pass
+    out["peak_smem_gbps"] = _per_sm_peak(attr, peak_smem_gbps)
     l2 = attr("L2_CACHE_SIZE")
     if l2 and l2 > 0:
         out["l2_bytes"] = float(l2)
