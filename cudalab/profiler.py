@@ -12,16 +12,28 @@ point index + 1 blocks and runs fn once; it synchronises and closes the range
 (cuProfilerStop). No timing is ever taken under the profiler: the child's numbers are
 thrown away.
 
-  the time pass     TIME_METRICS only (the kernel's duration and its SM clock): they fit one
-                    pass, so ncu runs every kernel once, as launched, with nothing saved or
-                    restored around it; N = TIME_RUNS launches, the median is m_ncu_time_us.
-                    This is the duration the harness's queued times are checked against.
-  the counters pass profile.metrics: many passes per kernel (kernel replay saves and restores
-                    device memory between them, which leaves an L2-resident working set
-                    partly cold and the GPU idle): the counters, never the time (its
-                    duration is kept as m_ncu_replay_time_us, for information). Seen on an
-                    H100: the replayed duration of a 16 MiB latency chain read 1.86x the
-                    harness's time, the time pass's 0.99x.
+  the time pass     TIME_METRICS only: the kernel's duration alone, one pass, so ncu runs
+                    every kernel once, as launched, with nothing saved or restored around it
+                    and no other counter collected; N = TIME_RUNS launches, the median is
+                    m_ncu_time_us. This is the duration the harness's queued times are
+                    checked against. Seen on an H100: collecting the SM clock in the same
+                    pass lengthened every kernel by 0.1-0.26 us (an empty kernel 1.92 ->
+                    2.02 us, vector add of 50 000 floats 2.30 -> 2.50 us), enough to put the
+                    2-5 us kernels outside the 0.5 us agreement; the clock moved to the
+                    counters pass.
+  the counters pass profile.metrics plus the SM clock (m_ncu_clock_mhz): many passes per
+                    kernel (kernel replay saves and restores device memory between them,
+                    which leaves an L2-resident working set partly cold and the GPU idle):
+                    the counters, never the time (its duration is kept as
+                    m_ncu_replay_time_us, for information). Seen on an H100: the replayed
+                    duration of a 16 MiB latency chain read 1.86x the harness's time, the
+                    time pass's 0.99x.
+
+A kernel that times itself (Experiment.own_timer: the latency chase's ns per load) reports
+its own reading from the time pass's child too (m_ncu_own_timer): where it ran at another
+speed there than in the timed run (a 1 KiB chain's eight cache lines land in other L2 slices
+in another process; seen on an H100: 135 ns per load in one process, 145 in the next), the
+report tells that apart from a timing that disagrees (timing_report.ncu_agreement).
 
 The parent reads ncu's CSV: rows in launch order, a marker row starts a point, the kernel
 rows up to the next marker are that point's (several: the longest is "the kernel", and the
@@ -56,7 +68,7 @@ MARKER_KERNEL = "cudalab_marker"
 MARKER_SOURCE = f'extern "C" __global__ void {MARKER_KERNEL}(void) {{}}\n'
 TIME_METRIC = "gpu__time_duration.sum"
 CLOCK_METRIC = "gpc__cycles_elapsed.avg.per_second"  # the GPC (SM) clock during the kernel
-TIME_METRICS = [TIME_METRIC, CLOCK_METRIC]  # the time pass: one pass, no replay
+TIME_METRICS = [TIME_METRIC]  # the time pass: the duration alone (one pass, no replay)
 TIME_RUNS = 5  # profiled launches of each point in the time pass (the median is kept)
 STALL_RE = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
 # `selected` is the issuing warp, not a stall; the rest are reasons a warp waited.
@@ -81,6 +93,7 @@ SHORT_NAMES: dict[str, str] = {
     "launch__occupancy_limit_warps": "occupancy_limit_warps",
     "launch__occupancy_limit_blocks": "occupancy_limit_blocks",
     TIME_METRIC: "replay_time_us",  # the counters pass's (replayed) duration
+    CLOCK_METRIC: "clock_mhz",  # read by KernelRow.clock_mhz, in MHz
 }
 # Scale of a unit to the column's unit: time in microseconds, bytes in bytes. ncu runs
 # with --print-units base (ns, byte); the scaled spellings are read too.
@@ -89,6 +102,7 @@ UNIT_SCALE: dict[str, float] = {
     "s": 1e6, "second": 1e6,
     "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12,
 }
+OWN_TIMER_FILE = "own_timer.json"  # the child's {point_id: own reading}, beside --report
 NO_KERNEL = ("not profiled: no kernel ran in the profiled run (copies and host work have no "
              "kernel counters)")
 PERM_REASON = ("not profiled: ERR_NVGPUCTRPERM (GPU performance counters not permitted for "
@@ -187,13 +201,10 @@ def group_by_marker(rows: list[KernelRow], n_points: int) -> dict[int, list[Kern
 
 def time_pass_values(runs: list[list[KernelRow]]) -> dict[str, Any]:
     """A point's time-pass metrics: the median over its runs of the run's summed kernel
-    duration (a point may launch several kernels), the median SM clock, the run count."""
+    duration (a point may launch several kernels) and the run count."""
     times = [sum(k.time_us() for k in run) for run in runs if run]
-    clocks = [k.clock_mhz() for run in runs for k in run]
-    clocks = [c for c in clocks if math.isfinite(c)]
     return {"ncu_time_us": statistics.median(times) if times else math.nan,
-            "ncu_time_runs": len(times),
-            "ncu_clock_mhz": statistics.median(clocks) if clocks else math.nan}
+            "ncu_time_runs": len(times)}
 
 
 def short_name(metric: str) -> str:
@@ -228,6 +239,9 @@ def point_counters(kernels: list[KernelRow], metrics: list[str]) -> dict[str, An
     for metric, v in values.items():
         if STALL_RE.match(metric):
             continue
+        if metric == CLOCK_METRIC:
+            out["ncu_clock_mhz"] = main.clock_mhz()
+            continue
         unit = main.units.get(metric, "")
         out[f"ncu_{short_name(metric)}"] = v * (UNIT_SCALE[unit] if unit.endswith("byte")
                                                 and unit in UNIT_SCALE else 1.0)
@@ -251,7 +265,8 @@ def main_kernel(kernels: list[KernelRow]) -> KernelRow:
 @dataclass
 class NcuRun:
     """What one ncu run left: its output (the CSV, ==PROF== / ==ERROR== lines), the child's
-    output, the child's per-point report, the exit code (None: killed) and its duration."""
+    output, the child's per-point report, the exit code (None: killed) and its duration;
+    own: the own timer's reading of each point whose kernel times itself (in the child)."""
 
     log_text: str
     child_text: str
@@ -260,11 +275,13 @@ class NcuRun:
     timed_out: bool
     seconds: float
     command: list[str] = field(default_factory=list)
+    own: dict[str, float] = field(default_factory=dict)
 
 
 def metric_list(metrics: list[str]) -> list[str]:
-    """The configured metrics plus the kernel duration, which picks a point's kernel."""
-    return list(metrics) if TIME_METRIC in metrics else [*metrics, TIME_METRIC]
+    """The configured metrics plus the kernel duration, which picks a point's kernel, and
+    the SM clock the counters were read at."""
+    return [*metrics, *(m for m in (TIME_METRIC, CLOCK_METRIC) if m not in metrics)]
 
 
 def ncu_version(ncu: str) -> str:
@@ -301,7 +318,7 @@ def child_command(name: str, config_path: Path, point_ids: list[str], seed: int,
 
 def run_ncu(cmd: list[str], out_dir: Path, timeout_s: float) -> NcuRun:
     """Run ncu (its own process group, so a time-out kills the child too) and collect what
-    it left in out_dir: ncu.log (--log-file), child.log, report.json."""
+    it left in out_dir: ncu.log (--log-file), child.log, report.json, own_timer.json."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     t0 = time.time()
@@ -319,8 +336,10 @@ def run_ncu(cmd: list[str], out_dir: Path, timeout_s: float) -> NcuRun:
                 proc.wait()
     timed_out = rc is None
     report = _read_json(out_dir / "report.json")
+    own = {k: float(v) for k, v in _read_json(out_dir / OWN_TIMER_FILE).items()
+           if isinstance(v, (int, float))}
     return NcuRun(_read_text(out_dir / "ncu.log"), _read_text(out_dir / "child.log"),
-                  report, rc, timed_out, time.time() - t0)
+                  report, rc, timed_out, time.time() - t0, own=own)
 
 
 def _read_text(path: Path) -> str:
@@ -439,7 +458,7 @@ def profile_job(config: dict[str, Any], name: str, points: list[Any], raw_dir: P
 def _run_pass(ncu: str, ps: Pass, name: str, ids: list[str], seed: int,
               config: dict[str, Any], config_path: Path) -> NcuRun:
     ps.out_dir.mkdir(parents=True, exist_ok=True)
-    for stale in ("ncu.log", "report.json"):
+    for stale in ("ncu.log", "report.json", OWN_TIMER_FILE):
         (ps.out_dir / stale).unlink(missing_ok=True)
     child = child_command(name, config_path.resolve(), ids, seed,
                           (ps.out_dir / "report.json").resolve(), ps.runs)
@@ -460,7 +479,10 @@ def _time_statuses(ids: list[str], run: NcuRun, timeout_s: float
         runs = groups.get(i)
         flat = None if runs is None else [k for r in runs for k in r]
         status = point_status(flat, run.report.get(pid, ""), reason)
-        out[pid] = (status, time_pass_values(runs) if status == "ok" and runs else {})
+        values = time_pass_values(runs) if status == "ok" and runs else {}
+        if status == "ok" and pid in run.own:
+            values["ncu_own_timer"] = run.own[pid]
+        out[pid] = (status, values)
     return out
 
 
@@ -583,7 +605,9 @@ def _driver_ok(code: int, call: str) -> None:
 def child_main(argv: list[str] | None = None) -> int:
     """`python -m cudalab.profiler EXPERIMENT --config JSON --points ID,ID --seed N --report
     JSON`: measure those points in profile mode, in that order. Writes {point_id: 'ok' |
-    'failed: ...' | 'skipped: ...'} to --report after each point; prints only to stderr."""
+    'failed: ...' | 'skipped: ...'} to --report after each point, and where the experiment's
+    kernel times itself (Experiment.own_timer) {point_id: its reading} to own_timer.json
+    beside it; prints only to stderr."""
     import numpy as np
 
     from cudalab.experiments import REGISTRY
@@ -609,11 +633,17 @@ def child_main(argv: list[str] | None = None) -> int:
                      np.random.default_rng(a.seed), config, config["experiments"][a.experiment])
     exp.prepare(ctx)
     report: dict[str, str] = {}
+    own: dict[str, float] = {}
+    own_path = Path(a.report).with_name(OWN_TIMER_FILE)
     for i, pid in enumerate(a.points.split(",")):
         rng.point_index = i
         try:
-            exp.measure(ctx, grid[pid])
+            res = exp.measure(ctx, grid[pid])
             report[pid] = "ok"
+            reading = res.metrics.get(exp.own_timer) if exp.own_timer else None
+            if isinstance(reading, (int, float)) and math.isfinite(reading):
+                own[pid] = float(reading)
+                write_json_atomic(own_path, own)
         except Skipped as exc:
             report[pid] = f"skipped: {exc}"
         except Exception as exc:  # noqa: BLE001 - the parent names it for the point

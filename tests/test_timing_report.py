@@ -136,6 +136,37 @@ def test_kernel_time_against_nsight_compute_within_10_percent_or_half_a_microsec
     assert old["n"] == 5 and old["method"].startswith("ncu's replayed duration")
 
 
+def test_a_kernel_that_ran_at_another_speed_under_ncu_is_compared_by_its_own_timer():
+    """SYNTHETIC TEST DATA: latency chases whose own timer (ns per load, %globaltimer in the
+    kernel) read 12 % more in ncu's child than in the timed run: ncu's 12 % longer duration
+    is then the kernel's speed there, not a timing that disagrees; where the own timer read
+    the same, a 12 % gap still counts against the harness."""
+    def chase(pid: str, us: float, ncu_us: float, ns: float, ncu_ns: float | None) -> dict:
+        metrics = {"ncu_time_us": ncu_us, "ncu_status": "ok", "ncu_kernels": 1,
+                   "ncu_time_status": "ok", "ns_per_load": ns}
+        if ncu_ns is not None:
+            metrics["ncu_own_timer"] = ncu_ns
+        return _record(pid, _timing([us * 1e-6], 0.02), metrics=metrics,
+                       experiment="latency", variant="global_cg",
+                       params={"working_set": 1024})
+
+    df = results.build_table([
+        chase("moved", 2164.0, 2430.0, 131.8, 148.0),  # own timer +12.3 %: agrees
+        chase("same", 2164.0, 2430.0, 131.8, 131.8),  # own timer unchanged: 12 % off
+        chase("unread", 2164.0, 2170.0, 131.8, None),  # no own reading: compared as is
+        _profiled("plain", 100.0, 109.0),  # not a latency point: compared as is
+    ])
+    a = timing_report.ncu_agreement(df)
+    assert (a["n"], a["n_agree"], a["n_agree_raw"], a["own_n"]) == (4, 3, 2, 2)
+    assert [r["point_id"] for r in a["worst"]] == ["same"]
+    assert a["worst"][0]["own_ratio"] == pytest.approx(1.0)
+    assert [r["point_id"] for r in a["own_moved"]] == ["moved"]
+    assert a["own_moved"][0]["own_ratio"] == pytest.approx(148.0 / 131.8)
+    assert a["own_moved"][0]["ratio"] == pytest.approx(2430.0 / 2164.0)
+    ratio = timing_report.own_timer_ratio(df)
+    assert ratio.notna().sum() == 2 and math.isnan(ratio[df["point_id"] == "plain"].iloc[0])
+
+
 def test_reference_report_shows_the_ncu_agreement(tmp_path):
     ref = Path(__file__).resolve().parent.parent / "reports" / "reference" / \
         "NVIDIA-H100-80GB-HBM3" / "results.csv"

@@ -218,6 +218,11 @@ class Experiment:
     caption: str = ""
     # variant -> why its samples may not converge (the report's list of such points says it)
     noise: dict[str, str] = {}
+    # The Result.metrics key of a kernel's own timer, where the kernel times itself (latency:
+    # ns per load from %globaltimer). The profiling child records it too (m_ncu_own_timer),
+    # so ncu's duration of a kernel that ran at another speed there is told apart from a
+    # timing that disagrees (timing_report.ncu_agreement).
+    own_timer: str = ""
     schema: dict[str, Any] = {}
     # figure name -> caption; plot() draws each of these names
     figures: dict[str, str] = {}

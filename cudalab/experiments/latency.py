@@ -83,6 +83,7 @@ def _pow2_schema(default: int, description: str) -> dict[str, Any]:
 class Latency(Experiment):
     name = "latency"
     order = 65
+    own_timer = "ns_per_load"  # %globaltimer around the chase, in the kernel
     title = "Memory latency: pointer chasing through L1, L2, DRAM, shared and constant memory"
     caption = (
         "One thread follows a chain of dependent loads (j = next[j]) through a random cycle "

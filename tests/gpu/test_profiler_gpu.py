@@ -106,3 +106,29 @@ def test_timings_are_taken_as_without_the_profiler(runs):
     assert not (on["timer"] == PROFILE_TIMER).any()
     assert "m_ncu_status" not in off.columns
     assert all(math.isfinite(t) and t > 0 for t in on["time_median_s"])
+
+
+def test_a_latency_chase_brings_its_own_timer_and_agrees_by_it(tmp_path):
+    """The chase times itself (%globaltimer): the profiling child records that reading too,
+    and where it moved (a chain of 8 to 128 cache lines lands in other L2 slices in ncu's
+    process) the agreement scales the harness's time by it; every point must then agree."""
+    from cudalab import timing_report
+
+    if shutil.which("ncu") is None:
+        pytest.skip("ncu (Nsight Compute) is not on PATH")
+    config = cfg.validate({
+        "measurement": CONFIG["measurement"], "telemetry": CONFIG["telemetry"],
+        "profile": {"ncu": True},
+        "experiments": {"latency": {"variants": ["global_cg"], "min_bytes": 1024,
+                                    "max_bytes": 16384, "steps": 4096}}})
+    run_experiment(config, "latency", tmp_path)
+    df = results.build_table(results.iter_records(tmp_path / "raw"))
+    assert (df["status"] == "ok").all(), df["reason"]
+    if (df["m_ncu_status"] == profiler.PERM_REASON).all():
+        pytest.skip(profiler.PERM_REASON)
+    assert (df["m_ncu_time_status"] == "ok").all(), df["m_ncu_time_status"]
+    own, ours = df["m_ncu_own_timer"], df["m_ns_per_load"]
+    assert own.notna().all() and (own / ours).between(0.7, 1.4).all(), (own, ours)
+    a = timing_report.ncu_agreement(df)
+    assert a is not None and a["n"] == len(df) == 5 and a["own_n"] == 5
+    assert a["n_agree"] == a["n"], a["worst"]
