@@ -13,7 +13,11 @@ time and each side's noise s = IQR / 1.349 / median of its samples (a robust rel
 standard deviation), the combined noise is sqrt(s_base^2 + s_this^2) and the bar is
 max(threshold, combined noise). r > 1 + bar is "slower", r < 1 / (1 + bar) is "faster",
 anything between is "same". A difference must be larger than both the samples' spread and
-the minimum relative threshold (default 5 %) to count.
+the minimum relative threshold (default 5 %) to count. Two times taken by different timing
+methods (the record's timer: launches queued behind a held stream, plain events, the host
+clock) measure different things for a short kernel or copy (a queued time leaves the host's
+launch cost out, a plain one has it in), so such a pair gets the verdict "other method" and
+no ratio, never "slower" or "faster".
 """
 
 from __future__ import annotations
@@ -32,9 +36,10 @@ from cudalab import results
 DEFAULT_THRESHOLD = 0.05
 IQR_TO_SIGMA = 1.349  # IQR of a normal distribution in standard deviations
 # Verdicts of a point, in the order they are counted.
-VERDICTS = ("slower", "faster", "same", "not ok", "untimed", "only baseline", "only this")
+VERDICTS = ("slower", "faster", "same", "other method", "not ok", "untimed", "only baseline",
+            "only this")
 POINT_COLS = ["experiment", "point_id", "variant", "gpu", "status", "median_s", "noise",
-              "n_samples"]
+              "n_samples", "method"]
 # What compare needs of a raw record and of a results table (older schemas lack some).
 RECORD_KEYS = ("experiment", "variant", "point_id", "status", "timing", "provenance")
 TABLE_COLS = ("experiment", "variant", "point_id", "status", "time_median_s", "time_iqr_s",
@@ -70,7 +75,7 @@ def _record_row(rec: dict[str, Any]) -> dict[str, Any]:
     return {"experiment": rec["experiment"], "point_id": rec["point_id"],
             "variant": rec["variant"], "gpu": rec["provenance"].get("gpu_name") or "",
             "status": rec["status"], "median_s": med, "noise": noise,
-            "n_samples": int(samples.size)}
+            "n_samples": int(samples.size), "method": str(t.get("timer") or "")}
 
 
 def _from_records(folder: Path, files: list[Path]) -> pd.DataFrame:
@@ -111,6 +116,8 @@ def table_points(df: pd.DataFrame, source: str) -> pd.DataFrame:
         "gpu": df["gpu_name"].astype(object).where(df["gpu_name"].notna(), "").astype(str),
         "status": df["status"].astype(str), "median_s": med, "noise": noise,
         "n_samples": df["n_samples"].fillna(0).astype(int),
+        "method": (df["timer"].astype(object).where(df["timer"].notna(), "").astype(str)
+                   if "timer" in df else ""),
     })[POINT_COLS].reset_index(drop=True)
 
 
@@ -177,7 +184,11 @@ def compare_pair(base: Run, run: Run, threshold: float = DEFAULT_THRESHOLD) -> p
     verdict = verdicts(ratio, noise, threshold)
     timed = ratio.notna() & np.isfinite(ratio)
     both_ok = (m["status_base"] == "ok") & (m["status"] == "ok")
-    verdict = verdict.where(timed, "untimed").where(both_ok, "not ok")
+    method, method_base = m["method"].fillna(""), m["method_base"].fillna("")
+    other = timed & (method != "") & (method_base != "") & (method != method_base)
+    verdict = verdict.where(~other, "other method")
+    timed &= ~other  # no ratio across methods: it would compare different things
+    verdict = verdict.where(timed | other, "untimed").where(both_ok, "not ok")
     verdict = verdict.where(m["_merge"] != "left_only", "only baseline")
     verdict = verdict.where(m["_merge"] != "right_only", "only this")
     out = pd.DataFrame({
@@ -186,6 +197,7 @@ def compare_pair(base: Run, run: Run, threshold: float = DEFAULT_THRESHOLD) -> p
         "baseline_status": m["status_base"], "status": m["status"],
         "baseline_s": m["median_s_base"], "this_s": m["median_s"],
         "ratio": ratio.where(timed), "noise": noise.where(timed), "verdict": verdict,
+        "baseline_method": method_base, "method": method,
     })
     return out.sort_values(keys, kind="stable").reset_index(drop=True)
 
@@ -228,8 +240,10 @@ def fmt_seconds(s: float) -> str:
 def _fmt_row(r: Any, with_run: bool) -> list[str]:
     ratio = f"{r.ratio:.3f}" if pd.notna(r.ratio) else ""
     noise = f"{100 * r.noise:.1f}%" if pd.notna(r.noise) else ""
+    verdict = (f"other method ({r.baseline_method} / {r.method})"
+               if r.verdict == "other method" else r.verdict)
     return [r.point_id, *([r.run] if with_run else []), fmt_seconds(r.baseline_s),
-            fmt_seconds(r.this_s), ratio, noise, r.verdict]
+            fmt_seconds(r.this_s), ratio, noise, verdict]
 
 
 def text_table(rows: list[list[str]], head: list[str]) -> str:

@@ -96,6 +96,27 @@ def test_noise_hides_a_change_smaller_than_the_spread(base, tmp_path):
     assert verdict_of(run_pair(base, base, threshold=0.5), QUIET) == "same"
 
 
+def test_times_taken_by_another_method_get_no_ratio_and_no_speed_verdict(base, tmp_path,
+                                                                         capsys):
+    """The vector add at 50 000 timed with plain events (the host's launch cost in every
+    launch: ~5x the queued kernel time) is not 'slower': it is another method."""
+    run = make_run(tmp_path / "run")
+    point = "gpu-n50000-threads256"
+
+    def plain_events(rec):
+        rec["timing"]["timer"] = "cuda_event"
+        rec["timing"]["samples_s"] = [s * 5 for s in rec["timing"]["samples_s"]]
+    edit_record(run, "vector_add", point, plain_events)
+    cmp = run_pair(base, run)
+    row = cmp[cmp["point_id"] == point].iloc[0]
+    assert row["verdict"] == "other method" and pd.isna(row["ratio"])
+    assert (row["baseline_method"], row["method"]) == ("cuda_event_queued", "cuda_event")
+    assert row["this_s"] == pytest.approx(5 * row["baseline_s"])
+    s = compare.summary(cmp).iloc[0]
+    assert s["other method"] == 1 and s["slower"] == 0 and s["worst_ratio"] < 1.05
+    assert "other method (cuda_event_queued / cuda_event)" in compare.format_text(cmp)
+
+
 def test_points_on_one_side_are_listed(base, tmp_path):
     run = make_run(tmp_path / "run")
     (run / "raw" / "matmul" / f"{QUIET}.json").unlink()
