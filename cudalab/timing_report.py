@@ -144,15 +144,17 @@ def ncu_agreement(df: pd.DataFrame, worst: int = 10) -> dict[str, Any] | None:
             "short_gap_us": float((short["ncu_us"] - short["ours_us"]).median())
             if len(short) else math.nan,
             "own_n": int(own.notna().sum()),
-            "own_moved": [{"experiment": r["experiment"], "point_id": r["point_id"],
-                           "ours_us": float(r["ours_us"]), "ncu_us": float(r["ncu_us"]),
-                           "ratio": float(r["ratio"]), "own_ratio": float(r["own_ratio"])}
-                          for _, r in moved.sort_values("own_ratio").iterrows()],
-            "worst": [{"experiment": r["experiment"], "point_id": r["point_id"],
-                       "ours_us": float(r["ours_us"]), "ncu_us": float(r["ncu_us"]),
-                       "ratio": float(r["ratio"]),
-                       "own_ratio": None if pd.isna(r["own_ratio"]) else float(r["own_ratio"])}
-                      for _, r in off.head(worst).iterrows()]}
+            "own_moved": _ncu_rows(moved.sort_values("own_ratio")),
+            "worst": _ncu_rows(off.head(worst))}
+
+
+def _ncu_rows(g: pd.DataFrame) -> list[dict[str, Any]]:
+    """The rows of an ncu agreement table (the report's)."""
+    return [{"experiment": r["experiment"], "point_id": r["point_id"],
+             "ours_us": float(r["ours_us"]), "ncu_us": float(r["ncu_us"]),
+             "ratio": float(r["ratio"]),
+             "own_ratio": None if pd.isna(r["own_ratio"]) else float(r["own_ratio"])}
+            for _, r in g.iterrows()]
 
 
 def launch_overhead(df: pd.DataFrame) -> list[dict[str, Any]]:
