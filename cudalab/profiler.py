@@ -31,9 +31,10 @@ thrown away.
 
 A kernel that times itself (Experiment.own_timer: the latency chase's ns per load) reports
 its own reading from the time pass's child too (m_ncu_own_timer): where it ran at another
-speed there than in the timed run (a 1 KiB chain's eight cache lines land in other L2 slices
-in another process; seen on an H100: 135 ns per load in one process, 145 in the next), the
-report tells that apart from a timing that disagrees (timing_report.ncu_agreement).
+speed there than in the timed run (where a 1 KiB chain's eight cache lines lie sets their
+latency: seen on an H100, 130-150 ns per load over 24 allocations of one process,
+scripts/bench_l2_placement.py), the report tells that apart from a timing that disagrees
+(timing_report.ncu_agreement).
 
 The parent reads ncu's CSV: rows in launch order, a marker row starts a point, the kernel
 rows up to the next marker are that point's (several: the longest is "the kernel", and the
