@@ -7,8 +7,9 @@ throttled are left out of the statistics (nvbench's rule) and counted.
 
 Samples shorter than `min_sample_s` are taken as a batch of launches and the mean per launch
 is recorded (CUDA documents events as resolving about 0.5 us; on an H100 their timestamps
-step by 32 ns, and the batch averages the GPU's launch-to-launch jitter); work timed one call after the other (not
-queued) is batched up to `min_sample_sync_s`, so the host's jitter averages out.
+step by 32 ns, and the batch averages the GPU's launch-to-launch jitter); work timed one call
+after the other (not queued) is batched up to `min_sample_sync_s`, so the host's jitter
+averages out.
 For an `asynchronous` fn (it only enqueues GPU work) the harness times the batch with the
 launches already queued behind a held stream (gpu.QueuedEventTimer), so the host's launch
 cost (~12 us per pycuda launch) stays out of the kernel time; where that cannot be done it

@@ -94,7 +94,6 @@ SHORT_NAMES: dict[str, str] = {
     "launch__occupancy_limit_warps": "occupancy_limit_warps",
     "launch__occupancy_limit_blocks": "occupancy_limit_blocks",
     TIME_METRIC: "replay_time_us",  # the counters pass's (replayed) duration
-    CLOCK_METRIC: "clock_mhz",  # read by KernelRow.clock_mhz, in MHz
 }
 # Scale of a unit to the column's unit: time in microseconds, bytes in bytes. ncu runs
 # with --print-units base (ns, byte); the scaled spellings are read too.
