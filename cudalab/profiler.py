@@ -615,7 +615,7 @@ def child_main(argv: list[str] | None = None) -> int:
     from cudalab.gpu import open_session
     from cudalab.harness import Harness, Settings
     from cudalab.results import write_json_atomic
-    from cudalab.runner import gpu_error_kind
+    from cudalab.gpu_errors import gpu_error_kind
 
     ap = argparse.ArgumentParser(prog="python -m cudalab.profiler")
     ap.add_argument("experiment")

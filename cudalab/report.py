@@ -3,7 +3,6 @@ rendered with jinja2 from reports/templates/report.html.j2."""
 
 from __future__ import annotations
 
-import base64
 import html
 import json
 import os
@@ -15,6 +14,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from cudalab import explain, fmt, results, roofline, timing_report
 from cudalab.compare import report_context as compare_context
+from cudalab.embed import data_uri
 from cudalab.experiments import REGISTRY
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,11 +34,6 @@ HEADERS = {"time_median_s": "median time", "spread": "spread (IQR · CV)",
            "memory_level": "level", "pct_peak_gbps": "% DRAM peak",
            "pct_ceil_gbps": "% ceiling of level", "raw": "raw record"}
 SUSPECT_MARK = "⚠"  # beside a speed above the ceiling it is compared with
-
-
-def data_uri(path: Path) -> str:
-    mime = {"png": "image/png", "svg": "image/svg+xml"}[path.suffix[1:]]
-    return f"data:{mime};base64," + base64.b64encode(path.read_bytes()).decode()
 
 
 def _fmt(v: Any) -> str:

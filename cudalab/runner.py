@@ -28,7 +28,8 @@ import numpy as np
 from cudalab import devicespec, results
 from cudalab.config import block_hash
 from cudalab.experiments import REGISTRY
-from cudalab.experiments.base import CompileFailure, Experiment, Point, Result, RunContext, Skipped
+from cudalab.experiments.base import Experiment, Point, Result, RunContext, Skipped
+from cudalab.gpu_errors import CUDA_KINDS, gpu_error_kind
 from cudalab.harness import Harness, Settings
 from cudalab.provenance import job_provenance, now_iso, nvidia_driver_version, source_hash
 
@@ -95,34 +96,6 @@ class TelemetrySource(Protocol):
     def after_job(self) -> None: ...
 
     def status(self) -> dict[str, Any]: ...
-
-
-# pycuda's exception classes (pycuda.driver) -> what the record's reason starts with.
-# Checked in order: subclasses before their bases.
-_PYCUDA_KINDS = (
-    ("MemoryError", "out of GPU memory"),
-    ("LaunchError", "kernel launch failed"),
-    ("CompileError", "nvcc failed"),
-    ("LogicError", "CUDA call misused (LogicError)"),
-    ("RuntimeError", "CUDA runtime error"),
-)
-
-
-def gpu_error_kind(exc: BaseException) -> str:
-    """A short class of failure, from the exception's type (never from its message)."""
-    drv = sys.modules.get("pycuda.driver")  # an error from pycuda means it is imported
-    for cls_name, kind in _PYCUDA_KINDS:
-        cls = getattr(drv, cls_name, None) if drv is not None else None
-        if isinstance(cls, type) and isinstance(exc, cls):
-            return kind
-    if isinstance(exc, CompileFailure):
-        return "nvcc failed"
-    cupy_mem = sys.modules.get("cupy.cuda.memory")
-    if cupy_mem is not None and isinstance(exc, cupy_mem.OutOfMemoryError):
-        return "out of GPU memory"
-    if isinstance(exc, MemoryError):
-        return "out of host memory"
-    return type(exc).__name__
 
 
 @dataclass
@@ -347,8 +320,7 @@ def _measure_ceilings(job: Job, ctx: RunContext) -> None:
             job.ceilings = ceilings.not_measured(job.gpu, f"{gpu_error_kind(exc)}: {exc}")
             job.ceilings.errors.append(exc)
     log(f"{job.name}: ceilings ({time.time() - t0:.1f} s): {job.ceilings.summary()}")
-    cuda_kinds = {kind for _, kind in _PYCUDA_KINDS}
-    if any(gpu_error_kind(e) in cuda_kinds for e in job.ceilings.errors):
+    if any(gpu_error_kind(e) in CUDA_KINDS for e in job.ceilings.errors):
         from cudalab.gpu import context_alive
 
         if not context_alive(job.gpu):

@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from cudalab.embed import data_uri
 from cudalab.telemetry import parse_nvidia_smi_csv, throttling_samples
 
 # A job shorter than this many samples (device_query) gets no figure of its own: its
@@ -186,7 +187,6 @@ def sections(results_dir: Path, fig_dir: Path | None = None) -> list[dict[str, A
     fig_dir: where the figures go (fig_dir/<job_id>.png|svg, a folder the report rule
     declares); by default results/telemetry/<job>/telemetry.png|svg."""
     from cudalab.figures import save, setup_style
-    from cudalab.report import data_uri
 
     setup_style()
     out = []
@@ -294,7 +294,6 @@ def run_caption(df: pd.DataFrame, jobs: list[dict[str, Any]]) -> str:
 def run_summary(results_dir: Path) -> dict[str, Any]:
     """The run's one telemetry figure (data URI) and caption; {} without samples."""
     from cudalab.figures import save, setup_style
-    from cudalab.report import data_uri
 
     df, jobs = _run_samples(Path(results_dir))
     if df.empty:
