@@ -115,6 +115,59 @@ class Expectation:
     evidence: str
 
 
+# A GPU point of a run without a GPU: never a speed and never a verdict. An effect whose
+# points were not measured is "not measured", never "not seen".
+NOT_MEASURED = "not_measured"
+
+
+def measured(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows that were measured (any status but not_measured)."""
+    return df[df["status"].astype(str) != NOT_MEASURED] if "status" in df else df
+
+
+def not_measured_evidence(rows: pd.DataFrame, what: str = "point") -> str:
+    """'not measured: 12 points (no GPU here ...)': the evidence of an expectation none of
+    whose rows was measured (the first reason names what was looked for)."""
+    nm = rows[rows["status"].astype(str) == NOT_MEASURED] if "status" in rows else rows[:0]
+    if nm.empty:
+        return f"not measured: no {what} in this run"
+    why = str(nm["reason"].dropna().iloc[0]) if nm["reason"].notna().any() else ""
+    # the gist ('no GPU here'): the whole reason is in the section's list of points
+    why = why.removeprefix("not measured: ").split(" (")[0].strip()
+    return (f"not measured: {len(nm)} {what}{'s' * (len(nm) != 1)}"
+            + (f" ({why})" if why else ""))
+
+
+def not_measured_note(rows: pd.DataFrame) -> str:
+    """'; 3 not measured' where some rows were not measured, else ''."""
+    n = int((rows["status"].astype(str) == NOT_MEASURED).sum()) if "status" in rows else 0
+    return f"; {n} not measured" if n else ""
+
+
+def unmeasured(claim: str, rows: pd.DataFrame, what: str = "point") -> Expectation | None:
+    """The 'not measured' verdict of `claim` where none of its rows was measured (None where
+    some were: judge those)."""
+    if len(rows) and measured(rows).empty:
+        return Expectation(claim, None, not_measured_evidence(rows, what))
+    return None
+
+
+def all_ok(claim: str, rows: pd.DataFrame, counted: str,
+           problems: Callable[[pd.DataFrame], str] | None = None) -> Expectation:
+    """'Every point is right', judged on the rows that were measured: rows not measured are
+    counted apart, and with none measured the verdict is 'not measured'. counted: what the
+    'k/n' counts ('points correct'); problems(bad rows): what follows it."""
+    if (nm := unmeasured(claim, rows)) is not None:
+        return nm
+    done = measured(rows)
+    bad = done[done["status"] != "ok"]
+    return Expectation(
+        claim, len(done) > 0 and bad.empty,
+        f"{len(done) - len(bad)}/{len(done)} {counted}"
+        + (problems(bad) if problems is not None and len(bad) else "")
+        + not_measured_note(rows))
+
+
 class JobCache(dict[Any, Any]):
     """Per-job scratch: inputs, CPU references, host buffers, driver handles.
 

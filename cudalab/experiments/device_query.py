@@ -16,6 +16,7 @@ import pandas as pd
 
 from cudalab import devicespec, fmt
 from cudalab import occupancy as occ
+from cudalab.experiments import base
 from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
 
 if TYPE_CHECKING:
@@ -190,6 +191,7 @@ class DeviceQuery(Experiment):
     def summary_table(self, df: pd.DataFrame) -> str:
         """The device as a two-column HTML table (property, value), deviceQuery-style."""
         rows = df[df["experiment"] == self.name] if "experiment" in df else df
+        rows = base.measured(rows)  # not measured: the plain table shows the reason
         if rows.empty:
             return ""
         r = rows.iloc[-1]
@@ -214,7 +216,10 @@ class DeviceQuery(Experiment):
         rows = df[df["experiment"] == self.name] if "experiment" in df else df
         if rows.empty:
             return []
-        r = rows.iloc[-1]
+        claim = "the theoretical peaks could be computed (clocks, bus width and SMs reported)"
+        if (nm := base.unmeasured(claim, rows, "device query")) is not None:
+            return [nm]  # no device was queried: nothing else to say about it
+        r = base.measured(rows).iloc[-1]
         out = []
         mism = r.get("m_table_mismatches")
         if r.get("status") == "ok" or r.get("status") == "wrong":
@@ -224,8 +229,7 @@ class DeviceQuery(Experiment):
                 r.get("status") == "ok", f"cc {r.get('m_cc')}: mismatches: {mism}"))
         peak = pd.to_numeric(pd.Series([r.get("m_peak_mem_gbps")]), errors="coerce").iloc[0]
         out.append(Expectation(
-            "the theoretical peaks could be computed (clocks, bus width and SMs reported)",
-            bool(pd.notna(peak) and peak > 0),
+            claim, bool(pd.notna(peak) and peak > 0),
             f"peak DRAM {_fmt(r.get('m_peak_mem_gbps'), 'GB/s')}, FP32 "
             f"{_fmt(r.get('m_peak_fp32_gflops'), 'GFLOP/s')} (clocks from "
             f"{r.get('m_clock_source')})"))

@@ -259,11 +259,9 @@ class FastMath(Experiment):
 
     def expectations(self, df: pd.DataFrame) -> list[Expectation]:
         out = []
-        bad = df[df["status"] != "ok"]
-        out.append(Expectation(
+        out.append(base.all_ok(
             "every build stays within its stated error bound (precise: tolerance_precise, "
-            "fast_math and intrinsics: tolerance_fast)",
-            len(df) > 0 and bad.empty, f"{len(df) - len(bad)}/{len(df)} points within bound"))
+            "fast_math and intrinsics: tolerance_fast)", df, "points within bound"))
         d = self.ok(df)
         if d.empty:
             return out

@@ -631,15 +631,15 @@ class Matmul(Experiment):
         out = []
         all_rows = df[df["variant"] != "cpu"]
         skipped = all_rows[all_rows["status"] == "skipped"]
-        measured = all_rows[all_rows["status"] != "skipped"]
-        bad = measured[measured["status"] != "ok"]
-        note = ""
+        judged = base.measured(all_rows[all_rows["status"] != "skipped"])
+        bad = judged[judged["status"] != "ok"]
+        note = base.not_measured_note(all_rows)
         if len(skipped):
-            note = f"; {len(skipped)} skipped ({skipped['reason'].iloc[0]})"
-        out.append(Expectation(
-            "every GPU result matches the float64 CPU reference",
-            len(measured) > 0 and bad.empty,
-            f"{len(measured) - len(bad)}/{len(measured)} GPU points correct{note}",
+            note += f"; {len(skipped)} skipped ({skipped['reason'].iloc[0]})"
+        claim = "every GPU result matches the float64 CPU reference"
+        out.append(base.unmeasured(claim, all_rows, "GPU point") or Expectation(
+            claim, len(judged) > 0 and bad.empty,
+            f"{len(judged) - len(bad)}/{len(judged)} GPU points correct{note}",
         ))
         gpu = d[d["variant"] != "cpu"]
         if not gpu.empty:

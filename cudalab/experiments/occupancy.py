@@ -408,14 +408,11 @@ class Occupancy(Experiment):
         out = []
         d = self._frame(df)
         gpu_rows = df[df["experiment"] == self.name] if "experiment" in df else df
-        bad = gpu_rows[gpu_rows["status"] != "ok"]
-        out.append(Expectation(
+        out.append(base.all_ok(
             "every point is correct: launched kernels match the float64 reference, and "
             "block sizes that cannot launch are refused by calculator and driver alike",
-            len(gpu_rows) > 0 and bad.empty,
-            f"{len(gpu_rows) - len(bad)}/{len(gpu_rows)} points ok"
-            + (f"; first problem: {bad.iloc[0]['point_id']}: {bad.iloc[0]['reason']}"
-               if not bad.empty else "")))
+            gpu_rows, "points ok",
+            lambda bad: f"; first problem: {bad.iloc[0]['point_id']}: {bad.iloc[0]['reason']}"))
         if d.empty or "m_calc_agrees" not in d:
             return out
         agree = pd.to_numeric(d["m_calc_agrees"], errors="coerce")
@@ -546,7 +543,7 @@ def driver_function(drv: occ.CudaDriver, kernel: Any, name: str, func: Any) -> A
         return handle
     from pycuda.compiler import compile as nvcc_compile
 
-    from cudalab.gpu import CUDA_DIR
+    from cudalab.resources import CUDA_DIR
 
     src = (CUDA_DIR / kernel.source_file).read_text()
     cubin = nvcc_compile(src, options=list(kernel.options), no_extern_c=True,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from cudalab.experiments.base import Expectation
+from cudalab.experiments.base import Expectation, all_ok
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -50,14 +50,11 @@ def bytes_label(n: Any) -> str:
 
 
 def all_correct(df: pd.DataFrame, what: str = "every GPU result") -> Expectation:
-    gpu = df[df["variant"] != "cpu"]
-    bad = gpu[gpu["status"] != "ok"]
-    return Expectation(
-        f"{what} matches the CPU reference",
-        len(gpu) > 0 and bad.empty,
-        f"{len(gpu) - len(bad)}/{len(gpu)} points correct"
-        + (f"; not ok: {', '.join(bad['point_id'].astype(str).head(5))}" if len(bad) else ""),
-    )
+    """Every GPU point measured matches its CPU reference (not measured ones are counted
+    apart; none measured: 'not measured')."""
+    return all_ok(f"{what} matches the CPU reference", df[df["variant"] != "cpu"],
+                  "points correct",
+                  lambda bad: f"; not ok: {', '.join(bad['point_id'].astype(str).head(5))}")
 
 
 def peak_of(d: pd.DataFrame) -> float:

@@ -228,10 +228,9 @@ class Sobel(Experiment):
 
     def expectations(self, df: pd.DataFrame) -> list[Expectation]:
         out = []
-        bad = df[df["status"] != "ok"]
-        out.append(Expectation(
-            "every kernel reproduces the CPU edge map exactly, for every block shape",
-            len(df) > 0 and bad.empty, f"{len(df) - len(bad)}/{len(df)} points exact"))
+        out.append(base.all_ok(
+            "every kernel reproduces the CPU edge map exactly, for every block shape", df,
+            "points exact"))
         d = self._frame(df)
         if d.empty:
             return out

@@ -42,11 +42,13 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from cudalab import devicespec
+from cudalab import nvcc_flags
 from cudalab import occupancy as occ
 from cudalab.experiments import base
 from cudalab.experiments import matmul as mm
 from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
-from cudalab.gpu import CUDA_DIR, Kernel, nvcc_banner
+from cudalab.gpu import Kernel, nvcc_banner
+from cudalab.resources import CUDA_DIR
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -59,6 +61,8 @@ SUMMARY_BLOCKS = (128, 256, 512, 1024)
 
 _KERNEL_RE = re.compile(
     r"__global__\s+(?:void\s+)?(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:void\s+)?(\w+)\s*\(")
+_CU_FILE = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\.cu"
+_CU_ALLOWED = "a file name of cuda/ ending in .cu (letters, digits, _ . -)"
 _VARIANT_RE = re.compile(r"^\s*//\s*cudalab-variant:\s*(.*?)\s*$", re.M)
 
 
@@ -85,16 +89,19 @@ class StaticAnalysis(Experiment):
             },
             "files": {
                 "type": "array", "uniqueItems": True,
-                "items": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]+\.cu$"},
+                "items": {"type": "string", "pattern": _CU_FILE, "x-allowed": _CU_ALLOWED},
                 "default": [],
                 "description": "kernel files of cuda/ to analyse ([] = every .cu file)",
             },
             "variants": {
                 "type": "object", "default": {},
-                "propertyNames": {"pattern": r"^[A-Za-z0-9_.-]+\.cu$"},
+                "propertyNames": {"pattern": _CU_FILE, "x-allowed": _CU_ALLOWED},
                 "additionalProperties": {
                     "type": "array", "minItems": 1,
-                    "items": {"type": "string", "pattern": r"^[A-Za-z0-9_=., +-]*$"},
+                    "items": {"type": "string", "maxLength": 512,
+                              "pattern": r"[A-Za-z0-9_=., +-]*",
+                              "x-allowed": "NAME[=VALUE] macros and nvcc options separated "
+                              "by spaces (letters, digits, _ = . , + -)"},
                 },
                 "description": "per file, the compile variants to analyse instead of the "
                 "file's own '// cudalab-variant:' lines; each a string of NAME=VALUE, NAME or "
@@ -102,13 +109,18 @@ class StaticAnalysis(Experiment):
             },
             "dynamic_smem_bytes": {
                 "type": "object", "default": {},
+                "propertyNames": {"pattern": r"[A-Za-z_][A-Za-z0-9_]{0,127}",
+                                  "x-allowed": "a kernel name (a C identifier)"},
                 "additionalProperties": {"type": "integer", "minimum": 0,
                                          "maximum": 256 * 1024},
                 "description": "kernel name -> dynamic shared memory per block its launches "
                 "ask for (counted in the occupancy; nvcc cannot know it)",
             },
             "nvcc": {
-                "type": "string", "default": "nvcc", "minLength": 1,
+                "type": "string", "default": "nvcc", "maxLength": 4096,
+                "pattern": r"(/[^/\x00-\x1f]+)*/nvcc|nvcc",
+                "x-allowed": "nvcc (found on PATH or in the usual CUDA homes) or an "
+                "absolute path ending in /nvcc",
                 "description": "the nvcc to run (a name on PATH or a path)",
             },
             "timeout_s": {
@@ -150,6 +162,9 @@ class StaticAnalysis(Experiment):
             if not (CUDA_DIR / f).is_file():
                 have = ", ".join(p.name for p in sorted(CUDA_DIR.glob("*.cu")))
                 msgs.append(f"files: {f!r} is not a file in cuda/ (there: {have})")
+        for f, variants in block.get("variants", {}).items():
+            for i, flags in enumerate(variants):
+                msgs += [f"variants[{f!r}][{i}]: {m}" for m in nvcc_flags.problems(flags)]
         return msgs
 
     # the blocks whose compile_variants() shape this grid (matmul's register tiles,
@@ -317,17 +332,21 @@ class StaticAnalysis(Experiment):
     def expectations(self, df: pd.DataFrame) -> list[Expectation]:
         out = []
         rows = df[df["experiment"] == self.name] if "experiment" in df else df
+        claim = "nvcc compiles every kernel file for every target and ptxas reports each kernel"
+        if (nm := base.unmeasured(claim, rows, "row")) is not None:
+            return [nm]  # every other check reads what ptxas reported
+        nm_note = base.not_measured_note(rows)
+        rows = base.measured(rows)
         failed = rows[rows["status"] == "failed"]
         skipped = rows[rows["status"] == "skipped"]
         out.append(Expectation(
-            "nvcc compiles every kernel file for every target and ptxas reports each kernel",
-            len(rows) > 0 and failed.empty,
+            claim, len(rows) > 0 and failed.empty,
             f"{len(rows) - len(failed) - len(skipped)}/{len(rows)} (file, variant, kernel, "
             f"arch) rows analysed"
             + (f", {len(skipped)} skipped (kernel not compiled with those flags: "
                f"{', '.join(sorted(set(skipped['variant'])))})" if not skipped.empty else "")
             + (f"; first failure {failed.iloc[0]['point_id']}: {failed.iloc[0]['reason']}"
-               if not failed.empty else "")))
+               if not failed.empty else "") + nm_note))
         d = self._frame(df)
         if d.empty:
             return out
@@ -442,11 +461,9 @@ def file_variants(src: str) -> list[str]:
 
 
 def flag_tokens(flags: str) -> list[str]:
-    """'TILE=32 FAST --use_fast_math' -> ['-DTILE=32', '-DFAST', '--use_fast_math']."""
-    out = []
-    for tok in shlex.split(flags):
-        out.append(tok if tok.startswith("-") else f"-D{tok}")
-    return out
+    """'TILE=32 FAST --use_fast_math' -> ['-DTILE=32', '-DFAST', '--use_fast_math'] (only
+    the option families cudalab.nvcc_flags allows)."""
+    return nvcc_flags.tokens(flags)
 
 
 def nvcc_options(flags: str, arch: str) -> list[str]:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from cudalab.experiments import shared
+from cudalab.experiments import base, shared
 from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
 from cudalab.experiments.shared import bytes_label
 
@@ -290,10 +290,8 @@ class Transfer(Experiment):
         return fig
 
     def expectations(self, df: pd.DataFrame) -> list[Expectation]:
-        n_bad = int((df["status"] != "ok").sum())
-        out = [Expectation("every copied byte arrives unchanged (host -> device -> host)",
-                           len(df) > 0 and n_bad == 0,
-                           f"{len(df) - n_bad}/{len(df)} round trips exact")]
+        out = [base.all_ok("every copied byte arrives unchanged (host -> device -> host)",
+                           df, "round trips exact")]
         d = self._frame(df)
         if d.empty:
             return out

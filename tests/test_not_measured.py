@@ -1,0 +1,108 @@
+"""A run without a GPU: every GPU point of the shipped config.yaml is recorded not_measured
+(no timing, no check, no metrics). Each experiment's figures, expected effects, caption
+claims, explanations, tables and "try this" must cope with such a table, and every check
+on it must say "not measured": an effect that was never measured is never "not seen".
+
+Two shapes of the same table: the metric columns (m_*) absent, as build_table makes them
+from not-measured records alone, and present but empty, as when other rows carry them.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import pandas as pd
+import pytest
+
+from cudalab import config as cfg
+from cudalab import explain, figures, report, results
+from cudalab.experiments import REGISTRY
+
+matplotlib.use("Agg")
+
+ROOT = Path(__file__).resolve().parent.parent
+REASON = "not measured: no GPU here (no CUDA driver; CUDA_VISIBLE_DEVICES=unset)"
+
+
+def _records(name: str, everything: bool) -> list[dict]:
+    """not_measured records of every GPU point of `name` in the shipped config (everything:
+    its CPU points too, as not_measured)."""
+    conf = cfg.load(ROOT / "config.yaml")
+    pts = REGISTRY[name].grid(conf)
+    return [{"schema_version": results.SCHEMA_VERSION, "experiment": name,
+             "variant": p.variant, "point_id": p.point_id, "params": p.params,
+             "job_id": "test", "provenance": {}, "t_start": time.time(),
+             "t_end": time.time(), "status": "not_measured", "reason": REASON}
+            for p in pts if p.gpu or everything]
+
+
+def _metric_names(name: str) -> list[str]:
+    """The m_* columns the experiment's module reads (found in its source)."""
+    src = (ROOT / "cudalab" / "experiments" / f"{name}.py").read_text()
+    return sorted(set(re.findall(r"\bm_[a-z0-9_]+", src)))
+
+
+def not_measured_table(name: str, metric_cols: bool) -> pd.DataFrame:
+    df = results.build_table(_records(name, everything=True))
+    if metric_cols:
+        for c in _metric_names(name):
+            if c not in df:
+                df[c] = np.nan
+    return df
+
+
+GPU_EXPERIMENTS = [n for n in REGISTRY if n != "static_analysis"]
+
+
+def test_every_experiment_has_gpu_points_in_the_default_config() -> None:
+    """The table below is the one a GPU-less default run makes for each GPU experiment."""
+    for name in GPU_EXPERIMENTS:
+        assert _records(name, everything=False), name
+
+
+@pytest.mark.parametrize("metric_cols", [False, True], ids=["m-absent", "m-nan"])
+@pytest.mark.parametrize("name", list(REGISTRY))
+def test_all_not_measured(name: str, metric_cols: bool, tmp_path: Path) -> None:
+    exp = REGISTRY[name]
+    df = not_measured_table(name, metric_cols)
+    assert len(df) and (df["status"] == "not_measured").all()
+    assert not results.check_table(df)
+
+    drawn = figures.draw_experiment(name, df, tmp_path)
+    assert not any(drawn.values()), f"{name} drew a figure from no data: {drawn}"
+    for fig in exp.figures:
+        assert (tmp_path / name / f"{fig}.png").exists()
+
+    sec = report._section(name, exp, report.roofline.annotate(df), tmp_path, 50, "raw",
+                          report.roofline.annotate(df), {})
+    for e in sec["expectations"]:
+        assert e.passed is None, f"{name}: {e.claim!r} judged on no data: {e.evidence}"
+        assert "not measured" in e.evidence, f"{name}: {e.claim!r}: {e.evidence}"
+    assert not sec["contradictions"]
+    for c in explain.check_caption(name, exp.caption, df):
+        assert c.supported is None, f"{name}: {c.phrase!r}: {c.evidence}"
+        assert "not measured" in c.evidence, f"{name}: {c.phrase!r}: {c.evidence}"
+    assert not sec["claim_warnings"]
+    assert sec["explanations"] == []  # nothing measured: nothing to explain
+    assert sec["try_this"] == exp.try_this
+    assert sec["counts"] == {"not_measured": len(df)}
+    assert all(f["status"] == "not_measured" for f in sec["failures"])
+
+
+def test_report_of_an_all_not_measured_run(tmp_path: Path) -> None:
+    """The whole report of a run where no GPU point was measured renders, names the points
+    as not measured, and says "not seen" nowhere."""
+    df = results.build_table(r for n in REGISTRY for r in _records(n, everything=True))
+    for name in REGISTRY:
+        figures.draw_experiment(name, df, tmp_path / "figures")
+    conf = cfg.load(ROOT / "config.yaml")
+    out = report.render(df, tmp_path / "figures", conf, tmp_path / "report.html")
+    page = out.read_text()
+    assert "? not measured" in page and "not_measured" in page
+    assert "not seen" not in page
+    assert "contradicts the caption" not in page
+    assert "Caption claim not supported" not in page
