@@ -29,7 +29,7 @@ SCHEMA_VERSION = 1
 # looked for); a rerun on a GPU machine measures it. Like every status but ok, never a speed.
 STATUSES = ("ok", "wrong", "failed", "skipped", "not_measured")
 
-# name -> (pandas dtype, description). The tests enforce this; docs/results-schema comes from it.
+# name -> (pandas dtype, description). The tests enforce this; docs/results-schema.md lists it.
 COLUMNS: dict[str, tuple[str, str]] = {
     "experiment": ("string", "experiment name (matmul, transfer, ...)"),
     "variant": ("string", "kernel / method variant (cpu, naive, tiled, ...)"),
