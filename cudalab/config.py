@@ -20,8 +20,7 @@ from typing import Any
 import yaml
 from jsonschema import Draft202012Validator, ValidationError, validators
 
-ROOT = Path(__file__).resolve().parent.parent
-SCHEMA_PATH = ROOT / "workflow" / "schemas" / "config.schema.yaml"
+from cudalab.resources import CONFIG_SCHEMA as SCHEMA_PATH
 
 
 class ConfigError(ValueError):

@@ -16,12 +16,11 @@ import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 
 from cudalab.harness import QUEUED_MAX_BATCH, HoldTimeout
+from cudalab.resources import CUDA_DIR
 
-CUDA_DIR = Path(__file__).resolve().parent.parent / "cuda"
 # How long the hold kernel waits for the host before it lets the queued launches run: far
 # above the host time of a queued batch (256 launches of ~5-12 us), far below a hang.
 HOLD_TIMEOUT_S = 0.5

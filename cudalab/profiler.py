@@ -64,7 +64,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from cudalab.resources import IMPORT_ROOT
+
 MARKER_KERNEL = "cudalab_marker"
 MARKER_SOURCE = f'extern "C" __global__ void {MARKER_KERNEL}(void) {{}}\n'
 TIME_METRIC = "gpu__time_duration.sum"
@@ -319,8 +320,9 @@ def child_command(name: str, config_path: Path, point_ids: list[str], seed: int,
 def run_ncu(cmd: list[str], out_dir: Path, timeout_s: float) -> NcuRun:
     """Run ncu (its own process group, so a time-out kills the child too) and collect what
     it left in out_dir: ncu.log (--log-file), child.log, report.json, own_timer.json."""
+    # the child (python -m cudalab.profiler) must import this same copy of cudalab
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        filter(None, [str(IMPORT_ROOT), os.environ.get("PYTHONPATH")]))}
     t0 = time.time()
     rc: int | None = None
     with open(out_dir / "child.log", "w") as out:
@@ -613,9 +615,9 @@ def child_main(argv: list[str] | None = None) -> int:
     from cudalab.experiments import REGISTRY
     from cudalab.experiments.base import RunContext, Skipped
     from cudalab.gpu import open_session
+    from cudalab.gpu_errors import gpu_error_kind
     from cudalab.harness import Harness, Settings
     from cudalab.results import write_json_atomic
-    from cudalab.gpu_errors import gpu_error_kind
 
     ap = argparse.ArgumentParser(prog="python -m cudalab.profiler")
     ap.add_argument("experiment")

@@ -16,9 +16,7 @@ from cudalab import explain, fmt, results, roofline, timing_report
 from cudalab.compare import report_context as compare_context
 from cudalab.embed import data_uri
 from cudalab.experiments import REGISTRY
-
-ROOT = Path(__file__).resolve().parent.parent
-TEMPLATES = ROOT / "reports" / "templates"
+from cudalab.resources import TEMPLATES_DIR as TEMPLATES
 
 # The columns every experiment's results table shows (after its parameters); m_ metric
 # columns follow on screen and are left out of print (class "metric"): they are in
