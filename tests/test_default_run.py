@@ -1,0 +1,86 @@
+"""The first run a new user makes: plain `snakemake` of the shipped config.yaml, on a
+machine without a GPU, runs to the end: exit 0, a report, every GPU point named in it as not
+measured, and the last screen says how to measure them.
+
+It runs in a copy of the checkout (its tracked and new files, as they are now), exactly as
+a user runs it: no --configfile, no --config overrides, profiles/default picked up by
+Snakemake. CUDA_VISIBLE_DEVICES='' hides any GPU, so the test means the same on a GPU
+machine. About 65 s on 2 cores (most of it the CPU references of the default grid).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cudalab import results
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT_S = 600  # ~65 s on 2 cores; a hang must not hold CI for long
+
+
+def checkout_files() -> list[str]:
+    """The files a checkout of this working tree has: tracked (as edited now) and new ones
+    git does not ignore; results/ and .snakemake/ of earlier runs are ignored."""
+    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
+                          "--exclude-standard"], cwd=ROOT, capture_output=True, check=True)
+    names = [n for n in out.stdout.decode().split("\0") if n]
+    return [n for n in dict.fromkeys(names) if (ROOT / n).is_file()]
+
+
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, float]:
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("needs the git checkout (the copy is made from git ls-files)")
+    repo = tmp_path_factory.mktemp("checkout")
+    for name in checkout_files():
+        dst = repo / name
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, dst)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
+    env["CUDA_VISIBLE_DEVICES"] = ""  # no GPU, even on a GPU machine
+    bindir = str(Path(sys.executable).parent)  # the snakemake of this Python
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+    t0 = time.monotonic()
+    r = subprocess.run(["snakemake"], cwd=repo, env=env, capture_output=True, text=True,
+                       timeout=TIMEOUT_S)
+    took = time.monotonic() - t0
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, f"exit {r.returncode} after {took:.0f} s:\n{out[-6000:]}"
+    return repo, out, took
+
+
+def test_the_default_config_without_a_gpu_ends_with_a_report(default_run) -> None:
+    repo, out, took = default_run
+    report = repo / "results" / "report.html"
+    assert report.is_file(), out[-3000:]
+    assert "cudalab: report written to" in out
+    assert "Traceback" not in out
+    # the last screen: how to measure what this run could not
+    assert "GPU point(s) were not measured: no GPU here" in out
+    assert "run the same command on a GPU machine" in out
+    assert took < TIMEOUT_S
+
+
+def test_its_report_names_every_not_measured_point(default_run) -> None:
+    repo, _, _ = default_run
+    df = results.read_table(repo / "results" / "results.csv")
+    assert results.check_table(df) == []
+    nm = df[df["status"] == "not_measured"]
+    assert len(nm) and set(nm["experiment"]) >= {"vector_add", "matmul", "atomics"}
+    assert (df.loc[df["status"] != "not_measured", "status"] == "ok").all(), \
+        df[df["status"] != "ok"][["point_id", "status", "reason"]].to_string()
+    page = (repo / "results" / "report.html").read_text()
+    for pid in nm["point_id"]:
+        assert pid in page, f"{pid} not named in the report"
+    assert "? not measured" in page
+    # not measured is never "not seen", nor a contradiction of a caption
+    assert "not seen" not in page
+    assert "contradicts the caption" not in page
+    assert "Caption claim not supported" not in page
