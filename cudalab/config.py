@@ -20,7 +20,10 @@ from typing import Any
 import yaml
 from jsonschema import Draft202012Validator, ValidationError, validators
 
+from cudalab import safe_yaml
 from cudalab.resources import CONFIG_SCHEMA as SCHEMA_PATH
+
+MAX_MESSAGES = 30
 
 
 class ConfigError(ValueError):
@@ -42,7 +45,15 @@ def _strict_enum(validator, enums, instance, schema):
     pass and crash (or mean something else) at run time."""
     key = json.dumps(instance, sort_keys=True, default=str)
     if not any(key == json.dumps(e, sort_keys=True) for e in enums):
-        yield ValidationError(f"{instance!r} is not one of {enums!r}")
+        yield ValidationError(f"{show(instance)} is not one of {enums!r}")
+
+
+def _full_pattern(validator, pattern, instance, schema):
+    """`pattern` matches the whole string. JSON Schema's search semantics plus Python's `$`
+    (which also matches before a final newline) let "cuda/12.4\\n<command>" through a
+    pattern written as ^...$; a full match cannot end early."""
+    if isinstance(instance, str) and re.fullmatch(pattern, instance) is None:
+        yield ValidationError(f"{show(instance)} does not match {pattern!r}")
 
 
 def _with_defaults(cls):
@@ -58,7 +69,8 @@ def _with_defaults(cls):
         yield from validate_props(validator, properties, instance, schema)
 
     checker = cls.TYPE_CHECKER.redefine("integer", _is_integer).redefine("number", _is_number)
-    return validators.extend(cls, {"properties": set_defaults, "enum": _strict_enum},
+    return validators.extend(cls, {"properties": set_defaults, "enum": _strict_enum,
+                                   "pattern": _full_pattern},
                              type_checker=checker)
 
 
@@ -97,6 +109,18 @@ def key_path(parts: Iterable[Any]) -> str:
     return "".join(out) or "(top level)"
 
 
+def show(value: Any, width: int = 60) -> str:
+    """repr() of a config value, cut to `width` characters: a message never prints a whole
+    (possibly alias-expanded) list."""
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 4] + " ..."
+
+
+# YAML turns some unquoted text into other types: a hint where a string was expected.
+_QUOTE_HINT = ("; YAML reads unquoted digits as a number (0123 even as octal 83) and "
+               "yes/no/on/off as true/false: put the value in quotes, e.g. '0123'")
+
+
 def _describe(err) -> str:
     """One line per error: key path, the bad value, and what is allowed."""
     where = _path(err)
@@ -111,30 +135,39 @@ def _describe(err) -> str:
         hints = []
         for k in extra:
             close = difflib.get_close_matches(str(k), allowed, n=1)
-            hints.append(f"'{k}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+            hints.append(show(k) + (f" (did you mean '{close[0]}'?)" if close else ""))
         return f"{where}: unknown key {', '.join(hints)}; allowed keys: {', '.join(allowed)}"
     if v == "enum":
-        return f"{where}: {inst!r} is not allowed; allowed values: {s['enum']}"
+        return f"{where}: {show(inst)} is not allowed; allowed values: {s['enum']}"
     if v in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
-        return f"{where}: {inst!r} is out of range; allowed: {_range(s)}"
+        return f"{where}: {show(inst)} is out of range; allowed: {_range(s)}"
     if v == "type":
-        return f"{where}: {inst!r} has the wrong type; expected {_type_words(s['type'])}"
+        hint = (_QUOTE_HINT if _wants_string(s["type"])
+                and not isinstance(inst, (str, list, dict)) else "")
+        return (f"{where}: {show(inst)} has the wrong type; expected "
+                f"{_type_words(s['type'])}{hint}")
     if v in ("minItems", "maxItems"):
         lo, hi = s.get("minItems", 0), s.get("maxItems")
         want = f"exactly {lo}" if lo == hi else f"at least {lo}" + (f", at most {hi}" if hi else "")
-        return f"{where}: {inst!r} has {len(inst)} items; needs {want}"
+        return f"{where}: {show(inst)} has {len(inst)} items; needs {want}"
     if v == "uniqueItems":
         return (f"{where}: {_repeated(inst)} listed more than once; each value of a grid "
                 f"axis may appear only once")
     if v == "pattern":
         allowed = s.get("x-allowed") or f"text matching {s['pattern']}"
-        return f"{where}: {inst!r} is not allowed; allowed: {allowed}"
+        return f"{where}: {show(inst)} is not allowed; allowed: {allowed}"
     if v == "required":
         missing = [k for k in s["required"] if isinstance(inst, dict) and k not in inst]
         return (f"{where}: missing key {', '.join(repr(k) for k in missing)}"
                 + (f" ({s['x-required']})" if "x-required" in s else ""))
     desc = s.get("description")
-    return f"{where}: {err.message}" + (f" ({desc})" if desc else "")
+    message = err.message if len(err.message) <= 160 else err.message[:156] + " ..."
+    return f"{where}: {message}" + (f" ({desc})" if desc else "")
+
+
+def _wants_string(t: str | list[str]) -> bool:
+    """A string is expected and a scalar of another type came (a YAML conversion)."""
+    return t == "string" or (isinstance(t, list) and "string" in t)
 
 
 def _type_words(t: str | list[str]) -> str:
@@ -145,13 +178,15 @@ def _type_words(t: str | list[str]) -> str:
 
 
 def _repeated(items: list[Any]) -> str:
-    seen: list[Any] = []
-    dups: list[Any] = []
-    for x in items:
-        if x in seen and x not in dups:
-            dups.append(x)
-        seen.append(x)
-    return ", ".join(repr(d) for d in dups) + (" is" if len(dups) == 1 else " are")
+    seen: set[str] = set()
+    dups: dict[str, Any] = {}
+    for x in items:  # one pass: an axis may be long
+        key = json.dumps(x, sort_keys=True, default=str)
+        if key in seen:
+            dups.setdefault(key, x)
+        seen.add(key)
+    shown = list(dups.values())
+    return ", ".join(show(d) for d in shown[:5]) + (" is" if len(shown) == 1 else " are")
 
 
 def _range(s: dict) -> str:
@@ -179,6 +214,9 @@ def validate(config: dict[str, Any], source: str = "config",
 
     msgs += guards.cross_field_problems(config, schema_failed=bool(msgs), notes=notes)
     msgs = list(dict.fromkeys(msgs))
+    if len(msgs) > MAX_MESSAGES:  # a list of 10 000 bad items is one mistake, not a screenful
+        msgs = msgs[:MAX_MESSAGES] + [f"... and {len(msgs) - MAX_MESSAGES} more problems of "
+                                      f"the same kinds"]
     if msgs:
         raise ConfigError(f"{source} is invalid:\n  - " + "\n  - ".join(msgs))
     return config
@@ -209,7 +247,8 @@ def _describe_any_of(err) -> str:
     inst = err.instance
     if isinstance(inst, float) and not math.isfinite(inst):
         return f"{_path(err)}: {inst} is not allowed; NaN and infinity are never valid here"
-    return f"{_path(err)}: {inst!r} has the wrong type; expected {_type_words(types)}"
+    hint = _QUOTE_HINT if "string" in types and not isinstance(inst, (str, list, dict)) else ""
+    return f"{_path(err)}: {show(inst)} has the wrong type; expected {_type_words(types)}{hint}"
 
 
 def _leaves(err) -> Iterator:
@@ -229,44 +268,17 @@ def _leaves(err) -> Iterator:
 
 
 # -- reading a config file ----------------------------------------------------------------
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping (PyYAML lets the last one
-    win in silence: `min_samples: 5` then `min_samples: 50` would run with 50)."""
-
-    def construct_mapping(self, node, deep=False):
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue  # `<<: *anchor` may repeat keys on purpose
-            key = self.construct_object(key_node, deep=deep)
-            try:
-                first = seen.get(key)
-            except TypeError:
-                continue  # unhashable: SafeLoader's own error says so
-            if first is not None:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (first given on line {first + 1}, "
-                    f"again on line {key_node.start_mark.line + 1}); give each key once",
-                    key_node.start_mark)
-            seen[key] = key_node.start_mark.line
-        return super().construct_mapping(node, deep)
-
-
-
-# YAML 1.1 (PyYAML) reads 1e-6 (no dot) as the string '1e-6', and Python's json.dumps writes
-# small floats that way (results/config.json): read them as numbers, as YAML 1.2 and JSON do.
-# add_implicit_resolver copies the resolver table for this class, SafeLoader is unchanged.
-_UniqueKeyLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"))
-
 def read_mapping(path: str | Path) -> dict[str, Any]:
     """Read a YAML config file into a dict; every way it can be unreadable is a ConfigError
     (missing, a directory, not UTF-8, not YAML, duplicate keys, empty, not a mapping)."""
     path = Path(path)
     try:
-        text = path.read_bytes().decode("utf-8")
+        with path.open("rb") as f:  # never more than the limit (a FIFO or /dev/zero ends too)
+            blob = f.read(safe_yaml.MAX_BYTES + 1)
+        if len(blob) > safe_yaml.MAX_BYTES:
+            raise ConfigError(f"{path} is not read: it is larger than "
+                              f"{safe_yaml.MAX_BYTES:,} bytes, the most a config may have")
+        text = blob.decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -279,7 +291,9 @@ def read_mapping(path: str | Path) -> dict[str, Any]:
                           f"0x{exc.object[exc.start]:02x} at offset {exc.start}); save the "
                           f"file as UTF-8") from None
     try:
-        config = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
+        config = safe_yaml.load(text)
+    except safe_yaml.YamlLimitError as exc:
+        raise ConfigError(f"{path} is not read: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""

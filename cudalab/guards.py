@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 from collections import Counter
 from collections.abc import Callable
@@ -35,7 +36,11 @@ def cross_field_problems(config: dict[str, Any], schema_failed: bool,
                          notes: list[str] | None = None) -> list[str]:
     notes = [] if notes is None else notes
     rules: list[Callable[[], list[str]]] = [
+        lambda: _strings(config),
         lambda: _samples(config),
+        lambda: _constraint(config),
+        lambda: _profile(config),
+        lambda: _baselines(config),
         lambda: _experiment_rules(config, schema_failed),
         lambda: _toolkit(config, notes),
         lambda: _sizes(config, notes),
@@ -47,6 +52,95 @@ def cross_field_problems(config: dict[str, Any], schema_failed: bool,
         except _MALFORMED:
             if not schema_failed:
                 raise  # a valid config must never trip a rule: that is a bug
+    return msgs
+
+
+# -- strings: what can reach a shell line, an sbatch line, a path or a log ---------------------
+# A control character in any value or key: a newline splits a shell command or an sbatch line
+# (and a log line), NUL ends a C string early, ESC rewrites the terminal.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+CONTROL_WORDS = "holds a control character (newline, tab, ...); allowed: one line of text"
+
+
+def _strings(config: dict[str, Any]) -> list[str]:
+    from cudalab.config import key_path, show
+
+    msgs: list[str] = []
+    stack: list[tuple[Any, tuple[Any, ...]]] = [(config, ())]
+    while stack:  # iterative: the YAML reader bounds size and depth, --config adds little
+        value, path = stack.pop()
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if isinstance(k, str) and _CONTROL.search(k):
+                    msgs.append(f"{key_path(path)}: the key {show(k)} {CONTROL_WORDS}")
+                stack.append((v, (*path, k)))
+        elif isinstance(value, list):
+            stack.extend((v, (*path, i)) for i, v in enumerate(value))
+        elif isinstance(value, str) and _CONTROL.search(value):
+            msgs.append(f"{key_path(path)}: {show(value)} {CONTROL_WORDS}")
+    return sorted(msgs)
+
+
+def _constraint(config: dict[str, Any]) -> list[str]:
+    """Slurm's feature expression: the schema checks its characters, this its brackets."""
+    c = (config.get("slurm") or {}).get("constraint")
+    if not isinstance(c, str):
+        return []
+    depth: list[str] = []
+    for ch in c:
+        if ch in "[(":
+            depth.append(ch)
+        elif ch in "])" and (not depth or depth.pop() != "[("["])".index(ch)]):
+            depth = ["x"]
+            break
+    if depth:
+        return [f"slurm.constraint: {c!r} has brackets that do not pair; allowed: node "
+                f"features joined by & | , with [ ] and ( ) in pairs, e.g. [a100|h100]&nvlink"]
+    return []
+
+
+def _profile(config: dict[str, Any]) -> list[str]:
+    """ncu's regex: metrics compile now (not after both ncu passes ran), and two ncu runs
+    of up to timeout_s each fit a job's wall-clock limit."""
+    prof = config.get("profile") or {}
+    msgs = []
+    for i, m in enumerate(prof.get("metrics") or []):
+        if isinstance(m, str) and m.startswith("regex:"):
+            try:
+                re.compile(m[len("regex:"):])
+            except re.error as exc:
+                msgs.append(f"profile.metrics[{i}]: {m!r} is not a valid regular expression "
+                            f"({exc}); allowed: regex:<expression>")
+    runtime = (config.get("slurm") or {}).get("runtime_min")
+    timeout = prof.get("timeout_s")
+    if prof.get("ncu") is True and isinstance(runtime, int) and isinstance(timeout, int) \
+            and 2 * timeout >= runtime * 60:
+        msgs.append(f"profile.timeout_s: {timeout} s per ncu run, and a job makes two (time "
+                    f"pass, counters pass): they do not fit slurm.runtime_min ({runtime} min), "
+                    f"a job's wall-clock limit under Slurm; allowed: timeout_s < "
+                    f"{runtime * 30} s, or raise slurm.runtime_min")
+    return msgs
+
+
+def _baselines(config: dict[str, Any]) -> list[str]:
+    """Every report.baselines entry is a result folder (looked at, not read: the report
+    reads it), each bad one named."""
+    from pathlib import Path
+
+    msgs = []
+    for i, b in enumerate((config.get("report") or {}).get("baselines") or []):
+        if not isinstance(b, str) or _CONTROL.search(b):
+            continue  # the schema or _strings says so
+        folder = Path(b)
+        if not folder.is_dir():
+            what = "does not exist" if not folder.exists() else "is not a folder"
+        elif not ((folder / "results.csv").is_file()
+                  or any(folder.glob("raw/*/*.json"))):
+            what = "holds no results (no results.csv, no raw/<experiment>/<point>.json)"
+        else:
+            continue
+        msgs.append(f"report.baselines[{i}]: {b!r} {what}; allowed: a run's results/ "
+                    f"folder or reports/reference/<gpu>/ (relative to where snakemake runs)")
     return msgs
 
 
@@ -99,6 +193,10 @@ def _experiment_rules(config: dict[str, Any], schema_failed: bool) -> list[str]:
         except _MALFORMED:
             if not schema_failed:
                 raise
+        if name in grids and not grids[name]:
+            msgs.append(f"experiments.{name}: the grid has 0 points (no combination of its "
+                        f"axes and variants gives a point), so nothing would run; add values "
+                        f"to its lists, or set `enabled: false`")
         counts = Counter(p.point_id for p in grids.get(name, []))
         dups = sorted(i for i, c in counts.items() if c > 1)
         if dups:

@@ -164,9 +164,9 @@ def test_notes_say_what_could_not_be_checked(monkeypatch):
 
     monkeypatch.setattr(guards, "nvidia_smi_memory", lambda: None)
     notes: list[str] = []
-    cfg.validate({"experiments": {"static_analysis": {"nvcc": "no-such-nvcc-here"}}},
+    cfg.validate({"experiments": {"static_analysis": {"nvcc": "nvcc-no-such-version"}}},
                  notes=notes)
-    assert any("archs not checked" in n and "no-such-nvcc-here" in n for n in notes)
+    assert any("archs not checked" in n and "nvcc-no-such-version" in n for n in notes)
     assert not any("GPU memory" in n for n in notes)  # no GPU point: nothing to check
     cfg.validate({"experiments": {"vector_add": {}}}, notes=notes)
     assert any("GPU memory not checked" in n for n in notes)

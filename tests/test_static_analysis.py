@@ -297,9 +297,9 @@ def test_find_nvcc_looks_in_the_toolkit_homes(monkeypatch, tmp_path):
 
 
 def test_missing_nvcc_fails_the_point_naming_nvcc():
-    b = _block(files=["vector_add.cu"], archs=["sm_90"], nvcc="no-such-nvcc-here")
+    b = _block(files=["vector_add.cu"], archs=["sm_90"], nvcc="nvcc-no-such-version")
     p = EXP.points(b)[0]
-    with pytest.raises(sa.CompileError, match="nvcc not found.*no-such-nvcc-here"):
+    with pytest.raises(sa.CompileError, match="nvcc not found.*nvcc-no-such-version"):
         EXP.measure(_ctx(b), p)
 
 

@@ -381,6 +381,11 @@ class Matmul(Experiment):
             msgs += _check_register_tile(f"vec4_tiles[{i}]", rt, VEC4_RT, buffers=2)
         for i, wt in enumerate(block.get("warp_tiles", [])):
             msgs += [f"warp_tiles[{i}]: {m}" for m in check_warp_tile(wt)]
+        variants = block.get("variants", [])
+        if "float64" in block.get("dtypes", []) and not set(FP64_VARIANTS) & set(variants):
+            msgs.append(f"dtypes: float64 is listed, but none of the variants runs in float64 "
+                        f"(those that do: {', '.join(FP64_VARIANTS)}; variants: "
+                        f"{', '.join(map(str, variants))}); add one or drop float64")
         return msgs
 
     # -- grid --------------------------------------------------------------------------

@@ -31,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-import shlex
 import shutil
 import subprocess
 import tempfile
@@ -41,8 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from cudalab import devicespec
-from cudalab import nvcc_flags
+from cudalab import devicespec, nvcc_flags
 from cudalab import occupancy as occ
 from cudalab.experiments import base
 from cudalab.experiments import matmul as mm
@@ -118,9 +116,10 @@ class StaticAnalysis(Experiment):
             },
             "nvcc": {
                 "type": "string", "default": "nvcc", "maxLength": 4096,
-                "pattern": r"(/[^/\x00-\x1f]+)*/nvcc|nvcc",
-                "x-allowed": "nvcc (found on PATH or in the usual CUDA homes) or an "
-                "absolute path ending in /nvcc",
+                # a config names a compiler, never another program
+                "pattern": r"((/[^/\x00-\x1f]+)*/)?nvcc([-_.][A-Za-z0-9_.-]*)?",
+                "x-allowed": "nvcc or a name like nvcc-12.4 (found on PATH or in the usual "
+                "CUDA homes), or an absolute path ending in /nvcc",
                 "description": "the nvcc to run (a name on PATH or a path)",
             },
             "timeout_s": {
