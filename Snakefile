@@ -34,7 +34,13 @@ onsuccess:
 
 
 onerror:
-    print_doctor_failure()  # the doctor's table, when it stopped this run (doctor.smk)
+    # The jobs that failed and the end of each one's log, read from Snakemake's own log of
+    # this run (`log`: its "Error in rule" blocks), not guessed from results/logs/ mtimes;
+    # the doctor's table only where the doctor job is among them (cudalab/failures.py).
+    from cudalab import failures as cudalab_failures
+
+    print("\n" + cudalab_failures.summary(log, Path(RESULTS) / "logs", _STARTED,
+                                          Path(DOCTOR_TABLE)), file=sys.stderr)
     print(
         "\ncudalab: the run stopped. Points already measured are kept in results/raw/ "
         "and a rerun measures only what is missing. Logs: results/logs/ "

@@ -1,0 +1,179 @@
+"""The last screen of a run that stopped: which jobs failed, and the end of each one's log.
+
+Which jobs failed is read from Snakemake's own log of the run (the file its `onerror` hook
+is given): Snakemake writes one "Error in rule <name>:" block per failed job, with the job's
+log files under it. That is Snakemake's own record of this run, so it is right however the
+jobs ran (locally, under Slurm, with --keep-going) and whatever state results/logs/ was in
+before. Log files' mtimes cannot tell a failed job from one that succeeded, so they are only
+a fallback, where Snakemake's log is missing or holds no such block: the logs written since
+the run started that hold a traceback.
+
+The doctor's table is shown only when the doctor job itself failed in this run: locally it
+writes a FAILED table for a GPU-less machine and the run goes on, so a table alone blames
+nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TAIL_LINES = 15  # per failed job: a traceback's last frames and its message
+_RULE = re.compile(r"^Error in rule (?P<rule>[A-Za-z_][A-Za-z0-9_]*):\s*$")
+_FIELD = re.compile(r"^\s+(?P<key>[a-z_]+): (?P<value>.*)$")
+_LOG_NOTE = " (check log file(s) for error details)"
+
+
+@dataclass
+class FailedJob:
+    rule: str
+    jobid: str = ""
+    wildcards: str = ""  # "experiment=matmul", where Snakemake's block names them
+    logs: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    name: str = ""  # what the summary calls it (set by parse_failed)
+
+
+def snakemake_logs(log: str | Iterable[str] | None) -> list[Path]:
+    """The `log` Snakemake gives onerror (a path, or a list of paths since Snakemake 8)."""
+    if not log:
+        return []
+    paths = [log] if isinstance(log, (str, os.PathLike)) else list(log)
+    return [Path(p) for p in paths if p]
+
+
+def parse_failed(text: str) -> list[FailedJob]:
+    """The failed jobs named in a Snakemake log, in the order they failed (one per job)."""
+    jobs: list[FailedJob] = []
+    current: FailedJob | None = None
+    for line in text.splitlines():
+        m = _RULE.match(line)
+        if m:
+            current = FailedJob(m["rule"])
+            jobs.append(current)
+            continue
+        if current is None:
+            continue
+        f = _FIELD.match(line)
+        if not f:
+            if line and not line[0].isspace():
+                current = None  # the block ended
+            continue
+        key, value = f["key"], f["value"].strip()
+        if key == "log":
+            current.logs = _paths(value.removesuffix(_LOG_NOTE.strip()))
+        elif key == "output":
+            current.outputs = _paths(value)
+        elif key == "jobid":
+            current.jobid = value
+        elif key == "wildcards":
+            current.wildcards = value
+    seen: dict[tuple[str, str, tuple[str, ...]], FailedJob] = {}
+    for j in jobs:  # a retried job is one job
+        seen.setdefault((j.rule, j.jobid, tuple(j.outputs)), j)
+    out = list(seen.values())
+    rules = [j.rule for j in out]
+    for j in out:
+        # the blocks of Snakemake 9 name no wildcards: jobs of one rule are told apart by
+        # their first output
+        what = j.wildcards or (j.outputs[0] if rules.count(j.rule) > 1 and j.outputs else "")
+        j.name = f"{j.rule} ({what})" if what else j.rule
+    return out
+
+
+def _paths(value: str) -> list[str]:
+    return [p.strip() for p in value.split(", ") if p.strip()]
+
+
+def failed_jobs(log: str | Iterable[str] | None) -> list[FailedJob]:
+    """The failed jobs Snakemake's log of this run names ([] when it names none)."""
+    jobs: list[FailedJob] = []
+    for path in snakemake_logs(log):
+        try:
+            jobs += parse_failed(path.read_text(errors="replace"))
+        except OSError:
+            continue
+    return jobs
+
+
+def logs_with_traceback(log_dir: Path, since: float) -> list[Path]:
+    """The fallback: job logs written since `since` that hold a Python traceback."""
+    if not log_dir.is_dir():
+        return []
+    found = []
+    for p in sorted(log_dir.glob("*.log"), key=lambda q: q.stat().st_mtime):
+        try:
+            if p.stat().st_mtime >= since and "Traceback (most recent call last)" in \
+                    p.read_text(errors="replace"):
+                found.append(p)
+        except OSError:
+            continue
+    return found
+
+
+def tail(path: Path, n: int = TAIL_LINES) -> str:
+    """The last n lines of a file, or why there are none."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return "(the log file was not written)"
+    except OSError as exc:
+        return f"(cannot read the log: {exc})"
+    if not lines:
+        return "(the log is empty)"
+    return "\n".join(lines[-n:])
+
+
+def _resolve(p: str, workdir: Path) -> Path:
+    path = Path(p)
+    return path if path.is_absolute() else workdir / path
+
+
+def summary(log: str | Iterable[str] | None, log_dir: Path, started: float,
+            doctor_table: Path | None = None, workdir: Path | None = None,
+            n: int = TAIL_LINES) -> str:
+    """The failure summary: the jobs that failed, each with the tail of its log; the
+    doctor's table where the doctor job is among them."""
+    workdir = workdir or Path.cwd()
+    jobs = failed_jobs(log)
+    parts: list[str] = []
+    if jobs:
+        parts.append(f"cudalab: {len(jobs)} job(s) failed: "
+                     + ", ".join(j.name for j in jobs))
+        for j in jobs:
+            if j.rule == "doctor" and doctor_table is not None:
+                # its table says what is missing and what to do (its log is the same table)
+                table = doctor_section(_resolve(str(doctor_table), workdir), started)
+                if table:
+                    parts.append(table)
+                    continue
+            if not j.logs:
+                parts.append(f"--- {j.name}: no log file (Snakemake's message above says "
+                             "why it failed)")
+            for p in j.logs:
+                parts.append(f"--- {j.name}: {p} (last {n} lines) ---\n"
+                             f"{tail(_resolve(p, workdir), n)}")
+    else:
+        found = logs_with_traceback(_resolve(str(log_dir), workdir), started)
+        if found:
+            parts.append("cudalab: Snakemake's log names no failed job; these job logs of "
+                         "this run hold a traceback:")
+            parts += [f"--- {p} (last {n} lines) ---\n{tail(p, n)}" for p in found]
+        else:
+            parts.append("cudalab: no job log of this run holds a traceback; Snakemake's "
+                         "messages above say what stopped the run.")
+    return "\n".join(s for s in parts if s)
+
+
+def doctor_section(table: Path, started: float) -> str:
+    """The doctor's table, where this run wrote it (an older one would mislead)."""
+    try:
+        if table.stat().st_mtime < started:
+            return ""
+        return (f"{table.read_text().rstrip()}\n(the doctor's table: {table}; no measure job "
+                "was submitted)")
+    except OSError:
+        return ""

@@ -1,0 +1,160 @@
+"""The last screen of a run that stopped names the jobs that failed and shows the end of each
+one's log; the doctor's table only where the doctor job failed (cudalab/failures.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from cudalab import failures
+
+TRACEBACK = "\n".join(["Traceback (most recent call last):"]
+                      + [f'  File "x.py", line {i}, in f' for i in range(30)]
+                      + ["KeyError: 'm_counted'"])
+DOCTOR_TABLE = ("cudalab doctor: FAILED (pycuda, GPU(s)): the grid would not run here\n\n"
+                "| status | check | value | what to do |\n| --- | --- | --- | --- |\n"
+                "| FAIL | pycuda | ModuleNotFoundError | pip install -e '.[gpu]' |\n")
+
+
+def block(rule: str, jobid: int, output: str, log: str | None) -> str:
+    """An 'Error in rule' block as Snakemake 9 writes it to its log."""
+    lines = [f"Error in rule {rule}:", "    message: None", f"    jobid: {jobid}",
+             "    input: results/results.csv, results/figures/a.png", f"    output: {output}"]
+    if log:
+        lines.append(f"    log: {log} (check log file(s) for error details)")
+    lines += ["    shell:", "        python -m cudalab.cli report > x 2>&1",
+              "        (command exited with non-zero exit code)"]
+    return "\n".join(lines)
+
+
+def smk_log(tmp: Path, *blocks: str) -> list[str]:
+    p = tmp / ".snakemake" / "log" / "run.snakemake.log"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text("Building DAG of jobs...\nrule measure:\n    jobid: 3\n"
+                 "    wildcards: experiment=matmul\n" + "\n".join(blocks)
+                 + "\nExiting because a job execution failed. Look above for error messages\n")
+    return [str(p)]
+
+
+def workdir(tmp: Path, started: float) -> Path:
+    """results/ of a GPU-less run: the doctor wrote its FAILED table (locally the run goes
+    on), the report job's log holds a traceback."""
+    logs = tmp / "results" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "report.log").write_text(TRACEBACK + "\n")
+    (logs / "doctor.log").write_text(DOCTOR_TABLE)
+    (logs / "measure_matmul.log").write_text("matmul: 12 grid points\n")
+    (tmp / "results" / "doctor").mkdir()
+    (tmp / "results" / "doctor" / "doctor.md").write_text(DOCTOR_TABLE)
+    for p in [*logs.iterdir(), tmp / "results" / "doctor" / "doctor.md"]:
+        os.utime(p, (started + 1, started + 1))
+    return tmp
+
+
+def test_a_failed_report_job_is_named_with_its_log_tail_and_the_doctor_is_not_blamed(
+        tmp_path: Path) -> None:
+    started = time.time() - 60
+    wd = workdir(tmp_path, started)
+    log = smk_log(wd, block("html_report", 1, "results/report.html, results/figures/_telemetry",
+                            "results/logs/report.log"))
+    out = failures.summary(log, Path("results/logs"), started,
+                           Path("results/doctor/doctor.md"), workdir=wd)
+    assert out.startswith("cudalab: 1 job(s) failed: html_report\n")
+    assert "--- html_report: results/logs/report.log (last 15 lines) ---" in out
+    assert out.rstrip().endswith("KeyError: 'm_counted'")
+    assert "line 16, in f" in out and "line 15, in f" not in out  # the tail only
+    assert "doctor" not in out and "FAILED" not in out
+
+
+def test_the_doctors_table_is_shown_when_the_doctor_job_failed(tmp_path: Path) -> None:
+    started = time.time() - 60
+    wd = workdir(tmp_path, started)
+    log = smk_log(wd, block("doctor", 2, "results/doctor/ok", "results/logs/doctor.log"))
+    out = failures.summary(log, wd / "results" / "logs", started,
+                           wd / "results" / "doctor" / "doctor.md", workdir=wd)
+    assert out.startswith("cudalab: 1 job(s) failed: doctor\n")
+    assert "| FAIL | pycuda |" in out and "no measure job was submitted" in out
+    assert out.count("| FAIL | pycuda |") == 1  # the table once, not also as the log's tail
+    # a table from before this run blames nothing: the log's tail is shown instead
+    os.utime(wd / "results" / "doctor" / "doctor.md", (started - 5, started - 5))
+    out = failures.summary(log, wd / "results" / "logs", started,
+                           wd / "results" / "doctor" / "doctor.md", workdir=wd)
+    assert "no measure job was submitted" not in out
+    assert "--- doctor: results/logs/doctor.log" in out
+
+
+def test_several_failed_jobs_of_one_rule_are_told_apart(tmp_path: Path) -> None:
+    started = time.time() - 60
+    wd = workdir(tmp_path, started)
+    (wd / "results" / "logs" / "measure_atomics.log").write_text("boom atomics\n")
+    log = smk_log(wd,
+                  block("measure", 4, "results/raw/matmul/_manifest.json",
+                        "results/logs/measure_matmul.log"),
+                  block("measure", 5, "results/raw/atomics/_manifest.json",
+                        "results/logs/measure_atomics.log"),
+                  block("measure", 5, "results/raw/atomics/_manifest.json",
+                        "results/logs/measure_atomics.log"),  # a retry: the same job
+                  block("figures", 6, "results/figures/x.png", None))
+    out = failures.summary(log, wd / "results" / "logs", started, None, workdir=wd)
+    first = out.splitlines()[0]
+    assert first == ("cudalab: 3 job(s) failed: measure (results/raw/matmul/_manifest.json), "
+                     "measure (results/raw/atomics/_manifest.json), figures")
+    assert "matmul: 12 grid points" in out and out.count("boom atomics") == 1
+    assert "--- figures: no log file" in out
+
+
+def test_parse_reads_wildcards_where_snakemake_writes_them() -> None:
+    text = block("measure", 3, "results/raw/matmul/_manifest.json", "a.log, b.log")
+    text = text.replace("    jobid: 3", "    jobid: 3\n    wildcards: experiment=matmul")
+    (job,) = failures.parse_failed(text + "\nRemoving output files of failed job measure\n")
+    assert job.name == "measure (experiment=matmul)" and job.logs == ["a.log", "b.log"]
+
+
+def test_without_snakemakes_log_the_logs_of_this_run_with_a_traceback(tmp_path: Path) -> None:
+    started = time.time() - 60
+    wd = workdir(tmp_path, started)
+    old = wd / "results" / "logs" / "old.log"
+    old.write_text(TRACEBACK)
+    os.utime(old, (started - 100, started - 100))  # an earlier run's: not this one's
+    for log in (None, [], str(wd / "missing.log")):
+        out = failures.summary(log, wd / "results" / "logs", started, None, workdir=wd)
+        assert "names no failed job" in out and "report.log" in out
+        assert "old.log" not in out and "measure_matmul" not in out
+    (wd / "results" / "logs" / "report.log").write_text("fine\n")
+    out = failures.summary(None, wd / "results" / "logs", started, None, workdir=wd)
+    assert "no job log of this run holds a traceback" in out
+
+
+def test_the_log_snakemake_gives_onerror_is_read(tmp_path: Path) -> None:
+    """A real Snakemake run whose jobs fail: its onerror hook gets the log this module
+    parses (guards against a change of Snakemake's format)."""
+    root = Path(__file__).resolve().parent.parent
+    (tmp_path / "Snakefile").write_text(textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(root)!r})
+        from pathlib import Path
+        from cudalab import failures
+        STARTED = time.time()
+        rule all:
+            input: expand("out/{{x}}.txt", x=["a", "b"]), "ok.txt"
+        rule fine:
+            output: "ok.txt"
+            log: "results/logs/fine.log"
+            shell: "echo fine > {{log}}; touch {{output}}"
+        rule make:
+            output: "out/{{x}}.txt"
+            log: "results/logs/make_{{x}}.log"
+            shell: "echo 'boom {{wildcards.x}}' > {{log}}; exit 3"
+        onerror:
+            print(failures.summary(log, Path("results/logs"), STARTED, None))
+    """))
+    r = subprocess.run([sys.executable, "-m", "snakemake", "-c1", "-k"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    out = r.stdout[r.stdout.find("cudalab: "):]  # onerror prints to stdout
+    assert out.startswith("cudalab: 2 job(s) failed: make (out/"), r.stdout + r.stderr
+    assert "boom a" in out and "boom b" in out and "fine.log" not in out
