@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -116,6 +117,114 @@ def check_nvcc(env: dict[str, str], required: bool) -> tuple[Check, str]:
                      "a broken toolkit or wrapper: load another CUDA module"), ""
     release = _version(out)
     return Check("nvcc", OK, f"{nvcc} (CUDA {release})"), release
+
+
+# Where a host compiler finds headers without any -I: Debian's nvidia-cuda-toolkit puts cuda.h
+# in /usr/include and its nvcc passes no include directory of its own.
+DEFAULT_INCLUDE_DIRS: tuple[str, ...] = ("/usr/include",)
+_DRYRUN_VAR = re.compile(r"^#\$ (?P<key>INCLUDES|SYSTEM_INCLUDES|TOP)=(?P<value>.*)$")
+
+
+def nvcc_include_dirs(nvcc: str, env: dict[str, str]) -> tuple[list[Path], str]:
+    """The include directories nvcc compiles with, and its toolkit root (TOP), as nvcc
+    itself reports them (`--dryrun` prints its variables): right for a wrapper script, a
+    /usr/local/cuda symlink, a module's toolkit and Debian's layout alike, where guessing
+    from nvcc's own path is not. ([], '') where nvcc does not answer."""
+    rc, out = _run([nvcc, "--dryrun", "-c", "-x", "cu", os.devnull, "-o", os.devnull], env)
+    dirs: list[Path] = []
+    top = ""
+    for line in out.splitlines():
+        m = _DRYRUN_VAR.match(line.strip())
+        if not m:
+            continue
+        if m["key"] == "TOP":
+            top = os.path.normpath(m["value"].strip().strip('"'))
+            continue
+        try:
+            words = shlex.split(m["value"])
+        except ValueError:
+            continue
+        for i, w in enumerate(words):
+            if w.startswith("-I") and len(w) > 2:
+                dirs.append(Path(w[2:]))
+            elif w in ("-I", "-isystem") and i + 1 < len(words):
+                dirs.append(Path(words[i + 1]))
+    if top and not dirs:  # an nvcc that prints TOP only: the toolkit's own include/
+        dirs.append(Path(top) / "include")
+    return list(dict.fromkeys(Path(os.path.normpath(d)) for d in dirs)), top
+
+
+def check_cuda_h(env: dict[str, str], required: bool, pycuda_ok: bool = False) -> Check:
+    """nvcc's toolkit has cuda.h (pycuda's build and every kernel need it); where pycuda is
+    not installed yet, also whether its build will find it without CUDA_ROOT."""
+    nvcc = shutil.which("nvcc", path=env.get("PATH", ""))
+    if nvcc is None:
+        return Check("cuda.h", INFO, "not checked (no nvcc)")
+    dirs, top = nvcc_include_dirs(nvcc, env)
+    looked = [*dirs, *(Path(d) for d in DEFAULT_INCLUDE_DIRS if Path(d) not in dirs)]
+    found = next((d / "cuda.h" for d in looked if (d / "cuda.h").is_file()), None)
+    if found is None:
+        where = ", ".join(str(d) for d in looked) or "nowhere (nvcc --dryrun named no directory)"
+        return Check("cuda.h", FAIL if required else WARN,
+                     f"nvcc's toolkit ({top or nvcc}) has no cuda.h; looked in {where}",
+                     "install the toolkit's headers (Debian: apt install nvidia-cuda-dev; "
+                     "NVIDIA's installer: the full toolkit) or load a complete CUDA module: "
+                     "pycuda does not build and no kernel compiles without it")
+    # pycuda's build looks in $CUDA_ROOT/include, CUDA_ROOT defaulting to nvcc's directory/..
+    # as found on PATH (a wrapper in /usr/local/bin gives /usr/local)
+    guess = Path(os.path.normpath(Path(os.path.abspath(nvcc)).parent / ".." / "include"))
+    if pycuda_ok or env.get("CUDA_ROOT") or env.get("CUDA_INC_DIR") \
+            or (guess / "cuda.h").is_file():
+        return Check("cuda.h", OK, str(found))
+    root = top if top and (Path(top) / "include" / "cuda.h").is_file() else ""
+    fix = (f"export CUDA_ROOT={root} before pip install -e '.[gpu]'" if root else
+           f"export CUDA_INC_DIR={found.parent} before pip install -e '.[gpu]'")
+    return Check("cuda.h", WARN, f"{found}; but pycuda's build looks in {guess} "
+                 "(nvcc's directory/../include) and will not find it", fix)
+
+
+_LIBCUDA_PROBE = """
+import ctypes, ctypes.util, json
+r = {"find_library": ctypes.util.find_library("cuda") or ""}
+try:
+    ctypes.CDLL(LIB)
+    with open("/proc/self/maps") as f:
+        r["path"] = next((l.split()[-1] for l in f if "/libcuda.so" in l), LIB)
+except OSError as exc:
+    r["error"] = str(exc)
+print(json.dumps(r))
+"""
+
+
+def check_libcuda(env: dict[str, str], need_gpu: bool, lib: str = "libcuda.so.1") -> Check:
+    """The driver's user-space library, as pycuda loads it: libcuda.so.1, in a child Python
+    with the modules' environment (a broken library is a table line here, not a crash)."""
+    rc, out = _run([sys.executable, "-c", f"LIB = {lib!r}\n" + _LIBCUDA_PROBE], env)
+    try:
+        r = json.loads(out.splitlines()[-1]) if out else {}
+    except json.JSONDecodeError:
+        r = {"error": f"probe crashed (rc {rc}): {_short(out)}"}
+    return libcuda_verdict(r, need_gpu, lib)
+
+
+def libcuda_verdict(r: dict[str, str], need_gpu: bool, lib: str = "libcuda.so.1") -> Check:
+    """The libcuda line from the probe's answer: path (loaded from), error, find_library."""
+    bad = FAIL if need_gpu else INFO
+    if "path" not in r:
+        why = r.get("error") or "not found"
+        return Check("libcuda", bad, f"{lib} cannot be loaded: {_short(why, 200)}"
+                     + (f" (the linker knows {r['find_library']})" if r.get("find_library")
+                        else ""),
+                     "the NVIDIA driver's library is missing here: run on a GPU node (a Slurm "
+                     "job with --gpus), install the driver (Debian: libcuda1), or give a "
+                     "container the GPU (docker --gpus all)" if need_gpu else
+                     "not needed by this config")
+    if "/stubs/" in r["path"]:
+        return Check("libcuda", bad, f"{r['path']} is the toolkit's link stub, not the "
+                     "driver: it fails every call",
+                     "take the toolkit's lib/stubs out of LD_LIBRARY_PATH" if need_gpu else
+                     "not needed by this config")
+    return Check("libcuda", OK, r["path"])
 
 
 def check_driver_vs_nvcc(nvcc_release: str, driver_cuda: str) -> Check:
@@ -303,8 +412,10 @@ def run_checks(modules: list[str], need_gpu: bool, need_nvcc: bool,
     nvcc, release = check_nvcc(env, need_nvcc or need_gpu)
     smi, smi_cuda = check_nvidia_smi(env)
     cuda, r = check_cuda(env, gpu_index, need_gpu)
-    checks += [nvcc, check_driver_vs_nvcc(release, r.get("driver_cuda") or smi_cuda), smi,
-               *cuda, check_ncu(env, gpu_index, bool(r.get("gpus")))]
+    headers = check_cuda_h(env, need_nvcc or need_gpu, pycuda_ok="pycuda" in r)
+    checks += [nvcc, headers, check_driver_vs_nvcc(release, r.get("driver_cuda") or smi_cuda),
+               smi, check_libcuda(env, need_gpu), *cuda,
+               check_ncu(env, gpu_index, bool(r.get("gpus")))]
     return checks
 
 
