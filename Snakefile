@@ -7,13 +7,10 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-configfile: "config.yaml"
-
-
 include: "workflow/rules/common.smk"
 include: "workflow/rules/doctor.smk"
 include: "workflow/rules/measure.smk"
-include: "workflow/rules/sweep.smk"  # issue 9: GPU-model sweep (slurm.gpu_models)
+include: "workflow/rules/sweep.smk"  # a GPU-model sweep (slurm.gpu_models)
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/report.smk"

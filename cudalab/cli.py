@@ -53,8 +53,8 @@ def plan_lines(config: dict[str, Any]) -> list[str]:
     lines.insert(1, f"  under Slurm (--profile slurm): at most {len(names)} sbatch job(s), one "
                     f"allocation per experiment ({gpu_jobs} with --gpus=1)")
     from cudalab import (
-        site,  # issue 15: does the jobs' request fit a node (sinfo)?
-        sweep,  # issue 9: the jobs of a GPU-model sweep, per model
+        site,  # does the jobs' request fit a node (sinfo)?
+        sweep,  # the jobs of a GPU-model sweep, per model
     )
     from cudalab.guards import plan_estimate
 

@@ -21,6 +21,7 @@ import yaml
 from jsonschema import Draft202012Validator, ValidationError, validators
 
 from cudalab import safe_yaml
+from cudalab.keys import key_path, show
 from cudalab.resources import CONFIG_SCHEMA as SCHEMA_PATH
 
 MAX_MESSAGES = 30
@@ -99,21 +100,6 @@ def _grid_axes_unique(block_schema: dict[str, Any]) -> dict[str, Any]:
 
 def _path(err) -> str:
     return key_path(err.absolute_path)
-
-
-def key_path(parts: Iterable[Any]) -> str:
-    """experiments.matmul.sizes[1] from ("experiments", "matmul", "sizes", 1)."""
-    out: list[str] = []
-    for p in parts:
-        out.append(f"[{p}]" if isinstance(p, int) else (("." if out else "") + str(p)))
-    return "".join(out) or "(top level)"
-
-
-def show(value: Any, width: int = 60) -> str:
-    """repr() of a config value, cut to `width` characters: a message never prints a whole
-    (possibly alias-expanded) list."""
-    text = repr(value)
-    return text if len(text) <= width else text[: width - 4] + " ..."
 
 
 # YAML turns some unquoted text into other types: a hint where a string was expected.
@@ -212,7 +198,11 @@ def validate(config: dict[str, Any], source: str = "config",
     msgs = schema_problems(config)
     from cudalab import guards
 
-    msgs += guards.cross_field_problems(config, schema_failed=bool(msgs), notes=notes)
+    named = {m.split(": ", 1)[0] for m in msgs}
+    msgs += [m for m in guards.cross_field_problems(config, schema_failed=bool(msgs),
+                                                    notes=notes)
+             # a bad character the schema's pattern already named is one problem, not two
+             if not (m.endswith(guards.CONTROL_WORDS) and m.split(": ", 1)[0] in named)]
     msgs = list(dict.fromkeys(msgs))
     if len(msgs) > MAX_MESSAGES:  # a list of 10 000 bad items is one mistake, not a screenful
         msgs = msgs[:MAX_MESSAGES] + [f"... and {len(msgs) - MAX_MESSAGES} more problems of "

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from cudalab.keys import key_path, show
+
 if TYPE_CHECKING:
     from cudalab.experiments.base import Point
 
@@ -27,6 +29,9 @@ GPU_MEMORY_SHARE = 0.9
 # Host-side overhead of one grid point beyond its timed samples (the reference run measured
 # a median of 0.26 s): the run-time estimate is points x (budget_s + this).
 POINT_OVERHEAD_S = 0.3
+# The plan warns about a run longer than this, or with more sbatch jobs than this.
+LONG_RUN_S = 4 * 3600
+MANY_JOBS = 200
 # Exceptions a rule may raise on a value the schema has already rejected.
 _MALFORMED = (TypeError, ValueError, KeyError, IndexError, AttributeError, ZeroDivisionError,
               OverflowError, OSError)
@@ -63,8 +68,6 @@ CONTROL_WORDS = "holds a control character (newline, tab, ...); allowed: one lin
 
 
 def _strings(config: dict[str, Any]) -> list[str]:
-    from cudalab.config import key_path, show
-
     msgs: list[str] = []
     stack: list[tuple[Any, tuple[Any, ...]]] = [(config, ())]
     while stack:  # iterative: the YAML reader bounds size and depth, --config adds little
@@ -294,24 +297,50 @@ def gb(n: float) -> str:
     return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
 
 
+def point_seconds(config: dict[str, Any], experiment: Any) -> float:
+    """About how long one point of `experiment` takes. A timed point samples until its
+    budget runs out or, at the least, min_samples samples of at least the shortest sample
+    (work that cannot be queued is batched up to min_sample_sync_s: the upper side is
+    counted), plus warm-up and the host's set-up. An untimed point (a compile) costs what
+    its experiment says."""
+    if experiment.point_cost_s is not None:
+        return float(experiment.point_cost_s)
+    m = config["measurement"]
+    shortest = max(m["min_sample_s"], m["min_sample_sync_s"])
+    sampling = max(m["budget_s"], m["min_samples"] * shortest)
+    return sampling + m["warmup"] * shortest + POINT_OVERHEAD_S
+
+
 def plan_estimate(config: dict[str, Any]) -> list[str]:
     """The plan's size lines: points, a run-time estimate, the largest point's GPU memory,
-    and each experiment's own warnings (e.g. a long CPU reference)."""
+    warnings for a run of many hours or many sbatch jobs, and each experiment's own warnings
+    (e.g. a long CPU reference)."""
+    from cudalab import sweep
     from cudalab.experiments import REGISTRY
 
     grids = {n: REGISTRY[n].grid(config) for n in _blocks(config)}
     pts = [(n, p) for n, g in grids.items() for p in g]
-    per_point = config["measurement"]["budget_s"] + POINT_OVERHEAD_S
+    seconds = sum(len(g) * point_seconds(config, REGISTRY[n]) for n, g in grids.items())
+    m = config["measurement"]
     lines = [f"  size: {len(pts)} grid points (max_points {config['max_points']}); "
-             f"run time about {_duration(len(pts) * per_point)} "
-             f"(budget_s + {POINT_OVERHEAD_S} s per point; kernels slower than "
-             f"budget_s / min_samples take longer)"]
+             f"run time about {_duration(seconds)} (a timed point: the larger of budget_s "
+             f"{m['budget_s']} s and min_samples {m['min_samples']} x the shortest sample, "
+             f"plus {POINT_OVERHEAD_S} s; a compile for static analysis)"]
     need = [(REGISTRY[n].gpu_bytes(p), n, p.point_id) for n, p in pts if p.gpu]
     b, name, pid = max(need, default=(0, "", ""))
     mem, source = gpu_memory(config)
     have = f"; the GPU has {gb(mem)} ({source})" if mem else "; GPU memory unknown here"
     lines.append(f"  largest GPU point: {name} {pid} needs about {gb(b)}{have}" if b else
                  "  GPU memory of the points: not declared")
+    if seconds > LONG_RUN_S:
+        lines.append(f"  warning: this run takes about {_duration(seconds)} "
+                     f"({len(pts)} points); check measurement.min_samples, "
+                     f"min_sample_sync_s and budget_s, and the grids")
+    jobs = len(grids) * max(1, len(sweep.gpu_models(config))) + int(config["slurm"]["doctor"])
+    if jobs > MANY_JOBS:
+        lines.append(f"  warning: under Slurm this run submits {jobs} sbatch jobs "
+                     f"({len(grids)} experiments x {len(sweep.gpu_models(config))} GPU "
+                     f"models, and the doctor); a site may limit jobs per user")
     for n in grids:
         lines += [f"  warning: experiments.{n}: {w}"
                   for w in REGISTRY[n].plan_warnings(config["experiments"][n])]

@@ -71,7 +71,8 @@ def convergence(df: pd.DataFrame, default_target: float = 0.02) -> dict[str, Any
 
 
 # The harness's per-launch time agrees with Nsight Compute's gpu__time_duration when within
-# this share of it, or this many microseconds (issue 8: max(10 %, 0.5 us)).
+# this share of it, or this many microseconds (max(10 %, 0.5 us): the event pair's
+# resolution bounds what a short kernel can agree to).
 NCU_AGREE_SHARE = 0.10
 NCU_AGREE_US = 0.5
 # Kernels shorter than this are "short": ncu times one isolated launch, whose fixed cost of

@@ -128,6 +128,9 @@ class StaticAnalysis(Experiment):
             },
         })
     smoke = {"archs": ["sm_90"], "files": ["occupancy.cu"]}
+    # no timing: 0.3-0.4 s per nvcc run on 2 cores, about one run per two points (a file's
+    # kernels share its compile)
+    point_cost_s = 0.25
     figures = {
         "occupancy": "Theoretical occupancy against block size of every kernel (and compile "
         "variant) for the newest analysed architecture, from ptxas' registers and shared "

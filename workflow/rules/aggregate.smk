@@ -13,7 +13,8 @@ rule aggregate:
         f"{RESULTS}/logs/aggregate.log",
     conda:
         CONDA_ENV
-    # --manifests: the table holds this run's experiments only (robust, issue 12 item 7)
+    # --manifests: the table holds this run's experiments only, not the leftovers of an
+    # experiment an earlier run had enabled
     shell:
-        "{CUDALAB} aggregate --results {params.results} --out {output}"
-        " --manifests {input} > {log} 2>&1"
+        "{CUDALAB} aggregate --results {params.results:q} --out {output:q}"
+        " --manifests {input:q} > {log:q} 2>&1"

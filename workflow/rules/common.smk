@@ -4,9 +4,14 @@ import shlex
 import sys
 from pathlib import Path
 
-sys.path.insert(0, workflow.basedir)  # the cudalab package sits next to the Snakefile
-
 from snakemake.exceptions import WorkflowError
+from snakemake.settings.types import DeploymentMethod
+
+try:  # the installed package, the same one every job runs (README: pip install -e .)
+    import cudalab  # noqa: F401
+except ImportError:
+    raise WorkflowError(f"cudalab is not installed for {sys.executable}: run "
+                        f"`pip install -e .` in {workflow.basedir} first") from None
 
 from cudalab import config as cudalab_config
 from cudalab import runner as cudalab_runner
@@ -18,9 +23,10 @@ from cudalab.experiments import REGISTRY
 # `cudalab plan my.yaml` shows it, not my.yaml deep-merged into config.yaml (Snakemake's own
 # behaviour, which would add the default grid to mine). Several --configfile files merge with
 # each other and --config KEY=VALUE goes on top, as in Snakemake. The files are re-read with
-# cudalab's loader, which also refuses duplicate keys.
-_CONFIG_FILES = [str(f) for f in workflow.overwrite_configfiles] or [
-    f for f in workflow.configfiles if Path(f).exists()]
+# cudalab's loader, which also refuses duplicate keys and bounds size, nesting and aliases.
+# config.yaml is read here, not by a `configfile:` directive: Snakemake's own YAML reader
+# would meet a hostile file first (a deeply nested one ends in its RecursionError).
+_CONFIG_FILES = [str(f) for f in workflow.overwrite_configfiles] or ["config.yaml"]
 _notes = []
 try:
     _given = cudalab_config.from_files(_CONFIG_FILES, workflow.config_settings.config)
@@ -38,10 +44,11 @@ REPORT = f"{RESULTS}/report.html"
 # The validated config (defaults filled, --configfile / --config applied) that the jobs'
 # `cudalab` commands read: one meaning for every step. Written by the main process only.
 CONFIG_JSON = f"{RESULTS}/config.json"
-# The rules run the cudalab CLI of this checkout (also inside a --sdm conda env, which does
-# not install the package): PYTHONPATH names the folder the Snakefile sits in.
-CUDALAB = (f"PYTHONPATH={shlex.quote(workflow.basedir)}${{PYTHONPATH:+:$PYTHONPATH}} "
-           "python -m cudalab.cli")
+# Every job runs cudalab with the interpreter that runs Snakemake, by its path: a `python`
+# first on PATH (a site's Python module) may lack cudalab's packages. Under --sdm conda, the
+# env's own cudalab entry point (envs/cudalab.post-deploy.sh installs it there).
+_CONDA = DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
+CUDALAB = "cudalab" if _CONDA else f"{shlex.quote(sys.executable)} -m cudalab.cli"
 CONDA_ENV = "../../envs/cudalab.yaml"
 
 
@@ -107,17 +114,6 @@ if workflow.is_main_process:  # not again inside every (Slurm) job
         print("note: pycuda (the GPU extra) is not installed here: GPU points need it where "
               "they run (pip install -e '.[gpu]'; under Slurm only the compute nodes); "
               "README: Troubleshooting the pycuda build", file=sys.stderr)
-
-# issue 9: report.baselines must be readable result folders, checked before any job runs
-if workflow.is_main_process:
-    from cudalab import compare as cudalab_compare
-
-    for _baseline in config["report"]["baselines"]:
-        try:
-            cudalab_compare.load_points(Path(_baseline), "report.baselines:")
-        except cudalab_compare.CompareError as exc:
-            raise WorkflowError(str(exc)) from None
-
 
 if workflow.is_main_process:
     _write_config_json()

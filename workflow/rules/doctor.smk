@@ -8,6 +8,7 @@ import os
 import time as _time
 
 from cudalab import pending as cudalab_pending
+from cudalab import slurm_request
 
 DOCTOR_OK = f"{RESULTS}/doctor/ok"  # temp: made again by every run that submits measure jobs
 DOCTOR_TABLE = f"{RESULTS}/doctor/doctor.md"  # the table (also .json), kept after the run
@@ -43,32 +44,25 @@ rule doctor:
         temp(DOCTOR_OK),
     params:
         fingerprint=cudalab_config.block_hash([_SLURM, ANY_GPU]),
-        modules=" ".join(_SLURM["modules"]),  # the schema allows no shell characters
+        modules=_SLURM["modules"],  # a list: `:q` quotes each name
         need_gpu="yes" if ANY_GPU else "no",
         need_nvcc="yes" if ANY_GPU or "static_analysis" in EXPERIMENTS else "no",
         gpu_index=config["gpu_index"],
-        python=sys.executable,
-        root=workflow.basedir,
         table=DOCTOR_TABLE,
         table_json=DOCTOR_TABLE.replace(".md", ".json"),
     log:
         f"{RESULTS}/logs/doctor.log",
     envmodules:
         *_SLURM["modules"]
-    # the same request as a measure job that needs a GPU (measure.smk)
+    # a short check: the measure jobs' GPU request (and site settings) with a small allocation
     resources:
-        gpu=1 if ANY_GPU else 0,
-        runtime=_SLURM["runtime_min"],
-        mem_mb=_SLURM["mem_mb"],
-        cpus_per_task=_SLURM["cpus_per_task"],
-        **{k: v for k, v in {
-            "slurm_partition": _SLURM["partition"],
-            "slurm_account": _SLURM["account"],
-            "constraint": _SLURM["constraint"],
-        }.items() if v},
-        **({"gpu_model": _SLURM["gpu_model"]} if _SLURM["gpu_model"] and ANY_GPU else {}),
+        **slurm_request.resources(
+            _SLURM, 1 if ANY_GPU else 0,
+            _SLURM["gpu_model"] if _SLURM["gpu_model"] and ANY_GPU else None, small=True),
+    conda:
+        CONDA_ENV
     shell:
-        "PYTHONPATH={params.root:q}${{PYTHONPATH:+:$PYTHONPATH}} {params.python:q} -m cudalab.cli "
-        "doctor --config '' --modules {params.modules} --need-gpu {params.need_gpu} "
-        "--need-nvcc {params.need_nvcc} --gpu-index {params.gpu_index} "
-        "--gate slurm --md {params.table:q} --json {params.table_json:q} > {log:q} 2>&1 && touch {output:q}"
+        "{CUDALAB} doctor --config '' --modules {params.modules:q} --need-gpu {params.need_gpu}"
+        " --need-nvcc {params.need_nvcc} --gpu-index {params.gpu_index}"
+        " --gate slurm --md {params.table:q} --json {params.table_json:q} > {log:q} 2>&1"
+        " && touch {output:q}"

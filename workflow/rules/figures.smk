@@ -28,5 +28,5 @@ for _exp in EXPERIMENTS:
         conda:
             CONDA_ENV
         shell:
-            "{CUDALAB} figures {params.experiment} --table {input} --out {params.out}"
-            " > {log} 2>&1"
+            "{CUDALAB} figures {params.experiment:q} --table {input:q} --out {params.out:q}"
+            " > {log:q} 2>&1"

@@ -1,6 +1,8 @@
 # One job per experiment: the job walks the experiment's whole grid in one process (one
 # CUDA context, one compile per kernel variant). Finished points are kept in
 # results/raw/<experiment>/ and a rerun measures only what is missing.
+from cudalab import slurm_request
+
 SLURM = config["slurm"]
 
 
@@ -28,29 +30,17 @@ rule measure:
         f"{RESULTS}/logs/measure_{{experiment}}.log",
     wildcard_constraints:
         experiment="|".join(EXPERIMENTS) or "none",
-    # Under --profile slurm each measure job is one sbatch allocation: gpu -> --gpus=N
-    # (--gpus=<gpu_model>:N), runtime -> -t (minutes), mem_mb -> --mem,
-    # cpus_per_task -> --cpus-per-task, slurm_partition -> -p, slurm_account -> -A,
-    # constraint -> -C. Empty settings in config.yaml's slurm: block are left out (the
-    # cluster's defaults apply). Locally only gpu counts (profiles/default caps it at 1).
     # slurm.modules, loaded with --sdm env-modules (set in profiles/slurm)
     envmodules:
         *SLURM["modules"]
+    # one sbatch allocation per job (cudalab/slurm_request.py says which flags)
     resources:
-        gpu=gpu_count,
-        runtime=SLURM["runtime_min"],
-        mem_mb=SLURM["mem_mb"],
-        cpus_per_task=SLURM["cpus_per_task"],
-        **{k: v for k, v in {
-            "slurm_partition": SLURM["partition"],
-            "slurm_account": SLURM["account"],
-            "constraint": SLURM["constraint"],
-        }.items() if v},
-        **({"gpu_model": gpu_model} if SLURM["gpu_model"] else {}),
+        **slurm_request.resources(
+            SLURM, gpu_count, gpu_model if SLURM["gpu_model"] else None),
     conda:
         CONDA_ENV
     # On failure the log's last lines go to Snakemake's output (and the Slurm log) too.
     shell:
-        "{CUDALAB} measure {wildcards.experiment} --config {CONFIG_JSON}"
-        " --results {params.results} > {log} 2>&1"
-        " || {{ rc=$?; tail -n 5 {log} >&2; exit $rc; }}"
+        "{CUDALAB} measure {wildcards.experiment:q} --config {CONFIG_JSON:q}"
+        " --results {params.results:q} > {log:q} 2>&1"
+        " || {{ rc=$?; tail -n 5 {log:q} >&2; exit $rc; }}"

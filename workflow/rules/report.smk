@@ -20,6 +20,6 @@ rule html_report:
     conda:
         CONDA_ENV
     shell:
-        "{CUDALAB} report --config {CONFIG_JSON} --table {input.table}"
-        " --figures {params.figures} --results {params.results}"
-        " --telemetry-figures {output.telemetry} --out {output.report} > {log} 2>&1"
+        "{CUDALAB} report --config {CONFIG_JSON:q} --table {input.table:q}"
+        " --figures {params.figures:q} --results {params.results:q}"
+        " --telemetry-figures {output.telemetry:q} --out {output.report:q} > {log:q} 2>&1"

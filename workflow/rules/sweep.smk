@@ -1,4 +1,4 @@
-# issue 9: a GPU-model sweep (cudalab/sweep.py). slurm.gpu_models: [a100, h100] measures
+# A GPU-model sweep (cudalab/sweep.py). slurm.gpu_models: [a100, h100] measures
 # every experiment once per model, each job its own allocation with --gpus=<model>:1, into
 # results/gpu/<model>/ (a complete run folder per model). results.csv and the report are of
 # the first model (MEASURED); the report compares it with the other models' folders.
@@ -22,7 +22,7 @@ rule measure_gpu_model:
     input:
         # rewritten at start-up when the finished job must run again (runner.mark_stale)
         marker=f"{RESULTS}/gpu/{{gpu_model}}/raw/{{experiment}}/{cudalab_runner.RERUN_MARKER}",
-        doctor=doctor_first,  # issue 15: the doctor's job passed (doctor.smk)
+        doctor=doctor_first,  # the doctor's job passed (doctor.smk)
     output:
         f"{RESULTS}/gpu/{{gpu_model}}/raw/{{experiment}}/_manifest.json",
     params:
@@ -33,24 +33,15 @@ rule measure_gpu_model:
     wildcard_constraints:
         experiment="|".join(EXPERIMENTS) or "none",
         gpu_model="|".join(map(re.escape, GPU_MODELS)) or "none",
-    envmodules:  # issue 15: slurm.modules, as in rule measure
+    envmodules:  # slurm.modules, as in rule measure
         *SLURM["modules"]
-    # the site settings of rule measure (measure.smk), and always one GPU of this model
+    # the site settings of rule measure, and always one GPU of this model
     resources:
-        gpu=1,
-        gpu_model=lambda w: w.gpu_model,
-        runtime=SLURM["runtime_min"],
-        mem_mb=SLURM["mem_mb"],
-        cpus_per_task=SLURM["cpus_per_task"],
-        **{k: v for k, v in {
-            "slurm_partition": SLURM["partition"],
-            "slurm_account": SLURM["account"],
-            "constraint": SLURM["constraint"],
-        }.items() if v},
+        **slurm_request.resources(SLURM, 1, lambda w: w.gpu_model),
     conda:
         CONDA_ENV
     # On failure the log's last lines go to Snakemake's output (and the Slurm log) too.
     shell:
-        "{CUDALAB} measure {wildcards.experiment} --config {CONFIG_JSON}"
-        " --results {params.results} > {log} 2>&1"
-        " || {{ rc=$?; tail -n 5 {log} >&2; exit $rc; }}"
+        "{CUDALAB} measure {wildcards.experiment:q} --config {CONFIG_JSON:q}"
+        " --results {params.results:q} > {log:q} 2>&1"
+        " || {{ rc=$?; tail -n 5 {log:q} >&2; exit $rc; }}"

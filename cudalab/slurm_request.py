@@ -1,0 +1,36 @@
+"""The Slurm request of a job, from the config's `slurm:` block: one place for the resources
+every GPU-capable rule asks for.
+
+snakemake-executor-plugin-slurm turns them into sbatch flags: gpu -> --gpus=N (with
+gpu_model: --gpus=<model>:N), runtime -> -t (minutes), mem_mb -> --mem, cpus_per_task ->
+--cpus-per-task, slurm_partition -> -p, slurm_account -> -A, constraint -> -C. Empty site
+settings are left out, so the cluster's defaults apply. Locally only `gpu` counts
+(profiles/default caps it at 1). Every string here passed the config schema's whole-value
+grammars (no spaces, quotes, newlines or leading dashes), and the plugin quotes them again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Value = Any  # an int or str, or a function of a job's wildcards (Snakemake calls it)
+
+
+def resources(slurm: dict[str, Any], gpu: Value, gpu_model: Value | None = None,
+              small: bool = False) -> dict[str, Value]:
+    """The resources block of one rule. `gpu_model` is only set where the job asks for a
+    GPU (the plugin would write --gpus=<model>:0 for a CPU job); `small` is the doctor's
+    short check: one CPU, a few GB, a few minutes, the same GPU request."""
+    out: dict[str, Value] = {
+        "gpu": gpu,
+        "runtime": min(10, slurm["runtime_min"]) if small else slurm["runtime_min"],
+        "mem_mb": min(4000, slurm["mem_mb"]) if small else slurm["mem_mb"],
+        "cpus_per_task": 1 if small else slurm["cpus_per_task"],
+    }
+    site = {"slurm_partition": slurm["partition"], "slurm_account": slurm["account"],
+            "constraint": slurm["constraint"]}
+    out.update({k: v for k, v in site.items() if v})
+    if gpu_model:
+        out["gpu_model"] = gpu_model
+    return out
+
