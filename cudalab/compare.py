@@ -17,7 +17,9 @@ the minimum relative threshold (default 5 %) to count. Two times taken by differ
 methods (the record's timer: launches queued behind a held stream, plain events, the host
 clock) measure different things for a short kernel or copy (a queued time leaves the host's
 launch cost out, a plain one has it in), so such a pair gets the verdict "other method" and
-no ratio, never "slower" or "faster".
+no ratio, never "slower" or "faster". A point either side left not measured (a run without a
+GPU records its GPU points so, with no timing) gets the verdict "not measured": never slower
+or faster, and never a reason for --fail-on-slower.
 """
 
 from __future__ import annotations
@@ -36,12 +38,16 @@ from cudalab import results
 DEFAULT_THRESHOLD = 0.05
 IQR_TO_SIGMA = 1.349  # IQR of a normal distribution in standard deviations
 # Verdicts of a point, in the order they are counted.
-VERDICTS = ("slower", "faster", "same", "other method", "not ok", "untimed", "only baseline",
-            "only this")
+VERDICTS = ("slower", "faster", "same", "other method", "not measured", "not ok", "untimed",
+            "only baseline", "only this")
+NOT_MEASURED = "not_measured"  # the status of a GPU point of a run without a GPU
 POINT_COLS = ["experiment", "point_id", "variant", "gpu", "status", "median_s", "noise",
               "n_samples", "method"]
-# What compare needs of a raw record and of a results table (older schemas lack some).
-RECORD_KEYS = ("experiment", "variant", "point_id", "status", "timing", "provenance")
+# What compare needs of a raw record and of a results table (older schemas lack some); a
+# timed record (status ok) also needs its timing: the others (not measured, skipped, failed)
+# have none to compare.
+RECORD_KEYS = ("experiment", "variant", "point_id", "status", "provenance")
+TIMED_KEYS = ("timing",)
 TABLE_COLS = ("experiment", "variant", "point_id", "status", "time_median_s", "time_iqr_s",
               "n_samples", "gpu_name")
 
@@ -73,7 +79,7 @@ def _record_row(rec: dict[str, Any]) -> dict[str, Any]:
         q1, med, q3 = np.percentile(samples, [25, 50, 75])
         noise = _noise(q1, med, q3)
     return {"experiment": rec["experiment"], "point_id": rec["point_id"],
-            "variant": rec["variant"], "gpu": rec["provenance"].get("gpu_name") or "",
+            "variant": rec["variant"], "gpu": (rec["provenance"] or {}).get("gpu_name") or "",
             "status": rec["status"], "median_s": med, "noise": noise,
             "n_samples": int(samples.size), "method": str(t.get("timer") or "")}
 
@@ -85,7 +91,8 @@ def _from_records(folder: Path, files: list[Path]) -> pd.DataFrame:
             rec = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as exc:
             raise CompareError(f"{path}: not a readable result record ({exc})") from None
-        missing = [k for k in RECORD_KEYS if k not in rec]
+        missing = [k for k in RECORD_KEYS + TIMED_KEYS * (rec.get("status") == "ok")
+                   if k not in rec]
         version = rec.get("schema_version")
         if missing or version != results.SCHEMA_VERSION:
             old.setdefault((version, tuple(missing)), []).append(path.name)
@@ -98,7 +105,8 @@ def _from_records(folder: Path, files: list[Path]) -> pd.DataFrame:
         raise CompareError(
             f"{folder}: results written by an older schema: {what}. This cudalab reads "
             f"schema_version {results.SCHEMA_VERSION} records with keys "
-            f"{', '.join(RECORD_KEYS)} (timing.samples_s holds the samples)")
+            f"{', '.join(RECORD_KEYS)}, and timing where the status is ok "
+            "(timing.samples_s holds the samples)")
     return pd.DataFrame(rows, columns=POINT_COLS)
 
 
@@ -191,6 +199,9 @@ def compare_pair(base: Run, run: Run, threshold: float = DEFAULT_THRESHOLD) -> p
     verdict = verdict.where(timed | other, "untimed").where(both_ok, "not ok")
     verdict = verdict.where(m["_merge"] != "left_only", "only baseline")
     verdict = verdict.where(m["_merge"] != "right_only", "only this")
+    # last: a point never measured on one side says so, whatever the other side holds
+    unmeasured = (m["status_base"] == NOT_MEASURED) | (m["status"] == NOT_MEASURED)
+    verdict = verdict.where(~unmeasured, "not measured")
     out = pd.DataFrame({
         "experiment": m["experiment"], "point_id": m["point_id"], "variant": m["variant"],
         "baseline": base.label, "run": run.label, "baseline_gpu": base.gpu, "gpu": run.gpu,
@@ -208,7 +219,7 @@ def compare_runs(base: Run, runs: list[Run],
     frames = []
     for run in runs:
         c = compare_pair(base, run, threshold)
-        if not c["verdict"].isin(["only baseline", "only this"]).all():
+        if shares_a_point(c):
             frames.append(c)
             continue
         raise CompareError(
@@ -216,6 +227,25 @@ def compare_runs(base: Run, runs: list[Run],
             f"(experiments there: {', '.join(sorted(base.points['experiment'].unique()))}; "
             f"here: {', '.join(sorted(run.points['experiment'].unique()))})")
     return pd.concat(frames, ignore_index=True)
+
+
+def shares_a_point(cmp: pd.DataFrame) -> bool:
+    """Whether a comparison matched any point on both sides (measured or not)."""
+    return bool((cmp["baseline_status"].notna() & cmp["status"].notna()).any())
+
+
+def not_measured_note(cmp: pd.DataFrame) -> str:
+    """One line per run with points not measured on either side ('' : none)."""
+    lines = []
+    for run, sub in cmp[cmp["verdict"] == "not measured"].groupby("run", sort=False):
+        here = int((sub["status"] == NOT_MEASURED).sum())
+        there = int((sub["baseline_status"] == NOT_MEASURED).sum())
+        sides = ", ".join(x for x in (f"{here} in {run}" if here else "",
+                                      f"{there} in the baseline" if there else "") if x)
+        lines.append(f"not measured: {len(sub)} point(s) of {run} ({sides}; a run without a "
+                     "GPU records its GPU points so): never slower or faster; the same command "
+                     "on a GPU machine measures them")
+    return "\n".join(lines)
 
 
 def summary(cmp: pd.DataFrame) -> pd.DataFrame:
@@ -276,6 +306,8 @@ def format_text(cmp: pd.DataFrame, detail_runs: int = 5) -> str:
              f"{r['worst_ratio']:.3f}" if pd.notna(r["worst_ratio"]) else ""]
             for _, r in s.iterrows()]
     out.append(text_table(rows, ["run", "gpu", *VERDICTS, "worst ratio"]))
+    if note := not_measured_note(cmp):
+        out.append(note)
     return "\n".join(out)
 
 
@@ -342,7 +374,7 @@ def baseline_comparison(df: pd.DataFrame, config: dict[str, Any]) -> pd.DataFram
     frames = []
     for b in bases:
         c = compare_pair(b, this[0], DEFAULT_THRESHOLD)
-        if c["verdict"].isin(["only baseline", "only this"]).all():
+        if not shares_a_point(c):
             raise CompareError(f"report.baselines: {b.label} shares no grid point with this "
                                f"run ({config['run_name']})")
         frames.append(c)
