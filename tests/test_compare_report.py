@@ -84,11 +84,13 @@ def test_bad_baseline_is_named_without_traceback(h100, tmp_path, capsys):
         (tmp_path / "empty").mkdir(exist_ok=True)
         conf.write_text(yaml.safe_dump({"report": {"baselines": [str(baseline)]},
                                         "experiments": {"matmul": {}}}))
-        rc = cli.main(["report", "--config", str(conf), "--table", str(tmp_path / "results.csv"),
-                       "--figures", str(tmp_path / "f"), "--results", str(tmp_path),
-                       "--out", str(tmp_path / "r.html")])
-        err = capsys.readouterr().err
-        assert rc == 2 and f"report.baselines: folder {baseline} {message}" in err, err
+        with pytest.raises(SystemExit) as exc:
+            cli.main(["report", "--config", str(conf), "--table",
+                      str(tmp_path / "results.csv"), "--figures", str(tmp_path / "f"),
+                      "--results", str(tmp_path), "--out", str(tmp_path / "r.html")])
+        rc, err = exc.value.code, capsys.readouterr().err
+        # validate names the entry (its index and path) before the report reads anything
+        assert rc == 2 and f"report.baselines[0]: '{baseline}' {message}" in err, err
         assert "Traceback" not in err
     assert not (tmp_path / "r.html").exists()
 
@@ -130,7 +132,7 @@ def test_workflow_checks_baselines_at_start_up(tmp_path):
                           capture_output=True, text=True, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
-    assert "report.baselines: folder old/results does not exist" in out, out
+    assert "report.baselines[0]: 'old/results' does not exist" in out, out
     assert "Traceback" not in out
 
 

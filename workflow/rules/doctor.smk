@@ -29,16 +29,6 @@ def start_pending_watch():
     _WATCH.append(cudalab_pending.start(os.getcwd()))
 
 
-def print_doctor_failure():
-    """Called in onerror: show the doctor's table when it failed in this run."""
-    table = Path(DOCTOR_TABLE)
-    if table.is_file() and table.stat().st_mtime >= _STARTED:
-        text = table.read_text()
-        if "FAILED" in text.splitlines()[0]:
-            print(f"\n{text}\n(no measure job was submitted; the table: {table})",
-                  file=sys.stderr)
-
-
 rule doctor:
     output:
         temp(DOCTOR_OK),
