@@ -105,7 +105,8 @@ def test_the_canary_is_live(tmp_path):
     (lambda: "experiments:\n  vector_add:\n    sizes: [" + ", ".join(
         str(1000 + i) for i in range(20000)) + "]\n", "max_points"),
     (lambda: 'run_name: "' + "a" * 200_000 + '"\nexperiments: {vector_add: {}}\n', "run_name"),
-], ids=["over_size_limit", "flat_300k_list", "flat_110k_list", "5000_metrics", "20000_sizes", "200k_string"])
+], ids=["over_size_limit", "flat_300k_list", "flat_110k_list", "5000_metrics", "20000_sizes",
+        "200k_string"])
 def test_generated_bombs_are_refused_quickly(make, must, tmp_path, capsys):
     p = tmp_path / "bomb.yaml"
     p.write_text(make())

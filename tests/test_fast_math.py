@@ -8,6 +8,7 @@ model, never measurements.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import matplotlib
 import numpy as np
@@ -30,6 +31,8 @@ from cudalab.experiments.fast_math import (
     inputs,
     reference,
 )
+
+ROOT = Path(__file__).resolve().parent.parent
 
 matplotlib.use("Agg")
 
@@ -481,7 +484,7 @@ def test_the_three_builds_use_the_functions_they_claim(flags, want, unwanted, tm
 
     ptx = tmp_path / "f.ptx"
     out = subprocess.run(["nvcc", "-O3", *flags, "-ptx",
-                          str(cfg.ROOT / "cuda" / "fast_math.cu"), "-o", str(ptx)],
+                          str(ROOT / "cuda" / "fast_math.cu"), "-o", str(ptx)],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     text = ptx.read_text()

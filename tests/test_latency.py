@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import shutil
 import subprocess
+from pathlib import Path
 
 import matplotlib
 import numpy as np
@@ -34,6 +35,8 @@ from cudalab.experiments.latency import (
     make_chain,
     working_sets,
 )
+
+ROOT = Path(__file__).resolve().parent.parent
 
 matplotlib.use("Agg")
 
@@ -94,7 +97,7 @@ def test_smoke_block_is_small():
 def test_config_yaml_block_is_the_default_grid():
     import yaml
 
-    c = cfg.validate(yaml.safe_load((cfg.ROOT / "config.yaml").read_text()))
+    c = cfg.validate(yaml.safe_load((ROOT / "config.yaml").read_text()))
     assert c["experiments"][NAME] == validate({}) | {"enabled": True}
 
 
@@ -526,7 +529,7 @@ NVCC = shutil.which("nvcc")
 @pytest.mark.parametrize("arch", ["sm_75", "sm_80", "sm_90"])
 def test_kernels_compile_without_spills(arch, tmp_path):
     out = subprocess.run([NVCC, "-O3", "-lineinfo", f"-arch={arch}", "-cubin", "-Xptxas", "-v",
-                          str(cfg.ROOT / "cuda" / "latency.cu"), "-o", str(tmp_path / "l.cubin")],
+                          str(ROOT / "cuda" / "latency.cu"), "-o", str(tmp_path / "l.cubin")],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     for k in ("chase_global", "chase_global_cg", "chase_shared", "chase_constant"):
@@ -542,7 +545,7 @@ def test_each_kernel_chases_with_the_load_it_claims_between_the_clocks(tmp_path)
     """In the PTX of each kernel the timed loop's loads use the claimed state space and
     cache operator, and sit between two clock64 / globaltimer readings."""
     ptx = tmp_path / "l.ptx"
-    out = subprocess.run([NVCC, "-O3", "-arch=sm_90", "-ptx", str(cfg.ROOT / "cuda" /
+    out = subprocess.run([NVCC, "-O3", "-arch=sm_90", "-ptx", str(ROOT / "cuda" /
                           "latency.cu"), "-o", str(ptx)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     text = ptx.read_text()

@@ -8,6 +8,7 @@ bandwidth model, never measurements.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import matplotlib
 import numpy as np
@@ -19,6 +20,8 @@ from cudalab.config import ConfigError
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.base import Point
 from cudalab.experiments.sobel import SENTINEL, WX, WY, compare, make_image, reference
+
+ROOT = Path(__file__).resolve().parent.parent
 
 matplotlib.use("Agg")
 
@@ -334,7 +337,7 @@ def test_a_grid_that_misses_pixels_fails_the_check(tmp_path, monkeypatch):
 def test_kernel_and_symbol_names_match_the_source():
     import re
 
-    src = (cfg.ROOT / "cuda" / "sobel.cu").read_text()
+    src = (ROOT / "cuda" / "sobel.cu").read_text()
     names = set(re.findall(r'extern "C" __global__ void (\w+)\(', src))
     assert names == {f"sobel_{v}" for v in ("global", "shared", "constant")}
     assert "__constant__ int sobel_wx[9];" in src and "__constant__ int sobel_wy[9];" in src
@@ -346,7 +349,7 @@ def test_source_compiles_for_every_block_shape(bx, by, tmp_path):
     import subprocess
 
     out = subprocess.run(["nvcc", "-O3", f"-DBX={bx}", f"-DBY={by}", "-Xptxas", "-v", "-c",
-                          str(cfg.ROOT / "cuda" / "sobel.cu"), "-o", str(tmp_path / "s.o")],
+                          str(ROOT / "cuda" / "sobel.cu"), "-o", str(tmp_path / "s.o")],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert f"{(bx + 2) * (by + 2)} bytes smem" in out.stderr  # the tile with its halo
