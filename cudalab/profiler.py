@@ -395,7 +395,8 @@ def point_status(kernels: list[KernelRow] | None, child: str, job_reason: str) -
 def needs_profile(rec: dict[str, Any] | None, metrics: list[str]) -> bool:
     """An ok, timed GPU record whose counters are missing, failed, of another metric set or
     without the time pass (a record reused from the cache keeps its earlier profile; a
-    point found to launch no kernel is not profiled again)."""
+    point found to launch no kernel is not profiled again). `rec` as results.read_record
+    gives it: with its counters file merged in."""
     if not rec or rec.get("status") != "ok" or not rec.get("timing"):
         return False
     prof = rec.get("profile") or {}
@@ -519,17 +520,20 @@ def _write_points(todo: list[tuple[Any, Path]], time_status: dict[str, tuple[str
 
 def write_counters(path: Path, counters: dict[str, Any], status: str,
                    info: dict[str, Any]) -> None:
-    """Put ncu_* metrics and ncu_status into a raw record (atomically); earlier ncu_* keys
-    are replaced, every other part of the record (the timing above all) is kept."""
+    """Write a point's ncu_* metrics and ncu_status into its own counters file
+    (results.counters_path: profile/<experiment>/<point>.json beside raw/), atomically.
+    The raw record, timing and all, is never written again: the counters file names the
+    record's cache key, and results.read_record merges the two while the key matches."""
     from cudalab import results
 
-    rec = results.read_record(path)
-    if rec is None:
+    rec = results.read_json(path)
+    if rec is None or rec.get("schema_version") != results.SCHEMA_VERSION:
         return
-    metrics = {k: v for k, v in (rec.get("metrics") or {}).items() if not k.startswith("ncu_")}
-    rec["metrics"] = metrics | counters | {"ncu_status": status}
-    rec["profile"] = info | {"status": "ok" if status == "ok" else status}
-    results.write_json_atomic(path, rec)
+    results.write_json_atomic(results.counters_path(path), {
+        "schema_version": results.SCHEMA_VERSION, "point_id": rec.get("point_id"),
+        "cache_key": rec.get("cache_key"),
+        "metrics": counters | {"ncu_status": status},
+        "profile": info | {"status": "ok" if status == "ok" else status}})
 
 
 def _summary(statuses: list[str], runs: dict[str, NcuRun | None], info: dict[str, Any]

@@ -176,8 +176,26 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 
 def read_record(path: Path) -> dict[str, Any] | None:
+    """A raw record with its Nsight Compute counters merged in (the profiler keeps them in
+    a file of their own: counters_path), or None where the record cannot be used."""
     rec = read_json(path)
-    return rec if rec is not None and rec.get("schema_version") == SCHEMA_VERSION else None
+    if rec is None or rec.get("schema_version") != SCHEMA_VERSION:
+        return None
+    counters = read_json(counters_path(path))
+    if counters and counters.get("cache_key") == rec.get("cache_key") \
+            and counters.get("schema_version") == SCHEMA_VERSION:
+        kept = {k: v for k, v in (rec.get("metrics") or {}).items()
+                if not k.startswith("ncu_")}
+        rec["metrics"] = kept | (counters.get("metrics") or {})
+        rec["profile"] = counters.get("profile") or {}
+    return rec
+
+
+def counters_path(record: Path) -> Path:
+    """<results>/profile/<experiment>/<point>.json for <results>/raw/<experiment>/<point>.json:
+    outside raw/, so no reader of records takes it for one."""
+    record = Path(record)
+    return record.parent.parent.parent / "profile" / record.parent.name / record.name
 
 
 def record_problem(path: Path) -> str:

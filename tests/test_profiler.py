@@ -570,3 +570,39 @@ def test_doctor_names_ncu_its_version_and_whether_counters_are_permitted(
     assert no_gpu.value.endswith("(2025.3.1.0); counters not tried (no GPU)")
     absent = doctor.check_ncu({"PATH": str(tmp_path / "none")}, 0, have_gpu=True)
     assert (absent.status, absent.value) == ("info", "not found (optional: hardware counters)")
+
+
+def test_the_profiler_writes_its_own_files_never_the_records(fake_job):
+    """Each stage writes once: the counters land in profile/<experiment>/<point>.json, tied
+    to the record's cache key; the raw record (its timing above all) keeps its bytes."""
+    fake_job("ok", ncu=False)
+    raw = fake_job.out / "raw" / "fakencu"
+    before = {p.name: p.read_bytes() for p in raw.glob("*.json")}
+    m, recs = fake_job("ok")
+    for pid in OK_GPU:
+        assert recs[pid]["metrics"]["ncu_status"] == "ok"
+        counters = json.loads((fake_job.out / "profile" / "fakencu" / f"{pid}.json").read_text())
+        assert counters["cache_key"] == recs[pid]["cache_key"]
+        assert "timing" not in counters and counters["metrics"]["ncu_status"] == "ok"
+        on_disk = json.loads((raw / f"{pid}.json").read_text())
+        assert "ncu_status" not in on_disk.get("metrics", {}) and "profile" not in on_disk
+        # the runner marks a reused record cached; nothing else of it changes
+        first = json.loads(before[f"{pid}.json"])
+        assert on_disk == first | {"cached": True}
+
+
+def test_counters_of_another_measurement_are_not_merged(tmp_path):
+    """A record measured again under another cache key does not take the old counters."""
+    path = tmp_path / "raw" / "x" / "p.json"
+    path.parent.mkdir(parents=True)
+    rec = {"schema_version": results.SCHEMA_VERSION, "point_id": "p", "cache_key": "new",
+           "metrics": {"gbps": 1.0}}
+    path.write_text(json.dumps(rec))
+    cpath = results.counters_path(path)
+    assert cpath == tmp_path / "profile" / "x" / "p.json"
+    cpath.parent.mkdir(parents=True)
+    cpath.write_text(json.dumps({"schema_version": results.SCHEMA_VERSION, "cache_key": "old",
+                                 "metrics": {"ncu_status": "ok"}, "profile": {"status": "ok"}}))
+    assert results.read_record(path) == rec
+    cpath.write_text(cpath.read_text().replace('"old"', '"new"'))
+    assert results.read_record(path)["metrics"] == {"gbps": 1.0, "ncu_status": "ok"}
