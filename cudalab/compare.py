@@ -20,6 +20,18 @@ launch cost out, a plain one has it in), so such a pair gets the verdict "other 
 no ratio, never "slower" or "faster". A point either side left not measured (a run without a
 GPU records its GPU points so, with no timing) gets the verdict "not measured": never slower
 or faster, and never a reason for --fail-on-slower.
+
+Between-run noise. The samples' spread is the noise within one process; it cannot see what
+moves between processes and machines. So every point also has a class, from its timer:
+- "kernel" (launches queued behind a held stream): GPU time. Kernels of 2-5 us move by
+  0.2-0.5 us from one process to the next (where their buffers land: two H100 runs of the
+  same code), so the bar is also at least FLOOR_S / the shorter time;
+- "host-synchronous" (plain events around work the host issues call by call: pageable
+  copies, multi-stream pipelines) and "host" (the host clock: CPU references): their time
+  is mostly host work (host memory, the host's memcpy, BLAS threads), which moved by up to
+  1.7x between two runs of unchanged code. Beyond the bar they are "unstable", with that
+  reason, and never gate --fail-on-slower.
+The comparison lists every point that is not "same" grouped by class, with its reason.
 """
 
 from __future__ import annotations
@@ -38,8 +50,22 @@ from cudalab import results
 DEFAULT_THRESHOLD = 0.05
 IQR_TO_SIGMA = 1.349  # IQR of a normal distribution in standard deviations
 # Verdicts of a point, in the order they are counted.
-VERDICTS = ("slower", "faster", "same", "other method", "not measured", "not ok", "untimed",
-            "only baseline", "only this")
+VERDICTS = ("slower", "faster", "unstable", "same", "other method", "not measured", "not ok",
+            "untimed", "only baseline", "only this")
+# A point's class, from the timer that timed it (what else moves its time between runs).
+CLASS_OF_METHOD = {"cuda_event_queued": "kernel", "cuda_event": "host-synchronous",
+                   "perf_counter": "host"}
+HOST_CLASSES = ("host-synchronous", "host")
+CLASS_REASON = {
+    "kernel": "GPU kernel time, beyond max(threshold, the samples' noise, {floor:g} us)",
+    "host-synchronous": "host-issued work (pageable copies, streams issued call by call): "
+                        "host memory and scheduling move it between runs; never gates",
+    "host": "host work (CPU reference: BLAS threads, host memory): moves between runs and "
+            "machines; never gates",
+}
+# The smallest difference a kernel's time can show between two processes: 2-5 us kernels
+# moved by 0.2-0.5 us between two runs of unchanged code on H100s.
+FLOOR_S = 0.5e-6
 NOT_MEASURED = "not_measured"  # the status of a GPU point of a run without a GPU
 POINT_COLS = ["experiment", "point_id", "variant", "gpu", "status", "median_s", "noise",
               "n_samples", "method"]
@@ -174,11 +200,27 @@ def load_runs(folder: Path | str, role: str = "run") -> list[Run]:
 
 
 # -- verdicts ----------------------------------------------------------------------------------
-def verdicts(ratio: pd.Series, noise: pd.Series, threshold: float) -> pd.Series:
-    """faster / slower / same for time ratios (this / baseline) given the combined noise."""
+def point_class(method: pd.Series) -> pd.Series:
+    """kernel / host-synchronous / host from the timer's name ('' where untimed)."""
+    return method.map(lambda m: CLASS_OF_METHOD.get(m, "kernel" if m else ""))
+
+
+def verdicts(ratio: pd.Series, noise: pd.Series, threshold: float,
+             shorter_s: pd.Series | None = None, cls: pd.Series | None = None) -> pd.Series:
+    """faster / slower / same for time ratios (this / baseline) given the combined noise;
+    a kernel's bar is at least FLOOR_S of its shorter time, and a host-bound point beyond
+    its bar is "unstable"."""
     bar = np.maximum(threshold, noise.fillna(0.0))
-    out = np.where(ratio > 1 + bar, "slower", np.where(ratio < 1 / (1 + bar), "faster", "same"))
-    return pd.Series(out, index=ratio.index)
+    if shorter_s is not None:
+        floor = (FLOOR_S / shorter_s).where(shorter_s > 0, 0.0).fillna(0.0)
+        bar = np.maximum(bar, floor)
+    out = pd.Series(np.where(ratio > 1 + bar, "slower",
+                             np.where(ratio < 1 / (1 + bar), "faster", "same")),
+                    index=ratio.index)
+    if cls is not None:
+        out = out.where(~(cls.isin(HOST_CLASSES) & out.isin(["slower", "faster"])),
+                        "unstable")
+    return out
 
 
 def compare_pair(base: Run, run: Run, threshold: float = DEFAULT_THRESHOLD) -> pd.DataFrame:
@@ -189,10 +231,12 @@ def compare_pair(base: Run, run: Run, threshold: float = DEFAULT_THRESHOLD) -> p
     m["variant"] = m["variant"].fillna(m["variant_base"])
     ratio = m["median_s"] / m["median_s_base"]
     noise = np.sqrt(m["noise_base"].fillna(0) ** 2 + m["noise"].fillna(0) ** 2)
-    verdict = verdicts(ratio, noise, threshold)
+    method, method_base = m["method"].fillna(""), m["method_base"].fillna("")
+    cls = point_class(method.where(method != "", method_base))
+    shorter = np.minimum(m["median_s"], m["median_s_base"])
+    verdict = verdicts(ratio, noise, threshold, shorter, cls)
     timed = ratio.notna() & np.isfinite(ratio)
     both_ok = (m["status_base"] == "ok") & (m["status"] == "ok")
-    method, method_base = m["method"].fillna(""), m["method_base"].fillna("")
     other = timed & (method != "") & (method_base != "") & (method != method_base)
     verdict = verdict.where(~other, "other method")
     timed &= ~other  # no ratio across methods: it would compare different things
@@ -208,7 +252,7 @@ def compare_pair(base: Run, run: Run, threshold: float = DEFAULT_THRESHOLD) -> p
         "baseline_status": m["status_base"], "status": m["status"],
         "baseline_s": m["median_s_base"], "this_s": m["median_s"],
         "ratio": ratio.where(timed), "noise": noise.where(timed), "verdict": verdict,
-        "baseline_method": method_base, "method": method,
+        "baseline_method": method_base, "method": method, "class": cls,
     })
     return out.sort_values(keys, kind="stable").reset_index(drop=True)
 
@@ -306,9 +350,26 @@ def format_text(cmp: pd.DataFrame, detail_runs: int = 5) -> str:
              f"{r['worst_ratio']:.3f}" if pd.notna(r["worst_ratio"]) else ""]
             for _, r in s.iterrows()]
     out.append(text_table(rows, ["run", "gpu", *VERDICTS, "worst ratio"]))
+    out += by_class(cmp)
     if note := not_measured_note(cmp):
         out.append(note)
     return "\n".join(out)
+
+
+def by_class(cmp: pd.DataFrame) -> list[str]:
+    """The points that moved (slower, faster, unstable), grouped by class with the reason."""
+    moved = cmp[cmp["verdict"].isin(["slower", "faster", "unstable"])]
+    out = [f"\n== not 'same', by class: {len(moved)} of "
+           f"{int(cmp['ratio'].notna().sum())} timed point(s) =="]
+    for cls, sub in moved.groupby("class", sort=True):
+        counts = ", ".join(f"{n} {v}" for v, n in sub["verdict"].value_counts().items())
+        out.append(f"{cls}: {len(sub)} ({counts}; ratios {sub['ratio'].min():.2f}-"
+                   f"{sub['ratio'].max():.2f}x): "
+                   f"{CLASS_REASON[cls].format(floor=FLOOR_S * 1e6)}")
+        for exp, g in sub.groupby("experiment", sort=True):
+            out.append(f"  {exp}: " + ", ".join(g["point_id"].head(8))
+                       + (f" (+{len(g) - 8} more)" if len(g) > 8 else ""))
+    return out
 
 
 # -- the command ---------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cudalab import cli, compare
+from cudalab import cli, compare, results
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "reports" / "reference" / "NVIDIA-H100-80GB-HBM3"
@@ -182,8 +182,11 @@ def test_a_folder_with_two_gpus_is_two_runs(base, tmp_path):
     assert all("static_analysis" in set(r.points["experiment"]) for r in runs)
     cmp = compare.compare_runs(runs[0], runs[1:])
     gpu_points = cmp[cmp["experiment"] == "matmul"]
-    assert set(gpu_points["verdict"]) == {"faster"}
     assert np.allclose(gpu_points["ratio"], 0.5)
+    kernels = gpu_points["variant"] != "cpu"
+    assert set(gpu_points.loc[kernels, "verdict"]) == {"faster"}
+    # the numpy reference is host work: beyond the bar it is unstable, never faster
+    assert set(gpu_points.loc[~kernels, "verdict"]) == {"unstable"}
 
 
 def _error(capsys, *args) -> str:
@@ -252,3 +255,55 @@ def test_course_beside_several_runs(base, tmp_path, capsys):
     occ = next(line for line in out if line.startswith("| occupancy: 32-thread blocks |"))
     assert "25 % occupancy (Tesla K80; cudalab's calculator: 25)" in occ
     assert "Traceback" not in _error(capsys, "--course", tmp_path / "missing")
+
+
+def _points(rows: list[tuple[str, str, float, str]]) -> compare.Run:
+    df = pd.DataFrame([{"experiment": e, "point_id": pid, "variant": pid.split("-")[0],
+                        "gpu": "G", "status": "ok", "median_s": t, "noise": 0.002,
+                        "n_samples": 10, "method": m} for e, pid, t, m in rows],
+                      columns=compare.POINT_COLS)
+    return compare.Run("x", Path("x"), "G", df)
+
+
+KERNEL, EVENTS, HOST = "cuda_event_queued", "cuda_event", "perf_counter"
+
+
+def test_between_run_floors_and_classes():
+    """A 2 us kernel moving by 0.3 us (15 %) is within the between-process floor; a 100 us
+    kernel 10 % slower is slower; host work 1.5x slower is unstable, never slower."""
+    base = _points([("k", "short-a", 2e-6, KERNEL), ("k", "long-a", 100e-6, KERNEL),
+                    ("k", "long-b", 100e-6, KERNEL), ("c", "cpu-a", 1e-3, HOST),
+                    ("t", "pageable-a", 1e-3, EVENTS)])
+    run = _points([("k", "short-a", 2.3e-6, KERNEL), ("k", "long-a", 110e-6, KERNEL),
+                   ("k", "long-b", 104e-6, KERNEL), ("c", "cpu-a", 1.5e-3, HOST),
+                   ("t", "pageable-a", 0.6e-3, EVENTS)])
+    cmp = compare.compare_pair(base, run).set_index("point_id")
+    assert cmp.loc["short-a", "verdict"] == "same"
+    assert cmp.loc["long-a", "verdict"] == "slower"
+    assert cmp.loc["long-b", "verdict"] == "same"
+    assert cmp.loc["cpu-a", "verdict"] == "unstable" and cmp.loc["cpu-a", "class"] == "host"
+    assert cmp.loc["pageable-a", "verdict"] == "unstable"
+    assert cmp.loc["pageable-a", "class"] == "host-synchronous"
+    text = compare.format_text(cmp.reset_index())
+    grouped = text[text.index("by class"):]
+    assert "kernel: 1 (1 slower" in grouped and "long-a" in grouped
+    assert "host: 1 (1 unstable" in grouped and "host-synchronous: 1 (1 unstable" in grouped
+
+
+def test_unstable_never_fails_the_gate(tmp_path, capsys):
+    """Host work slower beyond any bar leaves --fail-on-slower at exit 0; a kernel slower
+    by 10 % exits 1."""
+    folders = []
+    for name, cpu_t, k_t in (("a", 1e-3, 100e-6), ("b", 3e-3, 100e-6), ("c", 1e-3, 110e-6)):
+        raw = tmp_path / name / "raw" / "e"
+        raw.mkdir(parents=True)
+        for pid, t, timer in (("cpu-x", cpu_t, HOST), ("gpu-x", k_t, KERNEL)):
+            rec = {"schema_version": results.SCHEMA_VERSION, "experiment": "e",
+                   "variant": pid.split("-")[0], "point_id": pid, "status": "ok",
+                   "provenance": {"gpu_name": "G"},
+                   "timing": {"samples_s": [t] * 10, "timer": timer}}
+            (raw / f"{pid}.json").write_text(json.dumps(rec))
+        folders.append(tmp_path / name)
+    assert cli.main(["compare", str(folders[0]), str(folders[1]), "--fail-on-slower"]) == 0
+    assert cli.main(["compare", str(folders[0]), str(folders[2]), "--fail-on-slower"]) == 1
+    capsys.readouterr()
