@@ -66,9 +66,12 @@ CLASS_REASON = {
 # The smallest difference a kernel's time can show between two processes: 2-5 us kernels
 # moved by 0.2-0.5 us between two runs of unchanged code on H100s.
 FLOOR_S = 0.5e-6
+# How many trial spreads a difference must exceed (each side's trial spread is the range of
+# its trials' medians).
+K_TRIALS = 1.0
 NOT_MEASURED = "not_measured"  # the status of a GPU point of a run without a GPU
 POINT_COLS = ["experiment", "point_id", "variant", "gpu", "status", "median_s", "noise",
-              "n_samples", "method"]
+              "n_samples", "method", "trial_spread"]
 # What compare needs of a raw record and of a results table (older schemas lack some); a
 # timed record (status ok) also needs its timing: the others (not measured, skipped, failed)
 # have none to compare.
@@ -107,7 +110,8 @@ def _record_row(rec: dict[str, Any]) -> dict[str, Any]:
     return {"experiment": rec["experiment"], "point_id": rec["point_id"],
             "variant": rec["variant"], "gpu": (rec["provenance"] or {}).get("gpu_name") or "",
             "status": rec["status"], "median_s": med, "noise": noise,
-            "n_samples": int(samples.size), "method": str(t.get("timer") or "")}
+            "n_samples": int(samples.size), "method": str(t.get("timer") or ""),
+            "trial_spread": float(t.get("trial_spread", math.nan))}
 
 
 def _from_records(folder: Path, files: list[Path]) -> pd.DataFrame:
@@ -152,6 +156,8 @@ def table_points(df: pd.DataFrame, source: str) -> pd.DataFrame:
         "n_samples": df["n_samples"].fillna(0).astype(int),
         "method": (df["timer"].astype(object).where(df["timer"].notna(), "").astype(str)
                    if "timer" in df else ""),
+        "trial_spread": (df["time_trial_spread"].astype(float)
+                         if "time_trial_spread" in df else math.nan),
     })[POINT_COLS].reset_index(drop=True)
 
 
@@ -230,7 +236,11 @@ def compare_pair(base: Run, run: Run, threshold: float = DEFAULT_THRESHOLD) -> p
                           indicator=True)
     m["variant"] = m["variant"].fillna(m["variant_base"])
     ratio = m["median_s"] / m["median_s_base"]
-    noise = np.sqrt(m["noise_base"].fillna(0) ** 2 + m["noise"].fillna(0) ** 2)
+    # each side's noise: its samples' spread, or its trials' where larger (between runs)
+    side = np.maximum(m["noise"].fillna(0), K_TRIALS * m["trial_spread"].fillna(0))
+    side_base = np.maximum(m["noise_base"].fillna(0),
+                           K_TRIALS * m["trial_spread_base"].fillna(0))
+    noise = np.sqrt(side_base ** 2 + side ** 2)
     method, method_base = m["method"].fillna(""), m["method_base"].fillna("")
     cls = point_class(method.where(method != "", method_base))
     shorter = np.minimum(m["median_s"], m["median_s_base"])
@@ -253,6 +263,7 @@ def compare_pair(base: Run, run: Run, threshold: float = DEFAULT_THRESHOLD) -> p
         "baseline_s": m["median_s_base"], "this_s": m["median_s"],
         "ratio": ratio.where(timed), "noise": noise.where(timed), "verdict": verdict,
         "baseline_method": method_base, "method": method, "class": cls,
+        "trials": m["trial_spread"].notna() & m["trial_spread_base"].notna(),
     })
     return out.sort_values(keys, kind="stable").reset_index(drop=True)
 
@@ -351,6 +362,12 @@ def format_text(cmp: pd.DataFrame, detail_runs: int = 5) -> str:
             for _, r in s.iterrows()]
     out.append(text_table(rows, ["run", "gpu", *VERDICTS, "worst ratio"]))
     out += by_class(cmp)
+    timed = cmp[cmp["ratio"].notna()]
+    if len(timed) and not timed["trials"].all():
+        out.append(f"{int((~timed['trials']).sum())} of {len(timed)} timed comparison(s) "
+                   "have a side measured without trials (recorded before trials, or "
+                   "measurement.trials 1): judged by the samples' noise and the per-class "
+                   f"floors alone ({FLOOR_S * 1e6:g} us for a kernel)")
     if note := not_measured_note(cmp):
         out.append(note)
     return "\n".join(out)

@@ -299,7 +299,7 @@ def gb(n: float) -> str:
 
 def point_seconds(config: dict[str, Any], experiment: Any) -> float:
     """About how long one point of `experiment` takes. A timed point samples until its
-    budget runs out or, at the least, min_samples samples of at least the shortest sample
+    budget runs out or, at the least, min_samples samples per trial of the shortest sample
     (work that cannot be queued is batched up to min_sample_sync_s: the upper side is
     counted), plus warm-up and the host's set-up. An untimed point (a compile) costs what
     its experiment says."""
@@ -307,8 +307,9 @@ def point_seconds(config: dict[str, Any], experiment: Any) -> float:
         return float(experiment.point_cost_s)
     m = config["measurement"]
     shortest = max(m["min_sample_s"], m["min_sample_sync_s"])
-    sampling = max(m["budget_s"], m["min_samples"] * shortest)
-    return sampling + m["warmup"] * shortest + POINT_OVERHEAD_S
+    trials = m.get("trials", 1)  # each trial takes at least min_samples samples
+    sampling = max(m["budget_s"], trials * m["min_samples"] * shortest)
+    return sampling + trials * m["warmup"] * shortest + POINT_OVERHEAD_S
 
 
 def plan_estimate(config: dict[str, Any]) -> list[str]:
@@ -336,11 +337,11 @@ def plan_estimate(config: dict[str, Any]) -> list[str]:
         lines.append(f"  warning: this run takes about {_duration(seconds)} "
                      f"({len(pts)} points); check measurement.min_samples, "
                      f"min_sample_sync_s and budget_s, and the grids")
-    jobs = len(grids) * max(1, len(sweep.gpu_models(config))) + int(config["slurm"]["doctor"])
-    if jobs > MANY_JOBS:
-        lines.append(f"  warning: under Slurm this run submits {jobs} sbatch jobs "
-                     f"({len(grids)} experiments x {len(sweep.gpu_models(config))} GPU "
-                     f"models, and the doctor); a site may limit jobs per user")
+    n = sweep.job_counts(config, list(grids), 0)  # the same count as the plan's first line
+    if n.total > MANY_JOBS:
+        lines.append(f"  warning: under Slurm this run submits {n.total} sbatch jobs "
+                     f"({len(grids)} experiments x {n.models} GPU models, and "
+                     f"{n.doctors} doctor job(s)); a site may limit jobs per user")
     for n in grids:
         lines += [f"  warning: experiments.{n}: {w}"
                   for w in REGISTRY[n].plan_warnings(config["experiments"][n])]

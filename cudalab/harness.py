@@ -53,6 +53,8 @@ class Settings:
     # went from 4 to 14 of 20 points, their median sample CV from 10.7 % to 2.9 %.
     min_sample_sync_s: float = 2e-3
     cold_l2: bool = False
+    # Measurements of each point, each from scratch (cudalab.trials: the runner's loop).
+    trials: int = 3
 
     @classmethod
     def from_config(cls, block: dict[str, Any]) -> Settings:

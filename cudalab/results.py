@@ -47,6 +47,8 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "time_median_s": ("float64", "median time of one launch / operation, seconds"),
     "time_iqr_s": ("float64", "interquartile range of the samples, seconds"),
     "time_cv": ("float64", "coefficient of variation of the samples (std / mean)"),
+    "time_trial_spread": ("float64", "spread of the trials' medians, (largest - smallest) / "
+                          "median: the point's between-run noise (NaN with one trial)"),
     "time_min_s": ("float64", "fastest sample, seconds"),
     "time_mean_s": ("float64", "mean sample, seconds"),
     "n_throttled": ("Int64", "samples taken while the GPU was throttled (clock or reason): "
@@ -109,6 +111,8 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "kernel_hash": ("string", "sha256 (16 hex) of kernel source + options"),
     "host": ("string", "host name"),
     "cpu_model": ("string", "host CPU"),
+    "cpu_threads": ("Int64", "BLAS/OpenMP threads of the job's CPU work (measurement.cpu_threads)"),
+    "blas": ("string", "the BLAS library numpy used, its version and thread count"),
     "slurm_job_id": ("string", "Slurm job id (empty outside Slurm)"),
     "slurm_node": ("string", "Slurm node"),
     "slurm_partition": ("string", "Slurm partition"),
@@ -394,6 +398,7 @@ def record_to_row(rec: dict[str, Any]) -> dict[str, Any]:
         "time_median_s": med,
         "time_iqr_s": t.get("iqr", math.nan) if ok else math.nan,
         "time_cv": t.get("cv", math.nan) if ok else math.nan,
+        "time_trial_spread": t.get("trial_spread", math.nan) if ok else math.nan,
         "time_min_s": t.get("min", math.nan) if ok else math.nan,
         "time_mean_s": t.get("mean", math.nan) if ok else math.nan,
         "n_throttled": t.get("n_throttled"),

@@ -10,6 +10,7 @@ versions for GPU points, host, CPU and numpy for CPU points.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import json
@@ -18,14 +19,14 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from cudalab import devicespec, results
+from cudalab import devicespec, results, trials
 from cudalab.config import block_hash
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.base import Experiment, Point, Result, RunContext, Skipped
@@ -44,7 +45,7 @@ def log(msg: str) -> None:
 
 
 GPU_KEY = ("gpu_uuid", "driver_version", "cuda_version", "pycuda_version", "nvcc_version")
-CPU_KEY = ("host", "cpu_model", "numpy_version")
+CPU_KEY = ("host", "cpu_model", "numpy_version", "cpu_threads")
 
 
 def block_settings(block: dict[str, Any]) -> dict[str, Any]:
@@ -62,7 +63,7 @@ def code_hash(exp: Any) -> str:
     from cudalab.experiments import base
 
     files = [inspect.getsourcefile(type(exp)), base.__file__, harness.__file__,
-             gpu_module.__file__]
+             gpu_module.__file__, trials.__file__]
     return source_hash([Path(f) for f in files if f])
 
 
@@ -212,14 +213,35 @@ def run_experiment(config: dict[str, Any], name: str, results_dir: Path) -> dict
         _telemetry_hook(src, "before_job")
     t_job = time.time()
     try:
-        _prepare(job, ctx)
-        _measure_ceilings(job, ctx)
-        _walk(job, ctx, t_job)
+        with cpu_threads(job):
+            _prepare(job, ctx)
+            _measure_ceilings(job, ctx)
+            _walk(job, ctx, t_job)
     finally:
         for src in job.sources:
             _telemetry_hook(src, "after_job")
     _profile(job, ctx)
     return _write_manifest(job, t_job)
+
+
+@contextlib.contextmanager
+def cpu_threads(job: Job) -> Iterator[None]:
+    """The job's CPU work runs with measurement.cpu_threads BLAS/OpenMP threads (0: the
+    cores this process may use: under Snakemake and Slurm its allocation), recorded in the
+    job's provenance with the BLAS library; without threadpoolctl the BLAS keeps its own
+    count, which is recorded as unknown."""
+    want = job.config["measurement"].get("cpu_threads") or len(os.sched_getaffinity(0))
+    try:
+        from threadpoolctl import threadpool_info, threadpool_limits
+    except ImportError:
+        job.env |= {"cpu_threads": None, "blas": "unknown (threadpoolctl not installed)"}
+        yield
+        return
+    with threadpool_limits(limits=want):
+        libs = [f"{i['internal_api']} {i.get('version') or ''} ({i['num_threads']} threads)"
+                for i in threadpool_info()]
+        job.env |= {"cpu_threads": want, "blas": "; ".join(libs) or "none loaded"}
+        yield
 
 
 def _new_job(config: dict[str, Any], name: str, results_dir: Path) -> Job:
@@ -393,7 +415,8 @@ def _one_point(job: Job, ctx: RunContext, point: Point,
             if not old.get("cached"):
                 results.write_json_atomic(path, old | {"cached": True})
             return old, f"cached from {old['job_id']}"
-        result = job.exp.measure(ctx, point)
+        result, trial_list = trials.measure_trials(lambda: job.exp.measure(ctx, point),
+                                                   ctx.harness)
     except Skipped as exc:  # an optional dependency is missing: no fault, no speed
         rec |= {"status": "skipped", "reason": str(exc), "t_end": time.time()}
         return _write(path, rec), f"skipped ({exc})"
@@ -402,6 +425,8 @@ def _one_point(job: Job, ctx: RunContext, point: Point,
     rec |= record_body(result, job.env, key, _throttle_check(point, job.nvml),
                        peaks if point.gpu else {}, gpu_point=point.gpu,
                        no_check_reason=job.exp.no_check_reason)
+    if rec.get("timing") and len(trial_list) > 1:
+        rec["timing"] |= {"trials": trial_list, "trial_spread": trials.spread(trial_list)}
     rec["t_end"] = time.time()
     _write(path, rec)
     job.phases.append({"point_id": point.point_id, "t_start": t0, "t_end": rec["t_end"],

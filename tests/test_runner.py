@@ -38,7 +38,9 @@ class Counting(Experiment):
 
 
 def _config(measurement=None):
-    return cfg.validate({"measurement": measurement or {"min_samples": 3, "budget_s": 0.01},
+    # one trial: these tests count measure() calls (test_trials.py covers trials)
+    return cfg.validate({"measurement": measurement or {"min_samples": 3, "budget_s": 0.01,
+                                                        "trials": 1},
                          "experiments": {"counting": {}}})
 
 
