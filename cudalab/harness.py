@@ -54,7 +54,7 @@ class Settings:
     min_sample_sync_s: float = 2e-3
     cold_l2: bool = False
     # Measurements of each point, each from scratch (cudalab.trials: the runner's loop).
-    trials: int = 3
+    trials: int = 1
 
     @classmethod
     def from_config(cls, block: dict[str, Any]) -> Settings:

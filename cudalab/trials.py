@@ -1,5 +1,8 @@
 """Trials: a point measured several times in one job, each time from scratch.
 
+Opt-in (measurement.trials, default 1): each trial redoes the whole measure() call, inputs
+and check included, which tripled the time of experiments with large inputs on an H100.
+
 The samples of one measurement agree with each other far better than two processes agree:
 where a point's buffers land (DRAM pages, L2 slices) is fixed for one allocation and moves
 with the next, and the host's state moves too. So the runner measures each timed point in

@@ -45,7 +45,8 @@ def drifting():
 
 
 def _config(**measurement):
-    return cfg.validate({"measurement": {"budget_s": 0.3, "max_samples": 100, **measurement},
+    return cfg.validate({"measurement": {"budget_s": 0.3, "max_samples": 100, "trials": 3,
+                                         **measurement},
                          "experiments": {"drifting": {}}})
 
 
