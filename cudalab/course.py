@@ -1,5 +1,19 @@
-"""The course as a baseline: its published measurements (cudalab/data/course.yaml) beside
-this run's numbers, one row per lesson, with the lesson's check and why they differ.
+"""The course as a baseline: its published measurements beside this run's numbers, one row
+per lesson, with the lesson's check and why they differ.
+
+Each experiment's folder holds its part of the course in course.yaml (checked against SCHEMA
+when loaded), a list of `lessons`:
+  lesson   the lesson, as the course names it
+  order    its place in the course table (the course's order, not the report's sections)
+  course   value + unit as the course printed them, the GPU it ran on, a note
+  match    point (a point_id) or variant (its first ok row) + metric (a column of
+           results.csv), times scale (s -> ms: 1000); or ratio: [point_a, point_b] = metric
+           of point_a / metric of point_b; experiment: the folder's, unless named
+  check    words of the experiment's expected effect (expectations()) that states the lesson
+  why      one sentence, filled with this run's numbers (run_vars: each experiment's
+           course_vars); why_plain is used when one of those numbers is missing
+  k80      what cudalab's occupancy calculator says for the course's GPU (cc 3.7):
+           occupancy_at: <block size> (in %) or api_block_size: true
 
 The course ran on a Tesla K80 (compute capability 3.7); where cudalab's occupancy calculator
 can compute that GPU, its numbers are shown beside the course's.
@@ -7,6 +21,7 @@ can compute that GPU, its numbers are shown beside the course's.
 
 from __future__ import annotations
 
+import inspect
 import math
 from pathlib import Path
 from typing import Any
@@ -17,13 +32,14 @@ import yaml
 
 from cudalab import occupancy as occ
 from cudalab.experiments import REGISTRY
+from cudalab.experiments.base import Experiment
 
-COURSE_FILE = Path(__file__).resolve().parent / "data" / "course.yaml"
+COURSE_FILE = "course.yaml"  # in an experiment's folder
 COURSE_CC = "3.7"  # Tesla K80
 
 _MATCH = {
     "type": "object", "additionalProperties": False,
-    "required": ["experiment", "metric"],
+    "required": ["metric"],
     "properties": {
         "experiment": {"type": "string"}, "point": {"type": "string"},
         "variant": {"type": "string"}, "metric": {"type": "string"},
@@ -36,9 +52,10 @@ SCHEMA = {
     "type": "object", "required": ["lessons"], "additionalProperties": False,
     "properties": {"lessons": {"type": "array", "minItems": 1, "items": {
         "type": "object", "additionalProperties": False,
-        "required": ["lesson", "course", "match", "why", "why_plain"],
+        "required": ["lesson", "order", "course", "match", "why", "why_plain"],
         "properties": {
             "lesson": {"type": "string"},
+            "order": {"type": "integer"},
             "course": {"type": "object", "additionalProperties": False,
                        "required": ["value", "unit", "gpu"],
                        "properties": {"value": {"type": "number"}, "unit": {"type": "string"},
@@ -52,20 +69,29 @@ SCHEMA = {
         }}}},
 }
 
-# device_query metrics a sentence may name: {name} in why -> column m_<name>
-DEVICE_VARS = ("sm_count", "sm_clock_mhz", "copy_engines", "peak_mem_gbps",
-               "peak_fp32_gflops", "max_blocks_per_sm", "max_warps_per_sm",
-               "max_threads_per_sm", "fp32_cores_per_sm", "cc")
+
+def course_file(exp: Experiment) -> Path:
+    """Where an experiment's folder keeps its part of the course (it may have none)."""
+    return Path(inspect.getfile(type(exp))).resolve().parent / COURSE_FILE
 
 
-def load(path: Path = COURSE_FILE) -> list[dict[str, Any]]:
+def load_file(path: Path, experiment: str) -> list[dict[str, Any]]:
+    """One experiment's course entries, checked; match.experiment defaults to it."""
     data = yaml.safe_load(Path(path).read_text())
     jsonschema.validate(data, SCHEMA)
     for entry in data["lessons"]:
+        entry["match"].setdefault("experiment", experiment)
         if entry["match"]["experiment"] not in REGISTRY:
             raise ValueError(f"{path}: lesson {entry['lesson']!r}: unknown experiment "
                              f"{entry['match']['experiment']!r}; allowed: {sorted(REGISTRY)}")
     return data["lessons"]
+
+
+def load() -> list[dict[str, Any]]:
+    """Every experiment's course entries, in the course's order."""
+    lessons = [entry for name, exp in REGISTRY.items() if course_file(exp).is_file()
+               for entry in load_file(course_file(exp), name)]
+    return sorted(lessons, key=lambda e: e["order"])
 
 
 def _num(v: Any) -> float | None:
@@ -102,27 +128,16 @@ def this_value(df: pd.DataFrame, match: dict[str, Any]) -> tuple[float | None, p
 
 
 def run_vars(df: pd.DataFrame) -> dict[str, Any]:
-    """Numbers of this run a sentence may name (only those that exist)."""
+    """Numbers of this run a sentence may name (only those that exist): each experiment's
+    course_vars of its rows, and the GPU's name."""
     out: dict[str, Any] = {}
-    dev = _ok_row(df, "device_query", variant="device") if len(df) else None
-    if dev is not None:
-        for name in DEVICE_VARS:
-            v = _num(dev.get(f"m_{name}"))
-            if v is not None:
-                out[name] = v
-        l2, gen = _num(dev.get("m_l2_bytes")), _num(dev.get("m_pcie_gen_current"))
-        width = _num(dev.get("m_pcie_width_current"))
-        if l2:
-            out["l2_mib"] = l2 / 2**20
-        if gen and width:
-            out["pcie_gen"], out["pcie_width"] = gen, width
-        if "sm_count" in out and "max_threads_per_sm" in out:
-            out["resident_threads"] = out["sm_count"] * out["max_threads_per_sm"]
+    for name, exp in REGISTRY.items():
+        rows = df[df["experiment"] == name] if len(df) else df
+        if len(rows):
+            out.update(exp.course_vars(rows))
     gpus = df["gpu_name"].dropna() if "gpu_name" in df else []
     if len(gpus):
         out["gpu"] = gpus.iloc[0]
-    if "cc" in out:
-        out["cc"] = f"{out['cc']:.1f}"
     return out
 
 

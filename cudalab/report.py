@@ -167,7 +167,7 @@ def _section(name: str, exp: Any, sub: pd.DataFrame, figures_dir: Path, max_rows
     not_ok = sub[sub["status"] != "ok"]
     cols = _param_cols(sub) + TABLE_COLS + _metric_cols(sub)
     expectations = exp.expectations(sub)
-    summary = exp.summary_table(sub) if hasattr(exp, "summary_table") else ""
+    summary = exp.summary_table(sub)
     claims = explain.check_caption(name, exp.caption, df)
     return {
         "name": name, "title": exp.title, "caption": exp.caption,
@@ -175,9 +175,9 @@ def _section(name: str, exp: Any, sub: pd.DataFrame, figures_dir: Path, max_rows
         "expectations": expectations,
         # a failed check is a place where this GPU contradicts what the caption says
         "contradictions": [e for e in expectations if e.passed is False],
-        "tables": exp.tables(sub) if hasattr(exp, "tables") else [],
-        "try_this": getattr(exp, "try_this", []),
-        "questions": getattr(exp, "questions", []),
+        "tables": exp.tables(sub),
+        "try_this": exp.try_this,
+        "questions": exp.questions,
         "counts": sub["status"].value_counts().to_dict(),
         "failures": not_ok[["point_id", "status", "reason"]].to_dict("records"),
         # device_query's one row of ~50 facts reads as a key/value list, not a table
@@ -185,7 +185,7 @@ def _section(name: str, exp: Any, sub: pd.DataFrame, figures_dir: Path, max_rows
         "table": "" if summary else table_html(sub.drop(columns=["params"]), cols, max_rows,
                                                raw_href),
         "throttle_note": throttle_note(sub),
-        # issue 10: what this run's data says, the caption's claims, where GB/s came from
+        # what this run's data says, the caption's claims, where GB/s came from
         "explanations": explain.explain(name, df),
         "claims": claims,
         "claim_warnings": [c for c in claims if c.supported is False],
@@ -246,7 +246,7 @@ def build_context(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any],
         "provenance": provenance_summary(df[prov_cols]),
         "telemetry": telemetry or [],
         "telemetry_summary": telemetry_summary or {},
-        # issue 8: convergence and launch overhead (cudalab/timing_report.py)
+        # convergence and launch overhead (cudalab/timing_report.py)
         "timing": timing_report.context(df, config["measurement"]["target_cv"]),
         "roofline": roofline_context(df, rooflines),
         "config_json": json.dumps(config, indent=1, sort_keys=True),
@@ -269,7 +269,7 @@ def render(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any], out: Pat
         summary = telemetry_report.run_summary(Path(results_dir))
     rooflines = roofline.draw_all(df, figures_dir) if len(df) else {}
     ctx = build_context(df, figures_dir, config, telemetry, raw_href, summary, rooflines)
-    ctx.update(compare_context(df, config))  # issue 9: course table + baselines (compare.py)
+    ctx.update(compare_context(df, config))  # course table + baselines (compare.py)
     page = env.get_template("report.html.j2").render(**ctx)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")

@@ -27,8 +27,6 @@ import pandas as pd
 
 from cudalab import fmt, results
 
-# Experiments that get a roofline figure of their own in their report section.
-PER_EXPERIMENT = ("vector_add", "matmul", "occupancy", "coalescing", "sobel", "fast_math")
 FIG_DIR = "_roofline"  # under the report's figures folder
 RUN_FIGURE = "run"
 # Points by memory level (bandwidth panel) and the ceilings' lines, darker than seaborn's
@@ -560,14 +558,16 @@ def caption(df: pd.DataFrame, experiment: str | None = None) -> str:
 
 
 def draw_all(df: pd.DataFrame, figures_dir: Path) -> dict[str, dict[str, str]]:
-    """Draw the run's roofline and each PER_EXPERIMENT one into figures_dir/_roofline/
-    (PNG + SVG); returns name ('run' or the experiment) -> {png, caption} of those drawn."""
+    """Draw the run's roofline and one per experiment that asks for it (Experiment.roofline)
+    into figures_dir/_roofline/ (PNG + SVG); returns name ('run' or the experiment) ->
+    {png, caption} of those drawn."""
     from cudalab import figures
+    from cudalab.experiments import REGISTRY
 
     figures.setup_style()
     df = annotate(df)
     out = {}
-    for name in (RUN_FIGURE, *PER_EXPERIMENT):
+    for name in (RUN_FIGURE, *(n for n, e in REGISTRY.items() if e.roofline)):
         exp = None if name == RUN_FIGURE else name
         if exp is not None and not (df["experiment"] == exp).any():
             continue

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from cudalab import course, results
+from cudalab.experiments import REGISTRY
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLE = ROOT / "reports" / "reference" / "NVIDIA-H100-80GB-HBM3" / "results.csv"
@@ -74,13 +75,24 @@ def test_a_run_without_device_query_or_a_point(h100):
 
 
 def test_course_file_is_checked(tmp_path):
-    bad = yaml.safe_load(course.COURSE_FILE.read_text())
+    text = course.course_file(REGISTRY["device_query"]).read_text()
+    bad = yaml.safe_load(text)
     bad["lessons"][0]["match"]["metrix"] = "m_sm_count"
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(bad))
     with pytest.raises(jsonschema.ValidationError, match="metrix"):
-        course.load(tmp_path / "c.yaml")
-    bad = yaml.safe_load(course.COURSE_FILE.read_text())
+        course.load_file(tmp_path / "c.yaml", "device_query")
+    bad = yaml.safe_load(text)
     bad["lessons"][0]["match"]["experiment"] = "vectoradd"
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(bad))
     with pytest.raises(ValueError, match="unknown experiment 'vectoradd'"):
-        course.load(tmp_path / "c.yaml")
+        course.load_file(tmp_path / "c.yaml", "device_query")
+
+
+def test_each_lesson_keeps_its_course_numbers_in_its_folder():
+    """The course table reads every folder's course.yaml, in the course's order, and an
+    entry's experiment is its folder's."""
+    lessons = course.load()
+    assert [e["order"] for e in lessons] == list(range(1, len(lessons) + 1))
+    for e in lessons:
+        assert course.course_file(REGISTRY[e["match"]["experiment"]]).is_file()
+    assert lessons[0]["match"]["experiment"] == "device_query"

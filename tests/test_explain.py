@@ -11,6 +11,12 @@ import pytest
 
 from cudalab import explain, results, roofline
 from cudalab.experiments import REGISTRY
+from cudalab.experiments.coalescing import lesson as coalescing_lesson
+from cudalab.experiments.fast_math import lesson as fast_math_lesson
+from cudalab.experiments.matmul import lesson as matmul_lesson
+from cudalab.experiments.occupancy import lesson as occupancy_lesson
+from cudalab.experiments.sobel import lesson as sobel_lesson
+from cudalab.experiments.vector_add import lesson as vector_add_lesson
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "reports" / "reference" / "NVIDIA-H100-80GB-HBM3" / "results.csv"
@@ -54,7 +60,7 @@ def matmul(naive_tflops: float = 5.0, **ncu) -> pd.DataFrame:
 
 
 def test_naive_matmul_served_by_caches_with_l2_hit_rate():
-    say = explain.matmul_naive_caches
+    say = matmul_lesson.matmul_naive_caches
     df = roofline.annotate(matmul(5.0))
     c = roofline.ceilings_of(df)
     s = say(df, c)
@@ -70,23 +76,23 @@ def test_naive_matmul_served_by_caches_with_l2_hit_rate():
 
 def test_naive_matmul_fed_by_dram_and_absent():
     df = roofline.annotate(matmul(0.5))
-    s = explain.matmul_naive_caches(df, roofline.ceilings_of(df))
+    s = matmul_lesson.matmul_naive_caches(df, roofline.ceilings_of(df))
     assert "did come from DRAM" in s
     no_naive = df[df["variant"] != "naive"]
-    assert explain.matmul_naive_caches(no_naive, roofline.ceilings_of(df)) is None
+    assert matmul_lesson.matmul_naive_caches(no_naive, roofline.ceilings_of(df)) is None
 
 
 def test_theoretical_ceiling_is_named_when_nothing_was_measured():
     df = roofline.annotate(matmul(5.0).drop(columns=["ceil_dram_gbps", "ceil_fp32_gflops"]))
-    s = explain.matmul_naive_caches(df, roofline.ceilings_of(df))
+    s = matmul_lesson.matmul_naive_caches(df, roofline.ceilings_of(df))
     assert "theoretical DRAM ceiling 3,352 GB/s" in s
 
 
 def test_bank_conflicts_only_with_profiler_counts():
     plain = roofline.annotate(matmul())
-    assert explain.matmul_bank_conflicts(plain, roofline.ceilings_of(plain)) is None
+    assert matmul_lesson.matmul_bank_conflicts(plain, roofline.ceilings_of(plain)) is None
     df = roofline.annotate(matmul(conflicts=True))
-    s = explain.matmul_bank_conflicts(df, roofline.ceilings_of(df))
+    s = matmul_lesson.matmul_bank_conflicts(df, roofline.ceilings_of(df))
     assert s == ("Shared-memory bank conflicts counted by Nsight Compute at 4096³: tile 32: "
                  "9,000,000 conflicting vs 0 padded; tile 16: 4,000,000 conflicting vs 0 "
                  "padded.")
@@ -94,7 +100,7 @@ def test_bank_conflicts_only_with_profiler_counts():
 
 def test_best_matmul_against_the_fp32_roof():
     df = roofline.annotate(matmul())
-    s = explain.matmul_best_vs_roof(df, roofline.ceilings_of(df))
+    s = matmul_lesson.matmul_best_vs_roof(df, roofline.ceilings_of(df))
     assert "cublas, reaches 50.0 TFLOP/s: 83 % of the measured FP32 ceiling" in s
     assert "at 683 FLOP/byte" in s  # 2n^3 / 12n^2 = n / 6
 
@@ -112,9 +118,9 @@ def occupancy(ncu: bool) -> pd.DataFrame:
 
 def test_occupancy_achieved_vs_theoretical():
     plain = roofline.annotate(occupancy(ncu=False))
-    assert explain.occupancy_achieved(plain, roofline.ceilings_of(plain)) is None
+    assert occupancy_lesson.occupancy_achieved(plain, roofline.ceilings_of(plain)) is None
     df = roofline.annotate(occupancy(ncu=True))
-    s = explain.occupancy_achieved(df, roofline.ceilings_of(df))
+    s = occupancy_lesson.occupancy_achieved(df, roofline.ceilings_of(df))
     assert "vec_mul: achieved 70–95 % of theoretical over 5 block sizes" in s
     assert "least at 1024 threads (52 % of 75 %)" in s
     assert "1 points stay below 80% of their theoretical occupancy" in s
@@ -122,7 +128,7 @@ def test_occupancy_achieved_vs_theoretical():
 
 def test_occupancy_knee_and_what_occupancy_does_not_explain():
     df = roofline.annotate(occupancy(ncu=False))
-    s = explain.occupancy_knee(df, roofline.ceilings_of(df))
+    s = occupancy_lesson.occupancy_knee(df, roofline.ceilings_of(df))
     assert "within 10% of its best 2,600 GB/s from 75 % theoretical occupancy up" in s
     assert "below that it drops to 600 GB/s" in s
     assert "yet 1 block sizes with at least that occupancy stay below it (64 threads" in s
@@ -142,18 +148,18 @@ def coalescing() -> pd.DataFrame:
 
 def test_coalescing_share_of_the_copy_ceiling_leaves_out_l2_points():
     df = roofline.annotate(coalescing())
-    s = explain.coalescing_vs_ceiling(df, roofline.ceilings_of(df))
+    s = coalescing_lesson.coalescing_vs_ceiling(df, roofline.ceilings_of(df))
     assert s == ("Against the measured DRAM ceiling 3,000 GB/s (DRAM-resident points): "
                  "copy 80 %, stride 10–77 %, transpose_padded 90 %.")
 
 
 def test_transpose_above_the_dram_ceiling_is_called_l2_resident():
     df = roofline.annotate(coalescing())
-    s = explain.coalescing_transpose_l2(df, roofline.ceilings_of(df))
+    s = coalescing_lesson.coalescing_transpose_l2(df, roofline.ceilings_of(df))
     assert "transpose_padded at 2048² (3,800 GB/s, working set 32 MiB, L2-resident)" in s
     assert "fits the 50 MiB L2" in s and "8192" not in s
     below = df[df["p_size"] != 2048]
-    assert explain.coalescing_transpose_l2(below, roofline.ceilings_of(df)) is None
+    assert coalescing_lesson.coalescing_transpose_l2(below, roofline.ceilings_of(df)) is None
 
 
 def test_vector_add_share_and_l2_sizes():
@@ -161,7 +167,7 @@ def test_vector_add_share_and_l2_sizes():
         pt("vector_add", "gpu", 805e6 / 2.7e12, 2.0 ** 26, 805e6, p_n=2 ** 26, p_threads=256),
         pt("vector_add", "gpu", 805e6 / 0.6e12, 2.0 ** 26, 805e6, p_n=2 ** 26, p_threads=32),
         pt("vector_add", "gpu", 12e6 / 3.2e12, 1e6, 12e6, p_n=10 ** 6, p_threads=256)]))
-    s = explain.vector_add_share(df, roofline.ceilings_of(df))
+    s = vector_add_lesson.vector_add_share(df, roofline.ceilings_of(df))
     assert s.startswith("At n = 67,108,864 (768 MiB moved, dram) the best block size, 256 "
                         "threads, reaches 2,700 GB/s = 90 % of the measured DRAM ceiling")
     assert "n = 1,000,000 fit L2 on this hot run" in s
@@ -174,7 +180,7 @@ def test_sobel_caches_either_way(shared_gbps, says):
         pt("sobel", "global", 1 / 600, p_width=8192),
         pt("sobel", "shared", 1 / shared_gbps, p_width=8192),
         pt("sobel", "shared", 1 / 2000, p_width=512)]))
-    assert says in explain.sobel_caches(df, roofline.ceilings_of(df))
+    assert says in sobel_lesson.sobel_caches(df, roofline.ceilings_of(df))
 
 
 def test_fast_math_sides_of_the_ridge():
@@ -182,7 +188,7 @@ def test_fast_math_sides_of_the_ridge():
             for it, fl in ((1, 3.2e8), (256, 8.2e10)) for v, t in (("precise", 1e-3),
                                                                  ("fast_math", 5e-4))]
     df = roofline.annotate(table(rows))
-    s = explain.fast_math_ridge(df, roofline.ceilings_of(df))
+    s = fast_math_lesson.fast_math_ridge(df, roofline.ceilings_of(df))
     assert s.startswith("The measured ridge point is at 20 FLOP/byte")
     assert "1 iteration(s) sit left of it" in s and "256 iterations right of it" in s
 
@@ -196,8 +202,10 @@ def test_explain_reads_the_whole_table_and_skips_absent_experiments():
 
 # -- caption claims ------------------------------------------------------------------------
 def test_every_claim_is_in_its_caption():
-    for claim in explain.CAPTION_CLAIMS:
-        assert claim.phrase in REGISTRY[claim.experiment].caption, claim
+    claims = [(name, c) for name, e in REGISTRY.items() for c in e.claims]
+    assert len(claims) >= 7
+    for name, claim in claims:
+        assert claim.phrase in REGISTRY[name].caption, (name, claim)
 
 
 def _verdict(name: str, df: pd.DataFrame) -> list[bool | None]:

@@ -605,3 +605,38 @@ def test_timed_records_are_the_last_launches_less_throttled_ones():
     assert len(chaser.timed([True, True])) == 2  # all throttled: all kept, as the harness does
     chaser.free()
     assert all(a.freed for a in gpu.cuda.allocs)
+
+
+@pytest.mark.parametrize("variant", ["global", "global_cg", "shared", "constant"])
+def test_every_byte_the_chaser_copies_back_was_written_first(variant):
+    """compute-sanitizer's initcheck: the ring of per-launch records is copied back whole,
+    slots no launch has written yet included, so every device byte is written on
+    allocation (before any launch)."""
+    from cudalab.experiments.latency import Chaser
+
+    gpu = _fake_gpu()
+    cuda = gpu.cuda
+    written: dict[int, np.ndarray] = {}
+    alloc, htod, memset = cuda.mem_alloc, cuda.memcpy_htod, cuda.memset_d32
+
+    def tracked_alloc(nbytes):
+        a = alloc(nbytes)
+        written[id(a)] = np.zeros(int(nbytes), bool)
+        return a
+
+    def mark(dest, nbytes):
+        if id(dest) in written:
+            written[id(dest)][:nbytes] = True
+
+    cuda.mem_alloc = tracked_alloc
+    cuda.memcpy_htod = lambda dest, src: (mark(dest, np.asarray(src).nbytes), htod(dest, src))
+    cuda.memset_d32 = lambda dest, v, n: (mark(dest, 4 * n), memset(dest, v, n))
+    chain = ChainData(make_chain(16, np.random.default_rng(0)), 128)
+    chaser = Chaser(gpu, gpu.compile("latency.cu"), variant, chain, 64, capacity=8)
+    assert written and all(m.all() for m in written.values()), {
+        k: int((~m).sum()) for k, m in written.items()}
+    chaser.launch(0)  # one of eight slots written by a launch: the other seven read as 0
+    recs = np.empty((8, 4), np.uint64)
+    cuda.memcpy_dtoh(recs, chaser.slots)
+    assert (recs[1:] == 0).all()
+    chaser.free()

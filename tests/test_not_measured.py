@@ -41,8 +41,9 @@ def _records(name: str, everything: bool) -> list[dict]:
 
 
 def _metric_names(name: str) -> list[str]:
-    """The m_* columns the experiment's module reads (found in its source)."""
-    src = (ROOT / "cudalab" / "experiments" / f"{name}.py").read_text()
+    """The m_* columns the experiment's folder reads (found in its sources)."""
+    src = "\n".join(p.read_text() for p in
+                    sorted((ROOT / "cudalab" / "experiments" / name).glob("*.py")))
     return sorted(set(re.findall(r"\bm_[a-z0-9_]+", src)))
 
 

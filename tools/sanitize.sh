@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # compute-sanitizer over a small grid, on a GPU machine: every kernel of the listed
-# experiments runs under each tool of $TOOLS (default memcheck racecheck; synccheck and
-# initcheck are the other two), each tool's log
-# written to OUT_DIR/<tool>-<experiment>.log and a summary to OUT_DIR/sanitizer.txt.
-#   bash tools/sanitize.sh OUT_DIR CONFIG EXPERIMENT...
-#   e.g. bash tools/sanitize.sh sanitizer tools/sanitize.yaml matmul coalescing
+# experiments (none listed: every experiment the config enables) runs under each tool of
+# $TOOLS (default memcheck racecheck; synccheck and initcheck are the other two), each tool's
+# log written to OUT_DIR/<tool>-<experiment>.log and a summary to OUT_DIR/sanitizer.txt.
+#   bash tools/sanitize.sh OUT_DIR CONFIG [EXPERIMENT...]
+#   e.g. TOOLS="memcheck racecheck synccheck initcheck" bash tools/sanitize.sh sanitizer tools/sanitize.yaml
+#        bash tools/sanitize.sh sanitizer tools/sanitize.yaml matmul coalescing
 # A tool that reports an error makes the script exit 1 (after all runs), so a CI or a person
 # sees it. The grid is small because sanitized kernels run 10-100x slower.
 set -uo pipefail
 out=$(readlink -f "$1"); config=$2; shift 2
 mkdir -p "$out"
+if [ $# -eq 0 ]; then
+  set -- $(python -c "import sys; from cudalab import config as c; \
+print(' '.join(c.enabled_experiments(c.load(sys.argv[1]))))" "$config")
+fi
 summary=$out/sanitizer.txt
 : > "$summary"
 status=0

@@ -1,33 +1,53 @@
-"""Experiment registry: every module in this package that defines an Experiment subclass
-with a `name` is found here, so adding an experiment touches no list."""
+"""Experiment registry: an experiment is a folder (a subpackage) of this package whose
+module defines an Experiment subclass with a `name`; every such folder is found here, so
+adding an experiment touches no list.
+
+Folders elsewhere (a site's own lessons, a test's toy experiment) are found the same way
+when their parent directory is listed in CUDALAB_EXPERIMENTS (os.pathsep-separated): it is
+added to this package's search path, so such a folder is imported as
+cudalab.experiments.<name> like the shipped ones.
+"""
 
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
+from pathlib import Path
 
 from cudalab.experiments.base import Experiment
 
+ENV_PATH = "CUDALAB_EXPERIMENTS"
 REGISTRY: dict[str, Experiment] = {}
+_SHIPPED = list(__path__)
 
 
-def _discover() -> None:
-    found = []
+def _search_path() -> list[str]:
+    extra = [str(Path(p).resolve()) for p in os.environ.get(ENV_PATH, "").split(os.pathsep)
+             if p.strip()]
+    return _SHIPPED + [p for p in extra if p not in _SHIPPED]
+
+
+def _experiments_of(module_name: str) -> list[Experiment]:
+    module = importlib.import_module(module_name)
+    return [obj() for obj in vars(module).values()
+            if isinstance(obj, type) and issubclass(obj, Experiment)
+            and obj is not Experiment and obj.__module__ == module.__name__ and obj.name]
+
+
+def discover() -> dict[str, Experiment]:
+    """(Re)fill REGISTRY from every experiment folder on the search path, in course order
+    (Experiment.order, then name). The dict is updated in place: modules that imported it
+    see the new contents."""
+    __path__[:] = _search_path()
+    found: list[Experiment] = []
     for mod in pkgutil.iter_modules(__path__):
-        if mod.name == "base" or mod.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{__name__}.{mod.name}")
-        for obj in vars(module).values():
-            if (
-                isinstance(obj, type)
-                and issubclass(obj, Experiment)
-                and obj is not Experiment
-                and obj.__module__ == module.__name__
-                and obj.name
-            ):
-                found.append(obj())
-    for exp in sorted(found, key=lambda e: (getattr(e, "order", 100), e.name)):
+        if mod.ispkg and not mod.name.startswith("_"):
+            found += _experiments_of(f"{__name__}.{mod.name}")
+    REGISTRY.clear()
+    for exp in sorted(found, key=lambda e: (e.order, e.name)):
         REGISTRY[exp.name] = exp
+    return REGISTRY
 
 
-_discover()
+discover()

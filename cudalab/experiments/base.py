@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from cudalab.experiments.lesson import Claim, Explanation
 from cudalab.harness import Harness, Settings, Timer, Timing
 
 NAN_BITS = 0x7FC00000  # float32 quiet NaN: poisons float outputs before every check
@@ -290,6 +291,8 @@ class Experiment:
     # theoretical DRAM bandwidth and FP32 peak (results: pct_peak_gbps, pct_peak_gflops).
     # False where the bytes do not go through device memory alone (PCIe copies).
     vs_device_peak: bool = True
+    # Whether the report section shows a roofline of this experiment's points of its own.
+    roofline: bool = False
     # Other experiments' blocks this one's grid reads (static_analysis: matmul's register
     # tiles): grid() gets the whole config, and the workflow reruns the job when they change.
     reads_blocks: tuple[str, ...] = ()
@@ -300,6 +303,10 @@ class Experiment:
     # why) pairs and questions for the reader, shown at the end of the section.
     try_this: list[tuple[str, str]] = []
     questions: list[str] = []
+    # The lesson's sentences computed from this run's data and the caption's claims checked
+    # on it (the folder's lesson module; see cudalab/experiments/lesson.py).
+    explanations: tuple[Explanation, ...] = ()
+    claims: tuple[Claim, ...] = ()
 
     def check_config(self, block: dict[str, Any]) -> list[str]:
         """Cross-field rules the schema cannot express; messages start with the key."""
@@ -407,6 +414,15 @@ class Experiment:
     def tables(self, df: pd.DataFrame) -> list[dict[str, str]]:
         """Small extra tables for the report section: [{"title": ..., "html": ...}]."""
         return []
+
+    def summary_table(self, df: pd.DataFrame) -> str:
+        """HTML shown instead of the section's results table ('' : the results table)."""
+        return ""
+
+    def course_vars(self, rows: pd.DataFrame) -> dict[str, Any]:
+        """Numbers of this experiment's rows that the course table's sentences may name
+        ({name} in a course.yaml `why`); only those this run has."""
+        return {}
 
     # shared helpers -------------------------------------------------------------------
     @staticmethod

@@ -20,6 +20,7 @@ import pandas as pd
 
 from cudalab.experiments import base
 from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
+from cudalab.experiments.sobel import lesson
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -38,6 +39,8 @@ _shape = base.int_tuple_schema(2, 1, 1024, "[bx, by]: threads along a row x alon
 class Sobel(Experiment):
     name = "sobel"
     order = 100
+    explanations, claims = lesson.EXPLANATIONS, lesson.CLAIMS
+    roofline = True
     title = "Sobel edge detection: global memory, shared-memory tiles, constant memory"
     caption = (
         "Every output pixel needs its 3 x 3 neighbourhood, so each input pixel is read by "

@@ -29,6 +29,7 @@ from cudalab import devicespec
 from cudalab import occupancy as occ
 from cudalab.experiments import base, shared
 from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
+from cudalab.experiments.occupancy import lesson
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -48,6 +49,8 @@ LABELS = {
 class Occupancy(Experiment):
     name = "occupancy"
     order = 25
+    explanations, claims = lesson.EXPLANATIONS, lesson.CLAIMS
+    roofline = True
     title = "Occupancy: block size, registers and shared memory against resident warps"
     caption = (
         "Occupancy is the share of an SM's warp slots a kernel can fill: resident blocks "

@@ -468,6 +468,9 @@ class Chaser:
         try:
             self.state = self._alloc(8)
             self.slots = self._alloc(8 * SLOT_WORDS * capacity)
+            # records() copies the whole ring back, slots no launch wrote yet included:
+            # zeroed here, every byte copied back was written first
+            self.cuda.memset_d32(self.slots, 0, 2 * SLOT_WORDS * capacity)
             self.cuda.memcpy_htod(self.state, np.array([self.first], np.uint64))
             self._load(kernel)
         except BaseException:

@@ -10,6 +10,7 @@ with the limits this device reports: a mismatch is a bug in cudalab.devicespec.
 from __future__ import annotations
 
 import html
+import math
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -84,6 +85,40 @@ DERIVED: dict[str, tuple[str, str]] = {
     "table_mismatches": ("", "cudalab table limits that differ from the device"),
 }
 REQUIRED = ("sm_count", "bus_width_bits", "max_threads_per_sm", "regs_per_sm", "smem_per_sm")
+
+
+# Metrics of the device row the course table's sentences may name: {name} -> column m_<name>
+COURSE_VARS = ("sm_count", "sm_clock_mhz", "copy_engines", "peak_mem_gbps",
+               "peak_fp32_gflops", "max_blocks_per_sm", "max_warps_per_sm",
+               "max_threads_per_sm", "fp32_cores_per_sm", "cc")
+
+
+def _num(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def course_vars(rows: pd.DataFrame) -> dict[str, Any]:
+    """The device's facts a course sentence may name (its first ok `device` row)."""
+    dev = rows[(rows["variant"] == "device") & (rows["status"] == "ok")]
+    if dev.empty:
+        return {}
+    row = dev.iloc[0]
+    out: dict[str, Any] = {n: v for n in COURSE_VARS if (v := _num(row.get(f"m_{n}"))) is not None}
+    l2, gen = _num(row.get("m_l2_bytes")), _num(row.get("m_pcie_gen_current"))
+    width = _num(row.get("m_pcie_width_current"))
+    if l2:
+        out["l2_mib"] = l2 / 2**20
+    if gen and width:
+        out["pcie_gen"], out["pcie_width"] = gen, width
+    if "sm_count" in out and "max_threads_per_sm" in out:
+        out["resident_threads"] = out["sm_count"] * out["max_threads_per_sm"]
+    if "cc" in out:
+        out["cc"] = f"{out['cc']:.1f}"
+    return out
 
 
 class DeviceQuery(Experiment):
@@ -187,6 +222,9 @@ class DeviceQuery(Experiment):
 
     def plot(self, name: str, df: pd.DataFrame):
         raise KeyError(name)  # no figures: the report shows the table
+
+    def course_vars(self, rows: pd.DataFrame) -> dict[str, Any]:
+        return course_vars(rows)
 
     def summary_table(self, df: pd.DataFrame) -> str:
         """The device as a two-column HTML table (property, value), deviceQuery-style."""

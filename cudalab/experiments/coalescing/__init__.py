@@ -30,6 +30,7 @@ import pandas as pd
 
 from cudalab.experiments import base, shared
 from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
+from cudalab.experiments.coalescing import lesson
 from cudalab.experiments.shared import all_correct, peak_line, peak_of, size_label
 
 if TYPE_CHECKING:
@@ -82,6 +83,8 @@ def transpose_grid(size: int) -> tuple[int, int]:
 class Coalescing(Experiment):
     name = "coalescing"
     order = 60
+    explanations, claims = lesson.EXPLANATIONS, lesson.CLAIMS
+    roofline = True
     title = "Coalescing: access patterns of global memory, and matrix transpose"
     caption = (
         "A warp's 32 loads are served in 32-byte sectors: when neighbouring threads read "

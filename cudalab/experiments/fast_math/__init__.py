@@ -25,6 +25,7 @@ import pandas as pd
 
 from cudalab.experiments import base
 from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
+from cudalab.experiments.fast_math import lesson
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -46,6 +47,8 @@ _pos_int_list = {"type": "array", "minItems": 1, "uniqueItems": True}
 class FastMath(Experiment):
     name = "fast_math"
     order = 80
+    explanations, claims = lesson.EXPLANATIONS, lesson.CLAIMS
+    roofline = True
     title = "Fast math: --use_fast_math and intrinsics against IEEE-accurate functions"
     caption = (
         "The same kernel (sin, cos, exp, a square root and a division, evaluated `iterations` "

@@ -17,6 +17,7 @@ import pandas as pd
 from cudalab.experiments import base, shared
 from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
 from cudalab.experiments.shared import all_correct, peak_line, peak_of, size_label
+from cudalab.experiments.vector_add import lesson
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -28,6 +29,8 @@ MAX_N = 1 << 28  # three float32 vectors of 1 GiB each
 class VectorAdd(Experiment):
     name = "vector_add"
     order = 20
+    explanations, claims = lesson.EXPLANATIONS, lesson.CLAIMS
+    roofline = True
     title = "Vector addition: one thread per element, block size and problem size"
     caption = (
         "c[i] = a[i] + b[i] on n float32 values, one thread per element in blocks of 32 to "

@@ -1,0 +1,248 @@
+"""The ladder past register tiling (cuda/matmul_ladder.cu): the vec4 and warp tiles,
+their checks, the ladder's steps at a size against cuBLAS, its expected effect, table and
+figure.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from cudalab import fmt
+from cudalab.experiments.base import Expectation
+from cudalab.experiments.matmul.figures import size_label
+from cudalab.experiments.matmul.kernels import (
+    APAD,
+    COURSE_SIZE,
+    LADDER,
+    LADDER_KERNELS,
+    MAX_STATIC_SMEM,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+VEC4_RT = [4, 8]
+VEC4_BK = [8, 16, 32]
+DEFAULT_VEC4_TILES = [{"rt": 8, "bt": 128, "bk": 8}, {"rt": 8, "bt": 128, "bk": 16}]
+# warptile: a small tile search (Kernel Tuner style) over these; the figure keeps the best
+WARP_KEYS = ("bm", "bn", "bk", "wm", "wn", "wniter", "tm", "tn", "threads")
+WARP_ENUMS: dict[str, list[int]] = {
+    "bm": [32, 64, 128, 256], "bn": [32, 64, 128, 256], "bk": [8, 16, 32],
+    "wm": [16, 32, 64, 128], "wn": [16, 32, 64, 128], "wniter": [1, 2, 4, 8],
+    "tm": [4, 8], "tn": [4, 8], "threads": [64, 128, 256, 512],
+}
+MAX_WARP_ACC = 128  # outputs per thread (wm*wn/32): more do not fit 255 registers unspilled
+
+
+def _wt(bm, bn, bk, wm, wn, wniter, tm, tn, threads) -> dict[str, int]:
+    return dict(zip(WARP_KEYS, (bm, bn, bk, wm, wn, wniter, tm, tn, threads)))
+
+
+DEFAULT_WARP_TILES = [
+    _wt(128, 128, 16, 64, 64, 4, 8, 4, 128),  # the known-good FP32 start on Ampere/Hopper
+    _wt(128, 128, 8, 64, 64, 4, 8, 4, 128),
+    _wt(128, 128, 16, 32, 64, 2, 8, 4, 256),
+    _wt(128, 64, 16, 64, 32, 2, 8, 4, 128),
+    _wt(64, 128, 16, 32, 64, 2, 8, 4, 128),
+]
+
+def warp_geometry(t: dict[str, int]) -> dict[str, float]:
+    """Derived numbers of a warp tile (cuda/matmul_ladder.cu): warps, WMITER, sub-tile
+    WSUBM x WSUBN, threads of a warp along n (tcols), outputs per thread, shared bytes.
+    Fractions where the tile is inconsistent (check_warp_tile says why)."""
+    warps = (t["bm"] / t["wm"]) * (t["bn"] / t["wn"])
+    wmiter = t["wm"] * t["wn"] / (32 * t["tm"] * t["tn"] * t["wniter"])
+    wsubn = t["wn"] / t["wniter"]
+    return {"warps": warps, "wmiter": wmiter, "wsubm": t["wm"] / wmiter if wmiter else 0.0,
+            "wsubn": wsubn, "tcols": wsubn / t["tn"], "acc": t["wm"] * t["wn"] / 32,
+            "smem": 4 * t["bk"] * (t["bm"] + APAD + t["bn"])}
+
+
+def check_warp_tile(t: dict[str, int]) -> list[str]:
+    """Why a warp tile cannot be compiled or launched (the kernel's static_asserts, the
+    1024-thread and 48 KiB limits), one message per broken rule ([] : it is fine)."""
+    g = warp_geometry(t)
+    out = []
+    if t["bm"] % t["wm"] or t["bn"] % t["wn"]:
+        out.append(f"bm={t['bm']} must be a multiple of wm={t['wm']} and bn={t['bn']} of "
+                   f"wn={t['wn']}")
+    elif t["threads"] != g["warps"] * 32:
+        out.append(f"threads={t['threads']} must be (bm/wm)*(bn/wn)*32 = "
+                   f"({t['bm']}/{t['wm']})*({t['bn']}/{t['wn']})*32 = {int(g['warps'] * 32)}")
+    if (t["wm"] * t["wn"]) % (32 * t["tm"] * t["tn"] * t["wniter"]):
+        out.append(f"wm*wn = {t['wm'] * t['wn']} must be a multiple of 32*tm*tn*wniter = "
+                   f"{32 * t['tm'] * t['tn'] * t['wniter']} (a warp's 32 threads cover its "
+                   "tile in whole sub-tiles)")
+    elif t["wn"] % t["wniter"] or g["wsubn"] % t["tn"] or 32 % g["tcols"]:
+        out.append(f"wn/wniter = {g['wsubn']:g} must be a multiple of tn={t['tn']} and "
+                   f"wn/wniter/tn = {g['tcols']:g} must divide 32")
+    if g["smem"] > MAX_STATIC_SMEM:
+        out.append(f"needs {int(g['smem'])} bytes of static shared memory (A {t['bk']}x"
+                   f"{t['bm'] + APAD} + B {t['bk']}x{t['bn']} floats); at most "
+                   f"{MAX_STATIC_SMEM} (48 KiB): use a smaller bk, bm or bn")
+    if g["acc"] > MAX_WARP_ACC:
+        out.append(f"wm*wn/32 = {g['acc']:g} outputs per thread; at most {MAX_WARP_ACC} fit "
+                   "the 255 registers of a thread without spilling: use a smaller wm or wn")
+    return out
+
+
+LADDER_GAIN = 0.8  # best hand-written kernel vs cuBLAS SGEMM, largest square size
+LADDER_MIN_STEPS = 2  # steps measured at a size before the ladder figure shows it
+
+LADDER_NOTES = {
+    "naive": "One thread per element of C, operands read from global memory: 2K loads for "
+             "2K flops. The caches catch most of them (neighbours share rows and columns), "
+             "but every flop still waits on a load through L1.",
+    "tiled": "A block stages TILE x TILE tiles of A and B in shared memory and every thread "
+             "reuses each staged value TILE times: global loads drop by the tile factor; now "
+             "one shared-memory load feeds one FMA.",
+    "register": "Each thread computes an rt x rt block of C in registers (unroll-and-jam): "
+                "per k it loads rt values of A and rt of B from shared memory and does "
+                "rt*rt FMAs, so the FMA units, not the shared-memory port, set the pace.",
+    "vec4": "The register tile with 128-bit (float4) global loads and stores, and A stored "
+            "transposed (As[k][m]) so a thread reads its A and B values from shared memory "
+            "as float4 too: a quarter of the load instructions, conflict-free (neighbouring "
+            "threads read neighbouring float4s). Edge tiles and rows whose length is no "
+            "multiple of 4 fall back to guarded scalar loads.",
+    "dbuf": "vec4 with two shared buffers: while the block multiplies one tile pair, the "
+            "next is loaded into the other (B by cp.async straight into shared memory on "
+            "sm_80+, A through registers because it is stored transposed), so load latency "
+            "hides behind the math and one barrier per tile remains instead of two.",
+    "warptile": "Warp tiling: each warp owns a WM x WN sub-tile of the block tile and each "
+                "thread TM x TN outputs in each of its WMITER x WNITER sub-sub-tiles. A "
+                "warp's shared-memory reads stay inside its own rows and columns (broadcasts, "
+                "register reuse across sub-tiles): the structure of cuBLAS/CUTLASS kernels, "
+                "on the CUDA cores.",
+    "cublas": "cuBLAS SGEMM through CuPy, plain FP32 (no TF32): NVIDIA's tuned kernel for "
+              "this GPU, the ceiling of the ladder.",
+}
+
+
+# -- the ladder ----------------------------------------------------------------------------
+def _largest_square(d: pd.DataFrame) -> str | None:
+    sq = d[(d["p_m"] == d["p_k"]) & (d["p_k"] == d["p_n"])]
+    return None if sq.empty else str(sq.loc[sq["flops"].idxmax(), "size"])
+
+
+def _num(r: Any, col: str) -> float:
+    v = r.get(col) if hasattr(r, "get") else None
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def ladder_at(d: pd.DataFrame, size: str) -> list[dict[str, Any]]:
+    """The ladder's steps at one size (float32 rows of _frame): the best configuration of
+    each step in LADDER order, with its % of cuBLAS (same run, same size; NaN without
+    cuBLAS), % of the FP32 peak and the kernel's registers, shared memory, occupancy."""
+    at = d[(d["size"] == size) & d["variant"].isin(LADDER)]
+    cub = at[at["variant"] == "cublas"]["gflops"].max() if (at["variant"] == "cublas").any() \
+        else math.nan
+    rows = []
+    for v in LADDER:
+        g = at[at["variant"] == v]
+        if g.empty:
+            continue
+        top = g.loc[g["gflops"].idxmax()]
+        rows.append({"step": v, "size": size, "label": str(top["label"]),
+                     "gflops": float(top["gflops"]), "pct_cublas": 100 * top["gflops"] / cub,
+                     "pct_peak": _num(top, "pct_peak_gflops"), "regs": _num(top, "m_regs"),
+                     "smem": _num(top, "m_smem_bytes"), "occupancy": _num(top, "m_occupancy")})
+    return rows
+
+
+def ladder_rows(d: pd.DataFrame) -> list[dict[str, Any]]:
+    """The ladder at the largest square size ([] without square products)."""
+    size = _largest_square(d)
+    return [] if size is None else ladder_at(d, size)
+
+
+def _ladder_expectation(gpu: pd.DataFrame, df: pd.DataFrame) -> list[Expectation]:
+    """Best hand-written kernel vs cuBLAS SGEMM at the largest square size; made only where
+    a kernel past register tiling was measured (the claim is the ladder's)."""
+    size = _largest_square(gpu)
+    if size is None:
+        return []
+    at = gpu[gpu["size"] == size]
+    if not at["variant"].isin(LADDER_KERNELS).any():
+        return []
+    claim = (f"the best hand-written kernel reaches at least {100 * LADDER_GAIN:.0f}% of "
+             "cuBLAS SGEMM at the largest square size")
+    cub = at[at["variant"] == "cublas"]
+    if cub.empty:
+        why = df[df["variant"] == "cublas"]["reason"].dropna()
+        return [Expectation(claim, None, f"cuBLAS not measured at {size}"
+                            + (f": {why.iloc[0]}" if len(why) else ""))]
+    mine = at[~at["variant"].isin(["cublas", "cpu"])]
+    top = mine.loc[mine["gflops"].idxmax()]
+    r = float(top["gflops"] / cub["gflops"].max())
+    return [Expectation(claim, bool(r >= LADDER_GAIN),
+                        f"{top['label']}: {fmt.flop_rate(top['gflops'])} = {100 * r:.0f}% of "
+                        f"cuBLAS ({fmt.flop_rate(cub['gflops'].max())}) at {size}")]
+
+
+def _cell(x: float, f: Callable[[float], str]) -> str:
+    return "–" if not math.isfinite(x) else f(x)
+
+
+def _ladder_table_html(steps: list[dict[str, Any]]) -> str:
+    head = ("<tr><th>step</th><th>what it changes, what it buys</th><th>best configuration"
+            "</th><th>TFLOP/s</th><th>% of cuBLAS</th><th>% of FP32 peak</th>"
+            "<th>registers</th><th>shared memory</th><th>occupancy</th></tr>")
+    body = "".join(
+        f"<tr><td>{html.escape(r['step'])}</td><td>{html.escape(LADDER_NOTES[r['step']])}</td>"
+        f"<td>{html.escape(r['label'])}</td><td>{r['gflops'] / 1e3:.1f}</td>"
+        f"<td>{_cell(r['pct_cublas'], lambda x: f'{x:.0f} %')}</td>"
+        f"<td>{_cell(r['pct_peak'], lambda x: f'{x:.0f} %')}</td>"
+        f"<td>{_cell(r['regs'], lambda x: f'{x:.0f}')}</td>"
+        f"<td>{_cell(r['smem'], lambda x: f'{x / 1024:.1f} KiB')}</td>"
+        f"<td>{_cell(r['occupancy'], lambda x: f'{100 * x:.0f} %')}</td></tr>"
+        for r in steps)
+    return f'<table class="kv">{head}{body}</table>'
+
+
+def _plot_ladder(d: pd.DataFrame):
+    """Horizontal bars, one per step, at the largest square size and at the course's
+    product; each labelled with TFLOP/s, % of cuBLAS and % of the FP32 peak."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    course = size_label(*COURSE_SIZE)
+    big = _largest_square(d)
+    panels = [(f"largest square product: n = {big}", ladder_at(d, big)) if big else ("", []),
+              (f"the course's product {course}", ladder_at(d, course))]
+    # one step is no ladder
+    panels = [(t, rows) for t, rows in panels if len(rows) >= LADDER_MIN_STEPS]
+    if not panels:
+        return None
+    heights = [len(rows) for _, rows in panels]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 1.6 + 0.42 * sum(heights)
+                                                      + 0.9 * len(panels)),
+                             squeeze=False, gridspec_kw={"height_ratios": heights})
+    colors = dict(zip(LADDER, sns.color_palette("deep", len(LADDER))))
+    colors["cublas"] = (0.25, 0.25, 0.25)
+    for ax, (title, rows) in zip(axes[:, 0], panels):
+        tf = [r["gflops"] / 1e3 for r in rows]
+        ax.barh(range(len(rows)), tf, color=[colors[r["step"]] for r in rows])
+        ax.set_yticks(range(len(rows)), [r["label"] for r in rows], fontsize=8)
+        ax.invert_yaxis()
+        top = max(tf)
+        ax.set_xlim(0, top * 1.75)
+        for i, r in enumerate(rows):
+            parts = [fmt.flop_rate(r["gflops"])]
+            if math.isfinite(r["pct_cublas"]) and r["step"] != "cublas":
+                parts.append(f"{r['pct_cublas']:.0f}% of cuBLAS")
+            if math.isfinite(r["pct_peak"]):
+                parts.append(f"{r['pct_peak']:.0f}% of FP32 peak")
+            ax.text(tf[i] + top * 0.02, i, ", ".join(parts), va="center", fontsize=7.5)
+        ax.set(xlabel="TFLOP/s (float32, best configuration of each step)", title=title)
+    fig.suptitle("The matmul ladder: from the naive kernel to cuBLAS SGEMM")
+    fig.tight_layout()
+    return fig
