@@ -1,7 +1,7 @@
 # cudalab: config.yaml -> one job per experiment (pycuda kernels, timing harness)
 #          -> results/results.csv -> seaborn figures -> results/report.html
 # Run:  snakemake            (local; profiles/default is picked up by itself)
-#       snakemake --profile profiles/slurm   (one Slurm GPU job per experiment)
+#       snakemake --profile profiles/slurm   (one Slurm job per experiment)
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -10,7 +10,6 @@ min_version("9.0")
 include: "workflow/rules/common.smk"
 include: "workflow/rules/doctor.smk"
 include: "workflow/rules/measure.smk"
-include: "workflow/rules/sweep.smk"  # a GPU-model sweep (slurm.gpu_models)
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/report.smk"
@@ -25,9 +24,10 @@ rule all:
 onsuccess:
     print(f"\ncudalab: report written to {Path(REPORT).resolve()}\n")
     # last: how to measure what a GPU-less run left out ('' when nothing was)
-    _left = cudalab_runner.not_measured_summary(Path(MEASURED), EXPERIMENTS)
-    if _left:
-        print(_left + "\n")
+    for _folder in FOLDERS:
+        _left = cudalab_runner.not_measured_summary(Path(_folder), EXPERIMENTS)
+        if _left:
+            print(_left + "\n")
 
 
 onerror:
@@ -36,8 +36,14 @@ onerror:
     # the doctor's table only where the doctor job is among them (cudalab/failures.py).
     from cudalab import failures as cudalab_failures
 
+    # the doctors' flags must not outlive a stopped run (Ctrl-C comes here too): the next
+    # run checks the node again before its measure jobs
+    for _flag in doctor_flags():
+        _flag.unlink(missing_ok=True)
+
     print("\n" + cudalab_failures.summary(log, Path(RESULTS) / "logs", _STARTED,
-                                          Path(DOCTOR_TABLE)), file=sys.stderr)
+                                          Path(RESULTS) / "doctor", pending_cancelled()),
+          file=sys.stderr)
     print(
         "\ncudalab: the run stopped. Points already measured are kept in results/raw/ "
         "and a rerun measures only what is missing. Logs: results/logs/ "

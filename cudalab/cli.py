@@ -1,7 +1,9 @@
 """`cudalab` command line: the steps the Snakemake rules call, usable by hand too.
 
   cudalab validate [config.yaml]           check a config (exit 2 with every problem named)
-  cudalab plan [config.yaml]               grid points and jobs a run will have
+  cudalab plan [config.yaml]               grid points and jobs a run will have (exit 0;
+                                           1: the slurm: request cannot fit this cluster;
+                                           2: an invalid config)
   cudalab measure EXPERIMENT [--config ..]  measure one experiment's grid (one job)
   cudalab aggregate                         raw records -> results/results.csv
   cudalab figures EXPERIMENT                results.csv -> results/figures/EXPERIMENT/*.png|svg
@@ -36,40 +38,53 @@ def _config(path: str, show_notes: bool = False) -> dict[str, Any]:
     return config
 
 
-def plan_lines(config: dict[str, Any]) -> list[str]:
+def plan_lines(config: dict[str, Any], fit: Any = None) -> list[str]:
+    """The plan: jobs (every job that runs code, the doctors included), grid points, the
+    estimate, and whether the request fits this cluster (`fit`: a site.FitCheck, else
+    sinfo is asked here)."""
+    from cudalab import site, sweep
     from cudalab.experiments import REGISTRY
+    from cudalab.guards import plan_estimate
 
     lines = []
     names = cfg.enabled_experiments(config)
-    total = gpu_jobs = 0
+    total = gpu_exps = 0
     for name in names:
         pts = REGISTRY[name].grid(config)
         n_gpu = sum(p.gpu for p in pts)
         total += len(pts)
-        gpu_jobs += n_gpu > 0
-        lines.append(f"  {name:14s} {len(pts):4d} grid points ({n_gpu} on the GPU) -> 1 job")
-    lines.insert(0, f"cudalab plan: {len(names)} experiment job(s) ({gpu_jobs} need a GPU), "
-                    f"{total} grid points; aggregate, figures and report run locally")
-    lines.insert(1, f"  under Slurm (--profile slurm): at most {len(names)} sbatch job(s), one "
-                    f"allocation per experiment ({gpu_jobs} with --gpus=1)")
-    from cudalab import (
-        site,  # does the jobs' request fit a node (sinfo)?
-        sweep,  # the jobs of a GPU-model sweep, per model
-    )
-    from cudalab.guards import plan_estimate
-
+        gpu_exps += n_gpu > 0
+        lines.append(f"  {name:14s} {len(pts):4d} grid points ({n_gpu} on the GPU) -> 1 job"
+                     + (" per GPU model" if sweep.gpu_models(config) else ""))
+    n = sweep.job_counts(config, names, gpu_exps)
+    doctors = f" + {n.doctors} doctor job(s)" if n.doctors else ""
+    lines.insert(0, f"cudalab plan: {n.measure} experiment job(s) ({n.gpu_measure} need a GPU)"
+                    f"{doctors}, {total} grid points; aggregate, figures and report run "
+                    "locally")
+    per = "experiment and GPU model" if n.models else "experiment"
+    lines.insert(1, f"  under Slurm (--profile slurm): at most {n.total} sbatch job(s), one "
+                    f"allocation per {per} ({n.gpu_measure} with a GPU)"
+                    + (f", and {n.doctors} short doctor job(s) (1 CPU, a few minutes) before "
+                       "them" if n.doctors else ""))
+    fit = site.check_fit(config) if fit is None else fit
     return (lines + sweep.plan_lines(config, names) + plan_estimate(config)
-            + site.plan_lines(config, quiet=True))
+            + site.fit_lines(fit, quiet=True))
 
 
-def slurm_submit_line(jobs: list[tuple[str, int]], n_experiments: int) -> str:
-    """The line a Slurm run prints before submitting: jobs = [(experiment, gpus), ...]."""
-    names = ", ".join(e + (f" (--gpus={g})" if g else "") for e, g in jobs)
-    done = n_experiments - len(jobs)
-    return (f"cudalab: submitting {len(jobs)} Slurm job(s) with sbatch, one per experiment"
+def slurm_submit_line(jobs: list[tuple[str, str]], measured: int) -> str:
+    """The line a Slurm run prints before submitting: jobs = [(name, GPU request or ''),
+    ...], every job the run submits (the doctors too); `measured`: measure jobs already
+    done, not resubmitted."""
+    names = ", ".join(e + (f" ({g})" if g else "") for e, g in jobs)
+    return (f"cudalab: submitting {len(jobs)} Slurm job(s) with sbatch"
             + (f": {names}" if jobs else "")
-            + (f"; {done} experiment(s) already measured, not resubmitted" if done else "")
+            + (f"; {measured} experiment job(s) already measured, not resubmitted"
+               if measured else "")
             + ". Slurm logs: .snakemake/slurm_logs/, job logs: results/logs/")
+
+
+# `cudalab plan` exit codes: what a script (or CI) can act on
+PLAN_OK, PLAN_DOES_NOT_FIT, PLAN_INVALID = 0, 1, 2
 
 
 def cmd_validate(a: argparse.Namespace) -> int:
@@ -79,8 +94,18 @@ def cmd_validate(a: argparse.Namespace) -> int:
 
 
 def cmd_plan(a: argparse.Namespace) -> int:
-    print("\n".join(plan_lines(_config(a.config, show_notes=True))))
-    return 0
+    """0: the run can start (the request fits, or no sinfo to ask); 1: sinfo answered and
+    the request cannot fit (the jobs would wait for ever); 2: the config is invalid."""
+    from cudalab import site
+
+    config = _config(a.config, show_notes=True)  # exits PLAN_INVALID
+    fit = site.check_fit(config)
+    print("\n".join(plan_lines(config, fit)))
+    if not fit.fits:
+        print(f"cudalab plan: {a.config}: the slurm: request cannot fit this cluster (exit "
+              f"{PLAN_DOES_NOT_FIT}); fix the lines above", file=sys.stderr)
+        return PLAN_DOES_NOT_FIT
+    return PLAN_OK
 
 
 def cmd_measure(a: argparse.Namespace) -> int:

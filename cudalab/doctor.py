@@ -99,6 +99,41 @@ def check_modules(modules: list[str], env: dict[str, str]) -> tuple[list[Check],
     return checks, env
 
 
+# -- the interpreter ---------------------------------------------------------------------------
+_PYTHON_PROBE = """
+import json, sys
+r = {"version": sys.version.split()[0]}
+try:
+    import cudalab, jsonschema, numpy, pandas, yaml
+    r["cudalab"] = cudalab.__path__[0]
+except Exception as exc:
+    r["error"] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(r))
+"""
+
+
+def check_python(env: dict[str, str]) -> Check:
+    """The interpreter every job runs (the one that runs Snakemake, by path: this one),
+    tried with the modules' environment: a Python module may set PYTHONPATH or PYTHONHOME
+    that breaks it, and a `python` it puts first on PATH is not what the jobs use."""
+    rc, out = _run([sys.executable, "-c", _PYTHON_PROBE], env)
+    try:
+        r = json.loads(out.splitlines()[-1]) if out else {}
+    except json.JSONDecodeError:
+        r = {"error": f"exit code {rc}: {_short(out)}"}
+    on_path = shutil.which("python3", path=env.get("PATH", "")) or ""
+    other = (f"; `python3` first on PATH is {on_path}, which the jobs do not use"
+             if on_path and os.path.realpath(on_path) != os.path.realpath(sys.executable) else "")
+    if "cudalab" not in r:
+        return Check("Python (the jobs')", FAIL,
+                     f"{sys.executable} cannot import cudalab and its packages here: "
+                     f"{_short(r.get('error', 'no answer'), 200)}{other}",
+                     "run Snakemake from the environment where `pip install -e .` was done; "
+                     "a module in slurm.modules that sets PYTHONPATH or PYTHONHOME breaks it")
+    return Check("Python (the jobs')", OK, f"{sys.executable} (Python {r['version']}), "
+                 f"cudalab from {r['cudalab']}{other}")
+
+
 # -- programs ----------------------------------------------------------------------------------
 def _version(text: str) -> str:
     m = re.search(r"release (\d+\.\d+)", text) or re.search(r"(\d+\.\d+(?:\.\d+)?)", text)
@@ -408,7 +443,7 @@ def run_checks(modules: list[str], need_gpu: bool, need_nvcc: bool,
     env = dict(os.environ)
     checks = [Check("host", INFO, socket.gethostname()), check_slurm(env)]
     mod_checks, env = check_modules(modules, env)
-    checks += mod_checks
+    checks += [*mod_checks, check_python(env)]
     nvcc, release = check_nvcc(env, need_nvcc or need_gpu)
     smi, smi_cuda = check_nvidia_smi(env)
     cuda, r = check_cuda(env, gpu_index, need_gpu)
@@ -481,6 +516,11 @@ def cmd_doctor(a: argparse.Namespace) -> int:
     print(verdict(checks, need_gpu))
     write(checks, need_gpu, a.json, a.md)
     failed = any(c.status == FAIL for c in checks)
+    bad_modules = [c.name for c in checks if c.status == FAIL and c.name.startswith("module ")]
+    if bad_modules and a.require_modules:  # with --sdm env-modules, locally too
+        print(f"cudalab doctor: {', '.join(bad_modules)} not loaded: the jobs would run "
+              "without it (fix slurm.modules)")
+        return 1
     if failed and a.gate == "slurm" and not os.environ.get("SLURM_JOB_ID"):
         print("cudalab doctor: not a Slurm job, so the run goes on (each measure job reports "
               "what it cannot do)")
@@ -502,6 +542,9 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--gate", choices=["always", "slurm"], default="always",
                    help="exit 1 on a failed check always, or only inside a Slurm job (the "
                    "workflow's doctor rule: a local run goes on without a GPU)")
+    s.add_argument("--require-modules", action="store_true",
+                   help="exit 1 when a module is not loaded, also outside Slurm (the "
+                   "workflow's doctor rule under --sdm env-modules)")
     s.add_argument("--json", help="also write the table as JSON here")
     s.add_argument("--md", help="also write the table as markdown here")
     s.set_defaults(fn=cmd_doctor)

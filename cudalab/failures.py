@@ -115,16 +115,34 @@ def logs_with_traceback(log_dir: Path, since: float) -> list[Path]:
 
 
 def tail(path: Path, n: int = TAIL_LINES) -> str:
-    """The last n lines of a file, or why there are none."""
+    """The last n lines of a file, or why there are none. Of a Slurm job's log (the
+    executor plugin's, under .snakemake/slurm_logs/) only what the rule's command printed:
+    the job's own Snakemake repeats the error block that is already on the console."""
     try:
         lines = path.read_text(errors="replace").splitlines()
     except FileNotFoundError:
         return "(the log file was not written)"
     except OSError as exc:
         return f"(cannot read the log: {exc})"
+    if "slurm_logs" in path.parts:
+        lines = command_output(lines) or lines
     if not lines:
         return "(the log is empty)"
     return "\n".join(lines[-n:])
+
+
+_STAMP = re.compile(r"^\[\w{3} \w{3} +\d+ [\d:]+ \d{4}\]$")
+
+
+def command_output(lines: list[str]) -> list[str]:
+    """What the failed command printed in a Slurm job's log: the lines after its `Shell
+    command:` line (and Snakemake's module note) up to the job's `Error in rule` block."""
+    end = next((i for i, x in enumerate(lines) if _RULE.match(x)), len(lines))
+    start = max((i for i, x in enumerate(lines[:end]) if x.startswith("Shell command:")),
+                default=-1) + 1
+    if start == 0:
+        return []
+    return [x for x in lines[start:end] if x.strip() and not _STAMP.match(x.strip())]
 
 
 def _resolve(p: str, workdir: Path) -> Path:
@@ -133,20 +151,24 @@ def _resolve(p: str, workdir: Path) -> Path:
 
 
 def summary(log: str | Iterable[str] | None, log_dir: Path, started: float,
-            doctor_table: Path | None = None, workdir: Path | None = None,
-            n: int = TAIL_LINES) -> str:
+            doctor_table: Path | None = None, pending: Iterable[str] = (),
+            workdir: Path | None = None, n: int = TAIL_LINES) -> str:
     """The failure summary: the jobs that failed, each with the tail of its log; the
-    doctor's table where the doctor job is among them."""
+    doctor's table where a doctor job is among them (`doctor_table`: its file, or the folder
+    of the doctors' tables, <tag>.md beside each doctor's <tag>.ok flag); and the jobs the
+    pending watcher cancelled (their reason: Slurm's own log of them says nothing)."""
     workdir = workdir or Path.cwd()
     jobs = failed_jobs(log)
-    parts: list[str] = []
+    parts: list[str] = [f"cudalab: {line}" if not line.startswith("cudalab:") else line
+                        for line in pending]
     if jobs:
         parts.append(f"cudalab: {len(jobs)} job(s) failed: "
                      + ", ".join(j.name for j in jobs))
         for j in jobs:
-            if j.rule == "doctor" and doctor_table is not None:
+            table_path = _doctor_table(j, doctor_table, workdir)
+            if table_path is not None:
                 # its table says what is missing and what to do (its log is the same table)
-                table = doctor_section(_resolve(str(doctor_table), workdir), started)
+                table = doctor_section(table_path, started)
                 if table:
                     parts.append(table)
                     continue
@@ -156,7 +178,7 @@ def summary(log: str | Iterable[str] | None, log_dir: Path, started: float,
             for p in j.logs:
                 parts.append(f"--- {j.name}: {p} (last {n} lines) ---\n"
                              f"{tail(_resolve(p, workdir), n)}")
-    else:
+    elif not parts:
         found = logs_with_traceback(_resolve(str(log_dir), workdir), started)
         if found:
             parts.append("cudalab: Snakemake's log names no failed job; these job logs of "
@@ -166,6 +188,17 @@ def summary(log: str | Iterable[str] | None, log_dir: Path, started: float,
             parts.append("cudalab: no job log of this run holds a traceback; Snakemake's "
                          "messages above say what stopped the run.")
     return "\n".join(s for s in parts if s)
+
+
+def _doctor_table(job: FailedJob, where: Path | None, workdir: Path) -> Path | None:
+    """The table of a failed doctor job (None for other jobs)."""
+    if job.rule != "doctor" or where is None:
+        return None
+    path = _resolve(str(where), workdir)
+    if path.suffix == ".md":
+        return path
+    flag = next((o for o in job.outputs if o.endswith(".ok")), "doctor.ok")
+    return path / (Path(flag).stem + ".md")
 
 
 def doctor_section(table: Path, started: float) -> str:

@@ -1,18 +1,22 @@
-"""Report Slurm jobs PENDING for a reason that will not clear by itself.
+"""Cancel Slurm jobs PENDING for a reason that never clears, and say why.
 
 Snakemake's Slurm executor waits for such a job for ever and prints nothing; Slurm knows
 why (`squeue` %r): the request exceeds what the partition allows (PartitionConfig, e.g.
-more CPUs than any node has), the time limit is above the partition's, the nodes it needs
-are down or reserved (ReqNodeNotAvail), the account or QOS is invalid. A daemon thread in
+more CPUs than any node has), the time limit is above the partition's, the account or QOS
+is invalid, or the job asks for a GPU type no node has (ReqNodeNotAvail). A daemon thread in
 the Snakemake process polls `squeue --me` every POLL_S seconds for this run's jobs (the
-work directory and the plugin's `rule_...` comment) and prints one line per stuck job, once
-per reason. It is started by the workflow under the Slurm executor (workflow/rules/
+work directory and the plugin's `rule_...` comment). A job whose reason never clears is
+cancelled (`scancel`) with one line saying the reason, the limit and the fix: Snakemake then
+sees the job CANCELLED, the run stops and exits non-zero. A reason that may clear by itself
+(a partition down, nodes drained or reserved, an admin hold) is reported once, not
+cancelled. It is started by the workflow under the Slurm executor (workflow/rules/
 doctor.smk) and stops with the process (or stop()).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,21 +25,35 @@ from collections.abc import Callable
 
 POLL_S = float(os.environ.get("CUDALAB_PENDING_POLL_S", "15"))
 # Slurm's reason codes that no amount of waiting changes -> what the user should do
-STUCK = {
+NEVER_CLEARS = {
     "PartitionConfig": "the request exceeds the partition's limits or nodes (cpus_per_task, "
-                       "mem_mb, GPUs): compare with `cudalab site`",
-    "PartitionTimeLimit": "runtime_min is above the partition's time limit (`cudalab site`)",
+                       "mem_mb, GPUs): lower slurm.cpus_per_task / slurm.mem_mb to what "
+                       "`cudalab site` lists",
+    "PartitionTimeLimit": "slurm.runtime_min is above the partition's time limit: lower it "
+                          "to the limit `cudalab site` lists",
     "PartitionNodeLimit": "the partition does not allow this many nodes",
-    "PartitionDown": "the partition is down: ask the admins or pick another partition",
-    "PartitionInactive": "the partition is inactive: pick another partition",
-    "ReqNodeNotAvail": "the nodes it needs are down, drained or reserved",
     "InvalidQOS": "the QOS is not valid for this account",
     "InvalidAccount": "slurm.account is not valid (sacctmgr show assoc user=$USER)",
     "BadConstraints": "slurm.constraint names a feature no node has",
     "DependencyNeverSatisfied": "a job it depends on failed",
+    # ReqNodeNotAvail where the GPU type it asks for is on no node of the cluster
+    "NoSuchGpuType": "no node of this cluster has the GPU type it asks for: set "
+                     "slurm.gpu_model (or gpu_models) to a model `cudalab site` lists",
+}
+# reasons that may clear (an admin brings nodes back, releases a hold): reported only
+MAY_CLEAR = {
+    "PartitionDown": "the partition is down: ask the admins or pick another partition",
+    "PartitionInactive": "the partition is inactive: pick another partition",
+    "ReqNodeNotAvail": "the nodes it needs are down, drained or reserved",
     "JobHeldAdmin": "an administrator holds the job",
 }
+STUCK = {**NEVER_CLEARS, **MAY_CLEAR}
 FORMAT = "%i|%T|%r|%k|%Z"
+_GPU_TYPE = re.compile(r"gpu:([A-Za-z0-9_.-]+):\d+")
+
+
+def reason_code(reason: str) -> str:
+    return reason.split(",")[0].split(" ")[0].strip("()")
 
 
 def stuck_jobs(squeue_out: str, workdir: str) -> list[tuple[str, str, str]]:
@@ -47,17 +65,44 @@ def stuck_jobs(squeue_out: str, workdir: str) -> list[tuple[str, str, str]]:
             continue
         if os.path.realpath(f[4]) != os.path.realpath(workdir):
             continue
-        code = f[2].split(",")[0].split(" ")[0].strip("()")
-        if code in STUCK:
+        if reason_code(f[2]) in STUCK:
             out.append((f[0], f[3], f[2]))
     return out
 
 
-def message(job_id: str, comment: str, reason: str) -> str:
-    code = reason.split(",")[0].split(" ")[0].strip("()")
+def message(job_id: str, comment: str, reason: str, cancelled: bool = False,
+            code: str = "") -> str:
+    what = STUCK[code or reason_code(reason)]
+    if cancelled:
+        return (f"cudalab: cancelled Slurm job {job_id} ({comment}): PENDING with reason "
+                f"{reason}, which never clears: {what}. Fix the slurm: block in config.yaml "
+                "and run the same command again.")
     return (f"cudalab: Slurm job {job_id} ({comment}) is PENDING, reason {reason}: "
-            f"{STUCK[code]}. It will not start by itself: press Ctrl-C (or scancel "
-            f"{job_id}), fix the slurm: block in config.yaml and run again.")
+            f"{what}. It may not start by itself: press Ctrl-C (or scancel {job_id}), fix "
+            "the slurm: block in config.yaml and run again.")
+
+
+def _run(cmd: list[str]) -> str:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def missing_gpu_type(job_id: str) -> str:
+    """The GPU type the job asks for when no node of the cluster has it ('' otherwise):
+    ReqNodeNotAvail then never clears."""
+    from cudalab import site
+
+    info = _run(["scontrol", "show", "job", "-o", job_id])
+    wanted = set(_GPU_TYPE.findall(" ".join(re.findall(r"TresPer\w+=(\S+)", info))))
+    if not wanted:
+        return ""
+    try:
+        have = set(site.gpu_models(site.read_sinfo(timeout_s=20)))
+    except site.SiteError:
+        return ""
+    return ", ".join(sorted(wanted - have))
 
 
 class PendingWatch(threading.Thread):
@@ -68,17 +113,35 @@ class PendingWatch(threading.Thread):
         self.emit = emit or (lambda line: print(line, file=sys.stderr, flush=True))
         self.stopped = threading.Event()
         self.seen: set[tuple[str, str]] = set()
+        self.cancelled: list[str] = []  # the lines of the jobs it cancelled
+
+    def act(self, job_id: str, comment: str, reason: str) -> None:
+        """Cancel a job that can never start; report one that may."""
+        code = reason_code(reason)
+        if code == "ReqNodeNotAvail":
+            gpu = missing_gpu_type(job_id)
+            if gpu:
+                code, reason = "NoSuchGpuType", f"ReqNodeNotAvail (GPU type {gpu})"
+        if code in NEVER_CLEARS and self.cancel(job_id):
+            line = message(job_id, comment, reason, cancelled=True, code=code)
+            self.cancelled.append(line)
+        else:
+            line = message(job_id, comment, reason, code=code)
+        self.emit(line)
+
+    def cancel(self, job_id: str) -> bool:
+        try:
+            return subprocess.run(["scancel", job_id], capture_output=True,
+                                  timeout=30).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            return False
 
     def poll(self) -> None:
-        try:
-            p = subprocess.run(["squeue", "--me", "-h", "-t", "PENDING", "-o", FORMAT],
-                               capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            return  # a busy controller: try again next time
-        for job_id, comment, reason in stuck_jobs(p.stdout, self.workdir):
+        out = _run(["squeue", "--me", "-h", "-t", "PENDING", "-o", FORMAT])
+        for job_id, comment, reason in stuck_jobs(out, self.workdir):
             if (job_id, reason) not in self.seen:
                 self.seen.add((job_id, reason))
-                self.emit(message(job_id, comment, reason))
+                self.act(job_id, comment, reason)
 
     def run(self) -> None:
         while not self.stopped.wait(self.poll_s):

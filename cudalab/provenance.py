@@ -7,8 +7,10 @@ import hashlib
 import os
 import platform
 import re
+import shutil
 import socket
 import subprocess
+import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -80,7 +82,26 @@ def host_info() -> dict[str, Any]:
         "cpu_count": os.cpu_count() or 0,
         "python_version": platform.python_version(),
         "numpy_version": numpy.__version__,
+        **interpreter(),
     }
+
+
+def interpreter() -> dict[str, Any]:
+    """The Python that measured (every job runs the one that runs Snakemake, by path, not a
+    `python` first on PATH) and where it imports cudalab from."""
+    import cudalab
+
+    return {"python_executable": sys.executable,
+            "cudalab_path": str(Path(cudalab.__file__).resolve().parent)}
+
+
+def software_environment(env: dict[str, str] | None = None) -> dict[str, Any]:
+    """The environment modules loaded in the job (LOADEDMODULES, as Lmod and Environment
+    Modules keep it; '' without modules) and the nvcc on PATH that builds the kernels ('' if
+    none): a site's module decides which toolkit measured."""
+    env = os.environ if env is None else env
+    return {"loaded_modules": env.get("LOADEDMODULES", ""),
+            "nvcc_path": shutil.which("nvcc", path=env.get("PATH", "")) or ""}
 
 
 def nvidia_driver_version(path: Path = Path("/proc/driver/nvidia/version")) -> str:
@@ -114,4 +135,5 @@ def now_iso() -> str:
 
 def job_provenance(config_hash: str) -> dict[str, Any]:
     """What is the same for every point of one job (the runner adds the GPU's facts)."""
-    return {**host_info(), **git_state(), **slurm_context(), "config_hash": config_hash}
+    return {**host_info(), **git_state(), **slurm_context(), **software_environment(),
+            "config_hash": config_hash}

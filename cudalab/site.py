@@ -131,16 +131,38 @@ def _models_text(nodes: list[Node]) -> str:
 
 
 def fit_problems(slurm: dict[str, Any], nodes: list[Node], needs_gpu: bool) -> list[str]:
-    """What in a `slurm:` block no node can satisfy (empty list: it fits). A partition list
-    ('gpu,debug': Slurm takes the first that can run the job) fits if one of them does."""
+    """What in a `slurm:` block no node can satisfy, each with Slurm's reason, the limit and
+    the fix (empty list: it fits). A partition list ('gpu,debug': Slurm takes the first that
+    can run the job) fits if one of them does. A GPU-model sweep is checked model by model."""
+    models = list(slurm.get("gpu_models") or [])
+    if models:
+        out: list[str] = []
+        for m in models:
+            out += [p for p in fit_problems({**slurm, "gpu_models": [], "gpu_model": m},
+                                            nodes, True) if p not in out]
+        return [p.replace("slurm.gpu_model:", "slurm.gpu_models:") for p in out]
     parts = partitions(nodes)
     names = (slurm.get("partition") or default_partition(nodes)).split(",")
     unknown = [p for p in names if p not in parts]
     if unknown:
         return [f"slurm.partition: {', '.join(map(repr, unknown))} does not exist; "
-                f"partitions: {', '.join(parts)}"]
+                f"fix: one of {', '.join(parts)} (or '' for the cluster's default)"]
     each = [_fit_partition(slurm, p, parts[p], nodes, needs_gpu) for p in names]
     return [] if any(not e for e in each) else [x for e in each for x in e]
+
+
+def _fit_gpu(model: str, part: str, nodes: list[Node]) -> str:
+    """Why no node of the partition has the GPU the job asks for (sbatch refuses it, or it
+    pends with ReqNodeNotAvail / PartitionConfig)."""
+    if model:
+        where = sorted(gpu_models(nodes).get(model, ()))
+        return (f"slurm.gpu_model: no node of partition {part!r} has GPU model {model!r} "
+                "(the job could never start); fix: "
+                + (f"slurm.partition: {where[0]} (partition {', '.join(where)} has)" if where
+                   else f"a model this cluster has; {_models_text(nodes)}"))
+    with_gpus = sorted({n.partition for n in nodes if n.n_gpus})
+    return (f"slurm.partition: {part!r} has no GPUs (the job could never start); fix: one of "
+            f"the partitions with GPUs: {', '.join(with_gpus) or 'none'}")
 
 
 def _fit_partition(slurm: dict[str, Any], part: str, cands: list[Node], nodes: list[Node],
@@ -149,35 +171,30 @@ def _fit_partition(slurm: dict[str, Any], part: str, cands: list[Node], nodes: l
     if needs_gpu:
         cands = [n for n in cands if (n.gpus.get(model, 0) if model else n.n_gpus) > 0]
         if not cands:
-            if model:
-                where = sorted(gpu_models(nodes).get(model, ()))
-                return [f"slurm.gpu_model: no node of partition {part!r} has GPU model "
-                        f"{model!r}" + (f" (partition {', '.join(where)} has)" if where
-                                        else "; " + _models_text(nodes))]
-            with_gpus = sorted({n.partition for n in nodes if n.n_gpus})
-            return [f"slurm.partition: {part!r} has no GPUs; partitions with GPUs: "
-                    f"{', '.join(with_gpus) or 'none'}"]
+            return [_fit_gpu(model, part, nodes)]
     problems = []
     what = f"partition {part!r}" + (f" with GPU model {model!r}" if needs_gpu and model else "")
     for key, attr, unit in (("cpus_per_task", "cpus", "CPUs"), ("mem_mb", "mem_mb", "MB")):
         want, most = slurm.get(key), max(getattr(n, attr) for n in cands)
         if want and want > most:
             problems.append(f"slurm.{key}: {want} but the largest node of {what} has "
-                            f"{most} {unit}")
+                            f"{most} {unit} (PartitionConfig: the job would wait for ever); "
+                            f"fix: slurm.{key}: {most} or less")
     if not problems and not any(n.cpus >= slurm.get("cpus_per_task", 0)
                                 and n.mem_mb >= slurm.get("mem_mb", 0) for n in cands):
         problems.append(f"slurm.cpus_per_task and slurm.mem_mb: no single node of {what} has "
-                        "both")
+                        "both (PartitionConfig); fix: lower one of them (`cudalab site`)")
     feature = slurm.get("constraint") or ""
     if re.fullmatch(r"[\w.-]+", feature) and not any(feature in n.features for n in cands):
         have = sorted({f for n in cands for f in n.features})
-        problems.append(f"slurm.constraint: no node of {what} has feature {feature!r}; "
-                        f"features there: {', '.join(have) or 'none'}")
+        problems.append(f"slurm.constraint: no node of {what} has feature {feature!r} "
+                        f"(BadConstraints); fix: one of {', '.join(have) or 'none'}, or ''")
     limits = [n.time_limit_min for n in cands]
     runtime = slurm.get("runtime_min")
     if runtime and None not in limits and runtime > max(limits):
         problems.append(f"slurm.runtime_min: {runtime} but partition {part!r} allows at most "
-                        f"{max(limits)} minutes")
+                        f"{max(limits)} minutes (PartitionTimeLimit: the job would wait for "
+                        f"ever); fix: slurm.runtime_min: {max(limits)} or less")
     return problems
 
 
@@ -243,23 +260,50 @@ def needs_gpu(config: dict[str, Any]) -> bool:
     return any(p.gpu for e in enabled_experiments(config) for p in REGISTRY[e].grid(config))
 
 
+@dataclass
+class FitCheck:
+    """The request against sinfo: checked (sinfo answered) and what does not fit."""
+
+    checked: bool
+    problems: list[str]
+    partition: str = ""
+    error: str = ""  # why it was not checked
+
+    @property
+    def fits(self) -> bool:
+        """False only where sinfo answered and a request cannot fit."""
+        return not (self.checked and self.problems)
+
+
+def check_fit(config: dict[str, Any], nodes: list[Node] | None = None) -> FitCheck:
+    """The config's request against this cluster (not checked where sinfo is absent or
+    does not answer: a laptop, a login node with a dead controller)."""
+    if nodes is None:
+        if shutil.which("sinfo") is None:
+            return FitCheck(False, [], error="sinfo not found")
+        try:
+            nodes = read_sinfo(timeout_s=10)
+        except SiteError as exc:
+            return FitCheck(False, [], error=str(exc))
+    part = config["slurm"]["partition"] or default_partition(nodes)
+    return FitCheck(True, fit_problems(config["slurm"], nodes, needs_gpu(config)), part)
+
+
+def fit_lines(fit: FitCheck, quiet: bool = False) -> list[str]:
+    if not fit.checked:
+        return [] if quiet or fit.error == "sinfo not found" else [
+            f"  Slurm request not checked: {fit.error}"]
+    if not fit.problems:
+        return [f"  Slurm request (sinfo): fits partition {fit.partition!r}"]
+    return ["  Slurm request (sinfo) does not fit, the jobs would wait for ever:"] + [
+        f"    - {p}" for p in fit.problems] + ["    see `cudalab site` for what this cluster has"]
+
+
 def plan_lines(config: dict[str, Any], nodes: list[Node] | None = None,
                quiet: bool = False) -> list[str]:
     """Whether the jobs' request fits a node (nothing where sinfo is absent, or fails and
     quiet is set)."""
-    if nodes is None:
-        if shutil.which("sinfo") is None:
-            return []
-        try:
-            nodes = read_sinfo(timeout_s=10)
-        except SiteError as exc:
-            return [] if quiet else [f"  Slurm request not checked: {exc}"]
-    problems = fit_problems(config["slurm"], nodes, needs_gpu(config))
-    if not problems:
-        part = config["slurm"]["partition"] or default_partition(nodes)
-        return [f"  Slurm request (sinfo): fits partition {part!r}"]
-    return ["  Slurm request (sinfo) does not fit, the jobs would wait for ever:"] + [
-        f"    - {p}" for p in problems] + ["    see `cudalab site` for what this cluster has"]
+    return fit_lines(check_fit(config, nodes), quiet)
 
 
 # -- `cudalab site` ----------------------------------------------------------------------------

@@ -11,6 +11,7 @@ grammars (no spaces, quotes, newlines or leading dashes), and the plugin quotes 
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 Value = Any  # an int or str, or a function of a job's wildcards (Snakemake calls it)
@@ -34,3 +35,22 @@ def resources(slurm: dict[str, Any], gpu: Value, gpu_model: Value | None = None,
         out["gpu_model"] = gpu_model
     return out
 
+
+
+def modules_guard(modules: list[str]) -> str:
+    """Shell put before a job's command: it fails (status 1, a message naming the module on
+    stderr) unless every module is loaded, i.e. in LOADEDMODULES (Lmod and Environment
+    Modules both keep it). Snakemake's env-modules runs `module purge && module load X;
+    <command>`, so a module that does not load would otherwise leave the job running with
+    the node's default nvcc. `cuda` is loaded when LOADEDMODULES has `cuda/12.4`. '' when
+    there is nothing to check."""
+    if not modules:
+        return ""
+    names = " ".join(shlex.quote(m) for m in modules)
+    return (f'_ok=1; for _m in {names}; do case ":${{LOADEDMODULES:-}}:" in '
+            '*":$_m:"*|*":$_m/"*) ;; '
+            '*) echo "cudalab: module $_m is not loaded in this job (LOADEDMODULES='
+            r'${LOADEDMODULES:-}): its \`module load\` failed (the error is in the Slurm log '
+            'of the job). Fix slurm.modules in config.yaml (module avail / module spider '
+            '$_m list what exists on the compute node)." >&2; _ok=0;; esac; done; '
+            '[ "$_ok" = 1 ] && ')

@@ -22,7 +22,8 @@
 # e.g. "fake:2,h100:1" (two models: --gpus=fake:1 and --gpus=h100:1 are both schedulable,
 # plain --gpus=1 takes any); SLURM_CPUS (default nproc; more than nproc oversubscribes).
 # FAKE_GPUS / FAKE_GPU_TYPE (count and type of one model) are still read when
-# FAKE_GPU_TYPES is unset.
+# FAKE_GPU_TYPES is unset. SLURM_MAX_TIME (default 60): the partition's MaxTime, minutes.
+# Ports: 6817/6818, or the next free pair where daemons left by a killed run hold them.
 set -euo pipefail
 
 CMD=${1:?usage: one_node_slurm.sh up|down STATE_DIR}
@@ -44,8 +45,14 @@ for tc in ${GPU_TYPES//,/ }; do   # type:count -> one fake device file per GPU
   NGPU=$((NGPU + c))
 done
 MEM=$(( $(awk '/MemTotal/{print $2}' /proc/meminfo) / 1024 / 2 ))
+MAX_TIME=${SLURM_MAX_TIME:-60}   # the partition's time limit, minutes (PartitionTimeLimit)
 
 die() { echo "one_node_slurm.sh: $*" >&2; exit 1; }
+
+# the state dir named in our slurm.conf's first line ('' if none, or not ours)
+conf_state() { [ -f "$CONF" ] && head -1 "$CONF" | sed -n "s|^$MARK (state: \(.*\))$|\1|p" || true; }
+
+port_busy() { ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
 
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
@@ -61,9 +68,15 @@ up() {
   if alive "$S/run/slurmctld.pid" || alive "$S/run/slurmd.pid"; then
     die "already up in $S (run: $0 down $S)"
   fi
-  if pgrep -x slurmctld >/dev/null || pgrep -x slurmd >/dev/null; then
-    die "another slurmctld/slurmd runs on this machine: $( (pgrep -ax slurmctld; pgrep -ax slurmd) | tr "\n" " ")"
+  local other
+  other=$(conf_state)
+  if [ -n "$other" ] && alive "$other/run/slurmctld.pid"; then
+    die "another test cluster is up (state $other; its $CONF): run '$0 down $other' first"
   fi
+  # Daemons whose config is gone (a test run killed before its teardown) may still hold
+  # the default ports: take the next free pair instead of stopping processes not ours.
+  PORT=6817
+  while port_busy "$PORT" || port_busy $((PORT + 1)); do PORT=$((PORT + 10)); done
 
   mkdir -p "$S"/{run,log,state/ctld,state/d,dev} /etc/slurm
   for i in $(seq 0 $((NGPU - 1))); do
@@ -74,6 +87,8 @@ up() {
 $MARK (state: $S)
 ClusterName=cudalab-ci
 SlurmctldHost=${HOST}(127.0.0.1)
+SlurmctldPort=${PORT}
+SlurmdPort=$((PORT + 1))
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -99,7 +114,7 @@ JobCompType=jobcomp/none
 MinJobAge=600
 $( [ "$NCPU" -gt "$(nproc)" ] && echo SlurmdParameters=config_overrides )
 NodeName=${HOST} NodeAddr=127.0.0.1 CPUs=${NCPU} RealMemory=${MEM} Gres=${GRES_NODE} State=UNKNOWN
-PartitionName=gpu Nodes=${HOST} Default=YES MaxTime=INFINITE State=UP
+PartitionName=gpu Nodes=${HOST} Default=YES MaxTime=${MAX_TIME} State=UP
 CONF
   {
     echo "$MARK"
@@ -167,8 +182,8 @@ down() {
     stop_pid /run/munge/munged.pid
     rm -f "$S/run/munged.ours"
   fi
-  ours "$CONF" && rm -f "$CONF"
-  ours "$GRES" && rm -f "$GRES"
+  # only the config of this state dir: a failed `up` must not unplug another test cluster
+  if [ "$(conf_state)" = "$S" ]; then rm -f "$CONF" "$GRES"; fi
   return 0
 }
 

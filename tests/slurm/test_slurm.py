@@ -3,7 +3,8 @@
 The workflow runs in a scratch directory with the real profile plus the test overrides:
     snakemake --profile profiles/slurm --profile tests/slurm/profile
 (tests/slurm/profile: status via squeue, the test cluster has no accounting; 1 s polling).
-The three workflow runs (one Slurm job each) run at once; the file takes about 1.5 min.
+The three workflow runs (a doctor job and a measure job each) run at once; the file takes
+about 50 s.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +56,7 @@ class Run:
     workdir: Path
     returncode: int
     log: str  # stdout + stderr
+    wall_s: float = 0.0  # from the start of all runs to this one's exit
 
 
 def run_all(specs: dict[str, tuple[list[str], Path]], limit_s: int = 150) -> dict[str, Run]:
@@ -63,15 +66,20 @@ def run_all(specs: dict[str, tuple[list[str], Path]], limit_s: int = 150) -> dic
         log = open(cwd / f"{name}.out", "w+")  # noqa: SIM115 - closed below
         procs[name] = (subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
                                         text=True), log)
+    t0 = time.monotonic()
+    ends: dict[str, float] = {}
+    while len(ends) < len(procs) and time.monotonic() - t0 < limit_s + 60:
+        for name, (proc, _) in procs.items():
+            if name not in ends and proc.poll() is not None:
+                ends[name] = time.monotonic() - t0
+        time.sleep(0.2)
     runs = {}
     for name, (proc, log) in procs.items():
-        try:
-            rc = proc.wait(timeout=limit_s + 60)
-        except subprocess.TimeoutExpired:
+        if proc.poll() is None:
             proc.kill()
-            rc = proc.wait()
+        rc = proc.wait()
         log.seek(0)
-        runs[name] = Run(specs[name][1], rc, log.read())
+        runs[name] = Run(specs[name][1], rc, log.read(), ends.get(name, time.monotonic() - t0))
         log.close()
     return runs
 
@@ -139,23 +147,35 @@ def test_slurm_context_reads_the_inner_step_environment(monkeypatch):
 
 
 def test_plan_says_how_many_slurm_jobs(cpu_config, validated):
+    """Every job that runs code is counted, the doctor too; a sweep's first line and its
+    sweep line agree."""
     from cudalab.cli import plan_lines, slurm_submit_line
+    from cudalab.site import FitCheck
 
-    lines = plan_lines(validated(cpu_config))
-    assert lines[1].strip().startswith("under Slurm (--profile slurm): at most 1 sbatch job(s)")
-    line = slurm_submit_line([("matmul", 1)], 2)
-    assert "submitting 1 Slurm job(s)" in line and "matmul (--gpus=1)" in line
-    assert "1 experiment(s) already measured" in line
+    unchecked = FitCheck(False, [], error="sinfo not found")
+    lines = plan_lines(validated(cpu_config), unchecked)
+    assert lines[0].startswith("cudalab plan: 1 experiment job(s) (0 need a GPU) + 1 doctor")
+    assert lines[1].strip().startswith("under Slurm (--profile slurm): at most 2 sbatch job(s)")
+    sweep = validated(cpu_config | {"slurm": {"gpu_models": ["a100", "h100"]}})
+    lines = plan_lines(sweep, unchecked)
+    assert lines[0].startswith("cudalab plan: 2 experiment job(s) (2 need a GPU) + 2 doctor")
+    assert "at most 4 sbatch job(s)" in lines[1]
+    assert "= 2 measure job(s) + 2 doctor job(s)" in "\n".join(lines)
+    off = validated(cpu_config | {"slurm": {"doctor": False}})
+    assert "at most 1 sbatch job(s)" in plan_lines(off, unchecked)[1]
+    line = slurm_submit_line([("doctor", "--gpus=1"), ("matmul", "--gpus=1")], 1)
+    assert "submitting 2 Slurm job(s)" in line and "doctor (--gpus=1), matmul (--gpus=1)" in line
+    assert "1 experiment job(s) already measured" in line
 
 
 # -- real Slurm ------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def runs(slurm_cluster, tmp_path_factory) -> dict[str, Run]:
-    """Three workflows at once on the one node (about 70 s; 100 s one after another):
-    cpu    the CPU-only grid: one sbatch job without GPUs
+    """Three workflows at once on the one node (about 45 s):
+    cpu    the CPU-only grid: a doctor job, then one measure job without GPUs
     gpu    the same with --set-resources measure:gpu=1: sbatch --gpus=1 (to results.csv)
     fail   a GPU grid (gpu=1 by itself) whose GPU is not there: NoGpuError inside the job
-           (gpu_index 64 makes it fail on any machine, with or without a real GPU)
+           (gpu_index 63, the largest allowed, fails with or without a real GPU)
     """
     specs = {}
     for name, variants, extra, cli in [
@@ -163,7 +183,7 @@ def runs(slurm_cluster, tmp_path_factory) -> dict[str, Run]:
         # up to results.csv only: the figures and report are the cpu run's business
         ("gpu", ["cpu"], {}, ["results/results.csv", "--set-resources", "measure:gpu=1"]),
         # doctor off: this run tests the measure job's own failure (test_slurm_site: the doctor's)
-        ("fail", ["cpu", "naive"], {"gpu_index": 64}, []),
+        ("fail", ["cpu", "naive"], {"gpu_index": 63}, []),
     ]:
         workdir = tmp_path_factory.mktemp(f"run-{name}")
         config = write_config(workdir, variants, doctor=name != "fail", **extra)
@@ -180,9 +200,10 @@ def test_dry_run_with_bare_profile_name(slurm_cluster, tmp_path):
     out = Run(tmp_path, proc.returncode, proc.stdout + proc.stderr)
     assert out.returncode == 0, out.log
     assert "Using profiles slurm" in out.log or "Using profile slurm" in out.log, out.log
-    assert "under Slurm (--profile slurm): at most 1 sbatch job(s)" in out.log, out.log
+    assert "under Slurm (--profile slurm): at most 2 sbatch job(s)" in out.log, out.log
     assert re.search(r"^measure\s+1$", out.log, re.M), out.log
     assert not submitted(out.log), "a dry run submits nothing"
+    assert not (tmp_path / "results").exists(), "nothing is written while Snakemake parses"
 
 
 @pytest.mark.slurm
@@ -192,13 +213,17 @@ def test_cpu_workflow_runs_through_sbatch(runs):
     jobs = submitted(out.log)
     assert len(jobs) == 1, f"expected one sbatch job (measure), got {jobs}\n{out.log}"
     job_id, slurm_log = jobs[0]
-    assert "cudalab: submitting 1 Slurm job(s) with sbatch" in out.log, out.log
+    # every job counted: the doctor's and the measure job
+    assert "cudalab: submitting 2 Slurm job(s) with sbatch: doctor, matmul." in out.log, out.log
+    assert len(submitted(out.log, "doctor")) == 1, out.log
     for rule in ("aggregate", "figures_matmul", "html_report"):
         assert f"localrule {rule}:" in out.log, f"{rule} did not run locally\n{out.log}"
 
     info = scontrol_job(job_id)
     assert "JobState=COMPLETED" in info, info
-    assert "Comment=rule_measure" in info, info
+    # found in squeue/sacct: the profile's prefix, and the rule and experiment in the comment
+    assert re.search(r"JobName=cudalab_[0-9a-f-]{36}\b", info), info
+    assert "Comment=rule_measure_wildcards_results_matmul" in info, info
     assert "gres:gpu" not in info, f"a CPU-only experiment asked for a GPU\n{info}"
     assert "Partition=gpu" in info and "TimeLimit=00:10:00" in info, info
     assert "MinMemoryNode=512M" in info and "CPUs/Task=1" in info, info
@@ -220,9 +245,8 @@ def test_gpu_request_reaches_sbatch(runs):
     jobs = submitted(out.log)
     assert len(jobs) == 1, out.log
     job_id = jobs[0][0]
-    # the submit line is computed from the config without Snakemake's internals (issue 14):
-    # it says what the config asks for, not a --set-resources override; sbatch got the GPU
-    assert "cudalab: submitting 1 Slurm job(s) with sbatch" in out.log, out.log
+    # the submit line counts the jobs of Snakemake's own plan (the doctor's too)
+    assert "cudalab: submitting 2 Slurm job(s) with sbatch" in out.log, out.log
     info = scontrol_job(job_id)
     assert "TresPerJob=gres:gpu:1" in info, info
     df = read_results(out.workdir)
@@ -251,3 +275,10 @@ def test_failing_job_names_rule_and_logs(runs):
     assert "slurm.gpu_model" in rule_log and "admins" in rule_log, rule_log
     assert "no usable CUDA GPU" in Path(slurm_log).read_text(), "failed jobs keep their log"
     assert not (out.workdir / "results" / "results.csv").exists()
+    # the cause on the console: the failed job and the end of its logs (cudalab/failures.py)
+    summary = out.log.split("cudalab: 1 job(s) failed: measure", 1)
+    assert len(summary) == 2, out.log
+    assert "--- measure: results/logs/measure_matmul.log (last 15 lines) ---" in summary[1]
+    assert f"--- measure: {slurm_log} (last 15 lines) ---" in summary[1], summary[1]
+    assert summary[1].count("error: NoGpuError: no usable CUDA GPU") == 2, summary[1]
+    assert "SNAKEMAKE\n=====" not in summary[1], "the Slurm log's own command output only"

@@ -1,25 +1,32 @@
-"""Fitting a real site, on the real one-node Slurm (gres fake:2 + h100:1) with Debian's Lmod:
+"""Fitting a real site, on the real one-node Slurm (gres fake:2 + h100:1, MaxTime 60 min)
+with Debian's Lmod; the runs start at once:
 
-  modules   slurm.modules: [cuda/99.9] (a modulefile of ours putting a marked nvcc on PATH):
-            the doctor job and the measure job load it (envmodules, --sdm env-modules from
-            the profile) and the doctor's table names the marked nvcc
+  modules   slurm.modules: [cuda/99.9, python/3.99] (modulefiles of ours: a marked nvcc, and
+            a `python`/`python3` first on PATH that fails whatever it runs): the doctor and
+            the measure job load them, the measure job still works (it runs Snakemake's
+            interpreter by path), its records name that interpreter, the modules and nvcc
   badmod    slurm.modules: [cuda/0.0-missing]: the doctor's table names it with Lmod's error,
             the run stops, no measure job is submitted
-  pending   cpus_per_task 64 on a 4-CPU node: Slurm keeps the job PENDING (PartitionConfig)
-            and the watcher says so while Snakemake waits (stopped with SIGINT)
+  nodoctor  the same module with the doctor off: the measure job itself fails, naming it
+  nogpu     a GPU grid where no GPU can run it: the doctor stops the run
+  pending   a doctor of 120 min (--set-resources, which the plan cannot see) on a partition
+            of 60: PENDING (PartitionTimeLimit); the watcher cancels it, the run exits 1
+  refused   cpus_per_task 64 on a 4-CPU node: refused before anything is submitted
 plus `cudalab site` and `cudalab plan` reading the real sinfo.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
-from lmod_modules import LMOD_INIT, write_module
+from lmod_modules import LMOD_INIT, write_module, write_python_module
 from test_slurm import ROOT, Run, run_all, snakemake_cmd, submitted
 
 LMOD_PROFILE = Path("/etc/profile.d/lmod.sh")  # what a login shell sources: exports BASH_ENV
@@ -57,24 +64,30 @@ def site_runs(slurm_cluster, tmp_path_factory) -> dict[str, Run]:
         pytest.skip("Lmod not installed (apt-get install lmod)")
     mods = tmp_path_factory.mktemp("lmod")
     nvcc = write_module(mods, "cuda/99.9")
+    python = write_python_module(mods, "python/3.99")
     specs = {}
-    for name, slurm, limit_s in [
-        ("modules", {"modules": ["cuda/99.9"]}, 150),
-        ("badmod", {"modules": ["cuda/0.0-missing"]}, 150),
-        ("nogpu", {}, 150),  # a GPU grid (naive) where no GPU can run it (no pycuda/GPU)
-        ("pending", {"cpus_per_task": 64}, 45),  # stopped by SIGINT after 45 s
+    for name, slurm, extra, limit_s in [
+        ("modules", {"modules": ["cuda/99.9", "python/3.99"]}, [], 150),
+        ("badmod", {"modules": ["cuda/0.0-missing"]}, [], 150),
+        ("nodoctor", {"modules": ["cuda/0.0-missing"], "doctor": False}, [], 150),
+        ("nogpu", {}, [], 150),  # a GPU grid (naive) where no GPU can run it (no pycuda/GPU)
+        ("pending", {}, ["--set-resources", "doctor:runtime=120"], 90),
+        ("refused", {"cpus_per_task": 64}, [], 60),
     ]:
         workdir = tmp_path_factory.mktemp(f"site-{name}")
         variants = ("cpu", "naive") if name == "nogpu" else ("cpu",)
         config = site_config(workdir, variants, **slurm)
-        cmd = snakemake_cmd(workdir, config, limit_s=limit_s)
+        cmd = snakemake_cmd(workdir, config, *extra, limit_s=limit_s)
         specs[name] = (with_lmod(cmd, mods / "modulefiles"), workdir)
     os.environ["CUDALAB_PENDING_POLL_S"] = "2"  # inherited by the snakemake processes
+    t0 = time.monotonic()
     try:
         runs = run_all(specs)
     finally:
         del os.environ["CUDALAB_PENDING_POLL_S"]
     runs["modules"].nvcc = nvcc  # type: ignore[attr-defined]
+    runs["modules"].python = python  # type: ignore[attr-defined]
+    print(f"\nslurm site runs (6 at once): {time.monotonic() - t0:.0f} s")
     return runs
 
 
@@ -90,7 +103,17 @@ def test_modules_loaded_in_the_jobs(site_runs):
     assert f"| ok | nvcc | {out.nvcc} (CUDA " in table, f"the marked nvcc\n{table}"
     assert "| ok | Slurm allocation | job " in table, table
     for _, log in doctor_jobs + measure_jobs:
-        assert "Activating environment modules: cuda/99.9" in Path(log).read_text(), log
+        assert "Activating environment modules: cuda/99.9, python/3.99" in Path(log).read_text()
+    rec = json.loads(next((out.workdir / "results" / "raw" / "matmul").glob("cpu-*.json"))
+                     .read_text())["provenance"]
+    # one interpreter: the doctor checked the one the measure job ran, not the module's
+    assert f"| ok | Python (the jobs') | {rec['python_executable']} (Python " in table, table
+    assert f"`python3` first on PATH is {out.python}, which the jobs do not use" in table, table
+    assert os.path.realpath(rec["python_executable"]) == os.path.realpath(sys.executable), rec
+    assert rec["cudalab_path"] == str(ROOT / "cudalab"), rec
+    assert rec["loaded_modules"].split(":") == ["cuda/99.9", "python/3.99"], rec
+    assert rec["nvcc_path"] == str(out.nvcc), rec
+    assert "was run" not in out.log, "the module's python ran"
     assert not (out.workdir / "results" / "doctor" / "ok").exists(), "temp flag removed"
     assert (out.workdir / "results" / "report.html").is_file()
     assert int(doctor_jobs[0][0]) < int(measure_jobs[0][0]), "the doctor ran first"
@@ -130,13 +153,43 @@ def test_missing_module_stops_before_the_grid(site_runs):
 
 
 @pytest.mark.slurm
-def test_stuck_pending_job_is_reported(site_runs):
+def test_a_module_that_does_not_load_fails_the_measure_job(site_runs):
+    """The doctor off: the measure job checks LOADEDMODULES itself and fails, and the
+    console shows why (the end of its log)."""
+    out = site_runs["nodoctor"]
+    assert out.returncode != 0, out.log
+    assert len(submitted(out.log, "measure")) == 1 and not submitted(out.log, "doctor")
+    summary = out.log.split("cudalab: 1 job(s) failed: measure", 1)[-1]
+    assert "cudalab: module cuda/0.0-missing is not loaded in this job" in summary, out.log
+    assert "Fix slurm.modules in config.yaml" in summary, out.log
+    assert not list((out.workdir / "results" / "raw").glob("matmul/cpu-*.json")), "nothing ran"
+
+
+@pytest.mark.slurm
+def test_a_job_pending_for_ever_is_cancelled_with_its_reason(site_runs):
     out = site_runs["pending"]
-    assert out.returncode != 0, "stopped by SIGINT"
-    assert "does not fit" in out.log and "cpus_per_task: 64" in out.log, "plan's sinfo check"
-    assert "is PENDING, reason PartitionConfig" in out.log, out.log
-    assert "rule_doctor" in out.log and "will not start by itself" in out.log, out.log
-    assert out.log.count("is PENDING, reason PartitionConfig") == 1, "one line per stuck job"
+    assert out.returncode == 1, f"the run stops by itself (not SIGINT 130)\n{out.log}"
+    assert "Slurm request (sinfo): fits partition 'gpu'" in out.log, "the config itself fits"
+    line = next((x for x in out.log.splitlines() if x.startswith("cudalab: cancelled Slurm")),
+                "")
+    assert "(rule_doctor_wildcards_doctor): PENDING with reason PartitionTimeLimit" in line, \
+        out.log
+    assert "never clears" in line and "runtime_min" in line, line
+    assert submitted(out.log, "measure") == [], "nothing after the doctor"
+    # the reason again at the end, beside the failed job
+    assert out.log.count(line) == 2 and "cudalab: 1 job(s) failed: doctor" in out.log, out.log
+    assert out.wall_s < 75, f"cancelled within a minute of its start ({out.wall_s:.0f} s)"
+
+
+@pytest.mark.slurm
+def test_a_request_that_cannot_fit_is_refused_before_submitting(site_runs):
+    out = site_runs["refused"]
+    assert out.returncode != 0, out.log
+    assert not submitted(out.log, ""), f"nothing submitted\n{out.log}"
+    assert "nothing was submitted" in out.log, out.log
+    assert ("slurm.cpus_per_task: 64 but the largest node of partition 'gpu' with GPU model "
+            "'fake' has 4 CPUs" in out.log) or "cpus_per_task: 64 but" in out.log, out.log
+    assert "fix: slurm.cpus_per_task: 4 or less" in out.log, out.log
 
 
 @pytest.mark.slurm
@@ -153,6 +206,16 @@ def test_site_and_plan_read_real_sinfo(slurm_cluster, tmp_path):
     assert "GPU models here: fake" in p.stdout
     p = cli("plan", str(cfg), cwd=tmp_path)
     assert "does not fit" in p.stdout and "'a100'" in p.stdout and "h100" in p.stdout, p.stdout
+    assert p.returncode == 1, "exit 1: the request cannot fit this cluster"
     ok = cli("plan", str(site_config(tmp_path, variants=("cpu", "naive"), gpu_model="h100")),
              cwd=tmp_path)
     assert "Slurm request (sinfo): fits partition 'gpu'" in ok.stdout, ok.stdout
+    assert ok.returncode == 0
+    long = cli("plan", str(site_config(tmp_path, runtime_min=120)), cwd=tmp_path)
+    assert long.returncode == 1, long.stdout + long.stderr
+    assert ("slurm.runtime_min: 120 but partition 'gpu' allows at most 60 minutes "
+            "(PartitionTimeLimit" in long.stdout), long.stdout
+    assert "fix: slurm.runtime_min: 60 or less" in long.stdout
+    sweep = cli("plan", str(site_config(tmp_path, gpu_models=["fake", "a100"])), cwd=tmp_path)
+    assert sweep.returncode == 1 and "slurm.gpu_models: no node" in sweep.stdout, sweep.stdout
+    assert cli("plan", str(tmp_path / "missing.yaml"), cwd=tmp_path).returncode == 2

@@ -4,17 +4,18 @@ localrules:
 
 rule aggregate:
     input:
-        measure_manifests(),  # sweep.smk: per experiment, or per (experiment, GPU model)
+        # this folder's measure jobs (results/, or one GPU model's folder in a sweep)
+        lambda w: [f"{w.folder}/raw/{e}/_manifest.json" for e in EXPERIMENTS],
     output:
-        TABLE,
-    params:
-        results=MEASURED,  # sweep.smk: results/, or the first GPU model's folder
+        "{folder}/results.csv",
     log:
-        f"{RESULTS}/logs/aggregate.log",
+        "{folder}/logs/aggregate.log",
+    wildcard_constraints:
+        folder=folder_regex(FOLDERS),
     conda:
         CONDA_ENV
     # --manifests: the table holds this run's experiments only, not the leftovers of an
     # experiment an earlier run had enabled
     shell:
-        "{CUDALAB} aggregate --results {params.results:q} --out {output:q}"
+        "{CUDALAB} aggregate --results {wildcards.folder:q} --out {output:q}"
         " --manifests {input:q} > {log:q} 2>&1"

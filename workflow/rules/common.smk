@@ -1,5 +1,6 @@
 # Validation at start-up and the names every rule shares.
 import json
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ except ImportError:
 
 from cudalab import config as cudalab_config
 from cudalab import runner as cudalab_runner
+from cudalab import slurm_request
 from cudalab import sweep as cudalab_sweep
 from cudalab.cli import plan_lines, slurm_submit_line
 from cudalab.experiments import REGISTRY
@@ -39,10 +41,17 @@ except cudalab_config.ConfigError as exc:
 
 RESULTS = "results"
 EXPERIMENTS = cudalab_config.enabled_experiments(config)
-TABLE = f"{RESULTS}/results.csv"
+# Where a run measures: results/ itself, or results/gpu/<model>/ per model of a GPU-model
+# sweep (cudalab/sweep.py). Each folder is a complete run folder: raw/, logs/, results.csv,
+# figures/; the report is drawn from the first and sets the others beside it.
+FOLDERS = cudalab_sweep.folders(config, RESULTS)
+GPU_MODELS = cudalab_sweep.gpu_models(config)
+MEASURED = FOLDERS[0]
+TABLE = f"{MEASURED}/results.csv"
 REPORT = f"{RESULTS}/report.html"
 # The validated config (defaults filled, --configfile / --config applied) that the jobs'
-# `cudalab` commands read: one meaning for every step. Written by the main process only.
+# `cudalab` commands read: one meaning for every step. Written in onstart by the main process
+# (never while Snakemake parses the workflow: a dry run writes nothing).
 CONFIG_JSON = f"{RESULTS}/config.json"
 # Every job runs cudalab with the interpreter that runs Snakemake, by its path: a `python`
 # first on PATH (a site's Python module) may lack cudalab's packages. Under --sdm conda, the
@@ -50,6 +59,18 @@ CONFIG_JSON = f"{RESULTS}/config.json"
 _CONDA = DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
 CUDALAB = "cudalab" if _CONDA else f"{shlex.quote(sys.executable)} -m cudalab.cli"
 CONDA_ENV = "../../envs/cudalab.yaml"
+# With --sdm env-modules (profiles/slurm), Snakemake runs `module purge && module load X;
+# <command>`: a module that fails to load does not stop the command (`;`). The measure
+# command is preceded by a check that every slurm.modules entry is in LOADEDMODULES; the
+# doctor fails its table instead (--require-modules). A global, not a param: switching
+# executors must not change what Snakemake compares to decide a rerun.
+_ENV_MODULES = DeploymentMethod.ENV_MODULES in workflow.deployment_settings.deployment_method
+MODULES_GUARD = slurm_request.modules_guard(config["slurm"]["modules"] if _ENV_MODULES else [])
+REQUIRE_MODULES = "--require-modules" if _ENV_MODULES and config["slurm"]["modules"] else ""
+
+
+def folder_regex(folders):
+    return "|".join(map(re.escape, folders)) or "none"
 
 
 def needs_gpu(experiment):
@@ -62,46 +83,44 @@ def measure_fingerprint(experiment):
     return cudalab_runner.job_fingerprint(config, experiment)
 
 
-def _write_config_json():
-    text = json.dumps(config, indent=1, sort_keys=True)
-    path = Path(CONFIG_JSON)
-    if not path.exists() or path.read_text() != text:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+def rerun_token(folder, experiment):
+    """A measure param that changes, so Snakemake reruns the finished job, exactly when it
+    must run again (runner.rerun_reasons: damaged records, GPU points a GPU-less run left
+    unmeasured). Read only: the job writes the token it ran with to raw/<e>/_rerun.txt, and
+    while the job is not stale the token is that file's text, so it equals what Snakemake
+    recorded and triggers nothing; a stale job gets a token of its reasons and its manifest,
+    new after every run that leaves it stale."""
+    raw = Path(folder, "raw", experiment)
+    why = cudalab_runner.rerun_reasons(Path(folder), experiment)
+    if why:
+        try:
+            manifest = (raw / "_manifest.json").read_bytes()
+        except OSError:
+            manifest = b""
+        return "stale " + cudalab_config.block_hash([why, manifest.decode(errors="replace")])
+    try:
+        return (raw / cudalab_runner.RERUN_MARKER).read_text().strip() or "fresh"
+    except OSError:
+        return "fresh"
 
 
 def measure_jobs():
-    """(experiment, label, results folder, gpus) of every measure job: one per experiment,
-    or one per (experiment, GPU model) in a GPU-model sweep (sweep.smk)."""
-    models = cudalab_sweep.gpu_models(config)
-    if not models:
-        return [(e, e, RESULTS, int(needs_gpu(e))) for e in EXPERIMENTS]
-    return [(e, f"{e}@{m}", cudalab_sweep.model_folder(RESULTS, m), f"{m}:1")
-            for m in models for e in EXPERIMENTS]
+    """(experiment, folder) of every measure job: one per experiment, per folder."""
+    return [(e, f) for f in FOLDERS for e in EXPERIMENTS]
 
 
-def _mark_stale_jobs():
-    """A finished job whose records are damaged, or whose GPU points a GPU-less run left
-    unmeasured, must run again: runner.mark_stale updates its rerun marker (an input of the
-    measure rules), so Snakemake reruns it; the intact records are reused from the cache."""
-    for e, label, folder, _ in measure_jobs():
-        for line in cudalab_runner.mark_stale(Path(folder), e):
-            print(f"cudalab: {label}: {line}", file=sys.stderr)
+def job_label(experiment, folder):
+    model = cudalab_sweep.model_of(folder, RESULTS)
+    return f"{experiment}@{model}" if model else experiment
 
 
-def jobs_to_run():
-    """(label, gpus) of the measure jobs this run starts: no manifest, or one written under
-    other settings (what the fingerprint param makes Snakemake rerun)."""
-    out = []
-    for e, label, folder, gpus in measure_jobs():
-        m = cudalab_runner.results.read_json(Path(folder, "raw", e, "_manifest.json"))
-        if m is None or m.get("fingerprint", measure_fingerprint(e)) != measure_fingerprint(e):
-            out.append((label, gpus))
-    return out
-
-
+FIT = None  # the request against sinfo (main process only)
 if workflow.is_main_process:  # not again inside every (Slurm) job
-    for line in plan_lines(config) + [f"note: {n}" for n in _notes]:
+    from cudalab import site as cudalab_site
+
+    # the request against sinfo, asked once: printed in the plan, enforced in onstart
+    FIT = cudalab_site.check_fit(config)
+    for line in plan_lines(config, FIT) + [f"note: {n}" for n in _notes]:
         print(line, file=sys.stderr)
     # A killed run leaves Snakemake's lock behind and the next run stops with LockException.
     if any(Path(".snakemake", "locks").glob("*.lock")) and "--unlock" not in sys.argv:
@@ -114,14 +133,50 @@ if workflow.is_main_process:  # not again inside every (Slurm) job
         print("note: pycuda (the GPU extra) is not installed here: GPU points need it where "
               "they run (pip install -e '.[gpu]'; under Slurm only the compute nodes); "
               "README: Troubleshooting the pycuda build", file=sys.stderr)
+    # why a finished job runs again (rerun_token): said once, here
+    for _e, _f in measure_jobs():
+        for _line in cudalab_runner.rerun_reasons(Path(_f), _e):
+            print(f"cudalab: {job_label(_e, _f)}: {_line}", file=sys.stderr)
 
-if workflow.is_main_process:
-    _write_config_json()
-    _mark_stale_jobs()
+
+def _write_config_json():
+    text = json.dumps(config, indent=1, sort_keys=True)
+    path = Path(CONFIG_JSON)
+    if not path.exists() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def _slurm_jobs():
+    """(name, GPU request) of every job this run submits with sbatch (Snakemake's own DAG:
+    the doctors included, --forcerun and reruns foreseen), and the measure jobs not rerun."""
+    jobs = [j for j in workflow.dag.needrun_jobs() if not j.is_local]
+    out = []
+    for j in sorted(jobs, key=lambda j: (j.rule.name != "doctor", str(j.wildcards))):
+        w = j.wildcards
+        name = (j.rule.name if "experiment" not in w.keys()
+                else job_label(w.experiment, w.folder))
+        if j.rule.name == "doctor" and "tag" in w.keys() and w.tag != "doctor":
+            name = w.tag
+        gpu, model = j.resources.get("gpu", 0), j.resources.get("gpu_model", "")
+        out.append((name, (f"--gpus={model}:{gpu}" if model else f"--gpus={gpu}") if gpu
+                    else ""))
+    measured = len(measure_jobs()) - sum(j.rule.name == "measure" for j in jobs)
+    return out, measured
 
 
 onstart:
-    # Under Slurm, say how many sbatch jobs this run submits (--forcerun is not foreseen).
+    _write_config_json()
+    drop_leftover_doctor_flags(workflow.dag)  # doctor.smk
+    # Under Slurm: never submit what cannot start, say how many sbatch jobs this run submits
+    # and watch them for a PENDING reason that never clears (doctor.smk).
     if workflow.executor_plugin is not None and workflow.executor_plugin.name == "slurm":
-        print(slurm_submit_line(jobs_to_run(), len(measure_jobs())), file=sys.stderr)
-        start_pending_watch()  # reports jobs PENDING for good (doctor.smk)
+        if FIT is not None and not FIT.fits:
+            raise WorkflowError(
+                "cudalab: the slurm: request cannot fit this cluster (sinfo), so its jobs "
+                "would wait for ever; nothing was submitted:\n"
+                + "\n".join(f"  - {p}" for p in FIT.problems)
+                + "\nFix the slurm: block in config.yaml (`cudalab site` suggests one)."
+            )
+        print(slurm_submit_line(*_slurm_jobs()), file=sys.stderr)
+        start_pending_watch()

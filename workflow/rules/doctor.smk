@@ -1,58 +1,99 @@
-# `cudalab doctor` runs first, as one job with the measure jobs' request and modules, and
-# every measure job waits for it. Under Slurm, when a GPU experiment could not run (no GPU,
-# no pycuda, a module that does not load, nvcc missing) the run stops with the doctor's
-# table and no measure job is submitted; locally it only writes its table (a run without a
-# GPU goes on). `slurm: {doctor: false}` turns it off. Also here: the watcher that reports
-# Slurm jobs PENDING for a reason that will not clear.
+# `cudalab doctor` runs first, as one short job per GPU the run asks for (one, or one per
+# model of a GPU-model sweep), with the measure jobs' GPU request and modules and a small
+# allocation; each measure job waits for the doctor of its GPU. Under Slurm, when a GPU
+# experiment could not run (no GPU, no pycuda, a module that does not load, nvcc missing)
+# the run stops with the doctor's table and no measure job is submitted; locally it only
+# writes its table (a run without a GPU goes on). `slurm: {doctor: false}` turns it off.
+# Also here: the watcher that cancels Slurm jobs PENDING for a reason that never clears.
 import os
 import time as _time
 
 from cudalab import pending as cudalab_pending
-from cudalab import slurm_request
 
-DOCTOR_OK = f"{RESULTS}/doctor/ok"  # temp: made again by every run that submits measure jobs
-DOCTOR_TABLE = f"{RESULTS}/doctor/doctor.md"  # the table (also .json), kept after the run
 _SLURM = config["slurm"]
 ANY_GPU = any(needs_gpu(e) for e in EXPERIMENTS)
+# doctor (results/doctor/doctor.md, results/logs/doctor.log), or doctor_<model> in a sweep
+DOCTOR_TAGS = sorted({cudalab_sweep.doctor_tag(f, RESULTS) for f in FOLDERS})
+DOCTOR_TABLE = f"{RESULTS}/doctor/{{tag}}.md"
 _STARTED = _time.time()
 _WATCH = []
 
 
 def doctor_first(wildcards):
-    """The measure rule's input: the doctor's flag. The same locally and under Slurm (and in
-    dry runs), so switching executors never changes a measure job's inputs (a rerun)."""
-    return ancient(DOCTOR_OK) if _SLURM["doctor"] else []
+    """The measure rule's input: the flag of its GPU's doctor. The same locally and under
+    Slurm (and in dry runs), so switching executors never changes a measure job's inputs."""
+    if not _SLURM["doctor"]:
+        return []
+    return ancient(f"{RESULTS}/doctor/{cudalab_sweep.doctor_tag(wildcards.folder, RESULTS)}.ok")
+
+
+def doctor_model(wildcards):
+    """The GPU model the doctor asks for: the sweep's model, else slurm.gpu_model."""
+    model = wildcards.tag.removeprefix("doctor").removeprefix("_")
+    return model or (_SLURM["gpu_model"] if ANY_GPU else "")
+
+
+def doctor_gpus(wildcards):
+    return 1 if ANY_GPU or wildcards.tag != "doctor" else 0
 
 
 def start_pending_watch():
-    """Called in onstart under Slurm: report jobs stuck in PENDING (see cudalab/pending.py)."""
+    """Called in onstart under Slurm: cancel jobs stuck in PENDING (cudalab/pending.py)."""
     _WATCH.append(cudalab_pending.start(os.getcwd()))
+
+
+def doctor_flags():
+    """The doctors' flags on disk: temp(), so removed once their measure jobs ended; one
+    that is there before the doctor ran is left from a run that was stopped."""
+    return sorted(Path(RESULTS, "doctor").glob("*.ok"))
+
+
+def drop_leftover_doctor_flags(dag):
+    """In onstart: a flag left from a stopped run must not let measure jobs start
+    unchecked. Ctrl-C removes it (onerror); one left by a killed run (SIGKILL, a lost
+    node) is removed here, and the run stops if measure jobs would use it."""
+    left = doctor_flags()
+    for p in left:
+        p.unlink()
+    jobs = list(dag.needrun_jobs())
+    if left and any(j.rule.name == "measure" for j in jobs) \
+            and not any(j.rule.name == "doctor" for j in jobs):
+        raise WorkflowError(
+            f"cudalab: {', '.join(map(str, left))} was left by a run that was killed, so the "
+            "doctor would not run before the measure jobs; it is removed now: run the same "
+            "command again (the doctor then runs first)")
+
+
+def pending_cancelled():
+    """What the watcher cancelled, for the closing summary."""
+    return [line for w in _WATCH if w is not None for line in w.cancelled]
 
 
 rule doctor:
     output:
-        temp(DOCTOR_OK),
+        temp(f"{RESULTS}/doctor/{{tag}}.ok"),
     params:
-        fingerprint=cudalab_config.block_hash([_SLURM, ANY_GPU]),
         modules=_SLURM["modules"],  # a list: `:q` quotes each name
+        # what the grid needs (a sweep's CPU-only grid asks for the model's GPU, needs none)
         need_gpu="yes" if ANY_GPU else "no",
         need_nvcc="yes" if ANY_GPU or "static_analysis" in EXPERIMENTS else "no",
         gpu_index=config["gpu_index"],
         table=DOCTOR_TABLE,
         table_json=DOCTOR_TABLE.replace(".md", ".json"),
     log:
-        f"{RESULTS}/logs/doctor.log",
+        f"{RESULTS}/logs/{{tag}}.log",
+    wildcard_constraints:
+        tag=folder_regex(DOCTOR_TAGS),
     envmodules:
         *_SLURM["modules"]
-    # a short check: the measure jobs' GPU request (and site settings) with a small allocation
+    # a short check (1 CPU, <= 4 GB, <= 10 min) with the measure jobs' GPU request
     resources:
         **slurm_request.resources(
-            _SLURM, 1 if ANY_GPU else 0,
-            _SLURM["gpu_model"] if _SLURM["gpu_model"] and ANY_GPU else None, small=True),
+            _SLURM, doctor_gpus, doctor_model if ANY_GPU or GPU_MODELS else None, small=True),
     conda:
         CONDA_ENV
     shell:
         "{CUDALAB} doctor --config '' --modules {params.modules:q} --need-gpu {params.need_gpu}"
-        " --need-nvcc {params.need_nvcc} --gpu-index {params.gpu_index}"
+        " --need-nvcc {params.need_nvcc} --gpu-index {params.gpu_index} {REQUIRE_MODULES}"
         " --gate slurm --md {params.table:q} --json {params.table_json:q} > {log:q} 2>&1"
         " && touch {output:q}"

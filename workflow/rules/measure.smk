@@ -1,46 +1,51 @@
-# One job per experiment: the job walks the experiment's whole grid in one process (one
-# CUDA context, one compile per kernel variant). Finished points are kept in
-# results/raw/<experiment>/ and a rerun measures only what is missing.
-from cudalab import slurm_request
-
+# One job per experiment (per experiment and GPU model in a sweep): the job walks the
+# experiment's whole grid in one process (one CUDA context, one compile per kernel variant).
+# Finished points are kept in <folder>/raw/<experiment>/ and a rerun measures only what is
+# missing. `folder` is results (no sweep: results/raw/<experiment>/) or results/gpu/<model>.
 SLURM = config["slurm"]
 
 
 def gpu_count(wildcards):
-    return 1 if needs_gpu(wildcards.experiment) else 0
+    """A sweep's jobs ask for their model's GPU; otherwise only experiments with GPU points."""
+    model = cudalab_sweep.model_of(wildcards.folder, RESULTS)
+    return 1 if model or needs_gpu(wildcards.experiment) else 0
 
 
 def gpu_model(wildcards):
     # only GPU jobs name a model: the plugin turns gpu_model=x into --gpus=x:<gpu>,
     # which would read --gpus=x:0 for a CPU-only experiment
-    return SLURM["gpu_model"] if needs_gpu(wildcards.experiment) else ""
+    model = cudalab_sweep.model_of(wildcards.folder, RESULTS)
+    return model or (SLURM["gpu_model"] if needs_gpu(wildcards.experiment) else "")
 
 
 rule measure:
     input:
-        # rewritten at start-up when the finished job must run again (runner.mark_stale)
-        marker=f"{RESULTS}/raw/{{experiment}}/{cudalab_runner.RERUN_MARKER}",
-        doctor=doctor_first,  # under Slurm: the doctor's job passed (workflow/rules/doctor.smk)
+        doctor=doctor_first,  # the doctor of this job's GPU passed (workflow/rules/doctor.smk)
     output:
-        f"{RESULTS}/raw/{{experiment}}/_manifest.json",
+        "{folder}/raw/{experiment}/_manifest.json",
     params:
         fingerprint=lambda w: measure_fingerprint(w.experiment),
-        results=RESULTS,
+        # changes when the finished job must run again (common.smk: rerun_token)
+        rerun=lambda w: rerun_token(w.folder, w.experiment),
+        marker=lambda w: f"{w.folder}/raw/{w.experiment}/{cudalab_runner.RERUN_MARKER}",
     log:
-        f"{RESULTS}/logs/measure_{{experiment}}.log",
+        "{folder}/logs/measure_{experiment}.log",
     wildcard_constraints:
-        experiment="|".join(EXPERIMENTS) or "none",
+        folder=folder_regex(FOLDERS),
+        experiment=folder_regex(EXPERIMENTS),
     # slurm.modules, loaded with --sdm env-modules (set in profiles/slurm)
     envmodules:
         *SLURM["modules"]
     # one sbatch allocation per job (cudalab/slurm_request.py says which flags)
     resources:
         **slurm_request.resources(
-            SLURM, gpu_count, gpu_model if SLURM["gpu_model"] else None),
+            SLURM, gpu_count, gpu_model if SLURM["gpu_model"] or GPU_MODELS else None),
     conda:
         CONDA_ENV
-    # On failure the log's last lines go to Snakemake's output (and the Slurm log) too.
+    # MODULES_GUARD (common.smk) fails the job when a module did not load. On failure the
+    # log's last lines go to Snakemake's output (and the Slurm log) too.
     shell:
-        "{CUDALAB} measure {wildcards.experiment:q} --config {CONFIG_JSON:q}"
-        " --results {params.results:q} > {log:q} 2>&1"
+        "{{ {MODULES_GUARD}{CUDALAB} measure {wildcards.experiment:q} --config {CONFIG_JSON:q}"
+        " --results {wildcards.folder:q}; }} > {log:q} 2>&1"
+        " && printf '%s\\n' {params.rerun:q} > {params.marker:q}"
         " || {{ rc=$?; tail -n 5 {log:q} >&2; exit $rc; }}"

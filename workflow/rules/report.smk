@@ -2,19 +2,21 @@ localrules:
     html_report,
 
 
+# One report: drawn from the first folder (results/, or the first GPU model's), with every
+# other model of a sweep set beside it (cudalab.compare reads their folders). Each model's
+# table and figures are in its own folder.
 rule html_report:
     input:
         table=TABLE,
-        figures=[
-            f"{RESULTS}/figures/{e}/{f}.png" for e in EXPERIMENTS for f in REGISTRY[e].figures
-        ],
+        tables=[f"{f}/results.csv" for f in FOLDERS[1:]],  # the models set beside it
+        figures=all_figures(),
     output:
         report=REPORT,
         # the telemetry figure of each GPU job (job ids are known only at run time)
         telemetry=directory(f"{RESULTS}/figures/_telemetry"),
     params:
-        figures=f"{RESULTS}/figures",
-        results=MEASURED,  # sweep.smk: its telemetry/ is this run's
+        figures=f"{MEASURED}/figures",
+        results=MEASURED,  # its telemetry/ is this run's
     log:
         f"{RESULTS}/logs/report.log",
     conda:
