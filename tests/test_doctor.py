@@ -160,3 +160,27 @@ def test_the_doctor_table_has_both_lines(no_system_headers: Path) -> None:
     names = [c.name for c in checks]
     assert "cuda.h" in names and "libcuda" in names
     assert names.index("nvcc") < names.index("cuda.h")
+
+
+def test_the_jobs_python_is_checked_with_the_modules_environment(tmp_path):
+    """The doctor tries the interpreter the jobs run (its own): a `python3` a module puts
+    first on PATH is named as unused; a PYTHONPATH that breaks cudalab's imports fails."""
+    import os
+    import sys
+
+    from cudalab import doctor
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python3").write_text("#!/bin/sh\nexit 97\n")
+    (fake / "python3").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}
+    c = doctor.check_python(env)
+    assert c.status == doctor.OK and c.value.startswith(f"{sys.executable} (Python ")
+    assert f"`python3` first on PATH is {fake / 'python3'}, which the jobs do not use" in c.value
+    broken = tmp_path / "site"
+    broken.mkdir()
+    (broken / "jsonschema.py").write_text("raise ImportError('a module set PYTHONPATH')\n")
+    c = doctor.check_python({**env, "PYTHONPATH": str(broken)})
+    assert c.status == doctor.FAIL and "a module set PYTHONPATH" in c.value
+    assert "PYTHONPATH or PYTHONHOME" in c.fix

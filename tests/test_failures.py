@@ -158,3 +158,49 @@ def test_the_log_snakemake_gives_onerror_is_read(tmp_path: Path) -> None:
     out = r.stdout[r.stdout.find("cudalab: "):]  # onerror prints to stdout
     assert out.startswith("cudalab: 2 job(s) failed: make (out/"), r.stdout + r.stderr
     assert "boom a" in out and "boom b" in out and "fine.log" not in out
+
+
+SLURM_LOG = """
+SNAKEMAKE
+=========
+  Date: 2026-11-25 13:29:51
+Building DAG of jobs...
+[Wed Nov 25 13:29:52 2026]
+rule measure:
+    output: results/raw/matmul/_manifest.json
+Shell command: { python -m cudalab.cli measure matmul; } > results/logs/measure_matmul.log 2>&1
+Activating environment modules: cuda/0.0-missing
+Lmod has detected the following error: The following module(s) are unknown: "cuda/0.0-missing"
+cudalab: module cuda/0.0-missing is not loaded in this job (LOADEDMODULES=)
+[Wed Nov 25 13:29:55 2026]
+Error in rule measure:
+    message: None
+    jobid: 0
+Shutting down, this might take some time.
+"""
+
+
+def test_a_slurm_jobs_log_shows_what_its_command_printed(tmp_path: Path) -> None:
+    """Under Slurm the executor plugin's log of the job repeats Snakemake's banner and error
+    block: the summary shows the command's own lines (Lmod's error, the module check)."""
+    log = tmp_path / ".snakemake" / "slurm_logs" / "rule_measure" / "results_matmul" / "3.log"
+    log.parent.mkdir(parents=True)
+    log.write_text(SLURM_LOG)
+    out = failures.tail(log)
+    assert out.splitlines() == [
+        "Activating environment modules: cuda/0.0-missing",
+        'Lmod has detected the following error: The following module(s) are unknown: '
+        '"cuda/0.0-missing"',
+        "cudalab: module cuda/0.0-missing is not loaded in this job (LOADEDMODULES=)"]
+    other = tmp_path / "plain.log"
+    other.write_text(SLURM_LOG)
+    assert "Shutting down" in failures.tail(other), "other logs: their last lines"
+
+
+def test_cancelled_pending_jobs_lead_the_summary(tmp_path: Path) -> None:
+    line = "cudalab: cancelled Slurm job 7 (rule_doctor_wildcards_doctor): PENDING with reason"
+    log = smk_log(tmp_path, block("doctor", 2, "results/doctor/doctor_h100.ok", None))
+    out = failures.summary(log, tmp_path / "results" / "logs", time.time(),
+                           tmp_path / "results" / "doctor", [line], workdir=tmp_path)
+    assert out.splitlines()[0] == line
+    assert "cudalab: 1 job(s) failed: doctor" in out

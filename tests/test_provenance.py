@@ -153,3 +153,23 @@ def test_every_cpu_row_carries_its_provenance(cpu_validated, tmp_path):
     assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", t)
                for t in df["timestamp"])
     assert all(r["provenance"]["code_hash"] == code_hash(REGISTRY["matmul"]) for r in recs)
+
+
+def test_the_interpreter_modules_and_nvcc_are_recorded(tmp_path, monkeypatch):
+    """Which Python measured (and where cudalab came from), the modules the job loaded and
+    the nvcc on PATH: a site's modules decide what measured."""
+    import sys
+
+    nvcc = tmp_path / "bin" / "nvcc"
+    nvcc.parent.mkdir()
+    nvcc.write_text("#!/bin/sh\n")
+    nvcc.chmod(0o755)
+    monkeypatch.setenv("LOADEDMODULES", "cuda/12.4:python/3.11")
+    monkeypatch.setenv("PATH", f"{nvcc.parent}:/usr/bin:/bin")
+    p = provenance.job_provenance("h")
+    assert p["python_executable"] == sys.executable
+    assert p["cudalab_path"] == str(ROOT / "cudalab")
+    assert p["loaded_modules"] == "cuda/12.4:python/3.11" and p["nvcc_path"] == str(nvcc)
+    monkeypatch.delenv("LOADEDMODULES")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert provenance.software_environment() == {"loaded_modules": "", "nvcc_path": ""}

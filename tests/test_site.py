@@ -204,3 +204,77 @@ def test_doctor_modules_with_real_lmod(tmp_path, monkeypatch):
     assert env["PATH"].split(":")[0] == str(nvcc.parent), "the loaded module's PATH is used"
     c, release = doctor.check_nvcc(env, required=True)
     assert c.status == doctor.OK and str(nvcc) in c.value and release
+
+
+def test_the_watcher_cancels_what_never_clears_and_reports_what_may(tmp_path, monkeypatch):
+    """PartitionTimeLimit: cancelled, with the reason and the fix; ReqNodeNotAvail: only
+    cancelled where no node has the GPU type the job asks for; a partition down: reported."""
+    wd = str(tmp_path)
+    out = "\n".join([
+        f"21|PENDING|PartitionTimeLimit|rule_doctor_wildcards_doctor|{wd}",
+        f"22|PENDING|ReqNodeNotAvail, UnavailableNodes:gpu07|rule_measure_wildcards_a|{wd}",
+        f"23|PENDING|ReqNodeNotAvail, UnavailableNodes:gpu08|rule_measure_wildcards_b|{wd}",
+        f"24|PENDING|PartitionDown|rule_measure_wildcards_c|{wd}",
+    ])
+    monkeypatch.setattr(pending, "_run", lambda cmd: out if cmd[0] == "squeue" else "")
+    monkeypatch.setattr(pending, "missing_gpu_type", lambda job: "a100" if job == "22" else "")
+    cancelled: list[str] = []
+    lines: list[str] = []
+    watch = pending.PendingWatch(wd, emit=lines.append)
+    monkeypatch.setattr(watch, "cancel", lambda job: cancelled.append(job) or True)
+    watch.poll()
+    watch.poll()  # once per job and reason
+    assert cancelled == ["21", "22"] and len(lines) == 4
+    assert lines[0].startswith("cudalab: cancelled Slurm job 21 (rule_doctor_wildcards_doctor):"
+                               " PENDING with reason PartitionTimeLimit, which never clears")
+    assert "slurm.runtime_min" in lines[0]
+    assert "GPU type a100" in lines[1] and "gpu_model" in lines[1]
+    assert "job 23" in lines[2] and "is PENDING" in lines[2] and "down, drained" in lines[2]
+    assert "job 24" in lines[3] and "partition is down" in lines[3]
+    assert watch.cancelled == lines[:2]
+
+
+def test_missing_gpu_type_asks_scontrol_and_sinfo(monkeypatch):
+    monkeypatch.setattr(pending, "_run", lambda cmd: "JobId=5 TresPerJob=gres:gpu:a100:1 x=y")
+    monkeypatch.setattr(site, "read_sinfo", lambda timeout_s=20: nodes("cluster.txt"))
+    assert pending.missing_gpu_type("5") == ""  # cluster.txt has a100
+    monkeypatch.setattr(pending, "_run", lambda cmd: "JobId=5 TresPerJob=gres:gpu:b200:1")
+    assert pending.missing_gpu_type("5") == "b200"
+    monkeypatch.setattr(pending, "_run", lambda cmd: "JobId=5 TresPerJob=gres:gpu:1")
+    assert pending.missing_gpu_type("5") == "", "an untyped GPU: any node's"
+
+
+def test_a_sweep_is_fitted_model_by_model_and_every_problem_says_the_fix():
+    ns = nodes("one_node_two_models.txt")
+    assert site.fit_problems(slurm(gpu_models=["fake", "h100"], mem_mb=512), ns, True) == []
+    problems = site.fit_problems(slurm(gpu_models=["fake", "b200"], mem_mb=512), ns, False)
+    assert len(problems) == 1 and problems[0].startswith("slurm.gpu_models: no node")
+    assert "'b200'" in problems[0] and "fix:" in problems[0]
+    for p in site.fit_problems(slurm(partition="gpu", cpus_per_task=65, mem_mb=600000,
+                                     runtime_min=721, gpu_model="a100"),
+                               nodes("cluster.txt"), True):
+        assert "fix: " in p, p
+
+
+def test_plan_exit_codes(tmp_path, cpu_config, monkeypatch):
+    """cudalab plan: 0 fits (or no sinfo to ask), 1 cannot fit, 2 invalid config."""
+    import yaml
+
+    from cudalab import cli
+
+    ok = tmp_path / "ok.yaml"
+    ok.write_text(yaml.safe_dump(cpu_config | {"slurm": {"cpus_per_task": 4, "mem_mb": 512}}))
+    big = tmp_path / "big.yaml"
+    big.write_text(yaml.safe_dump(cpu_config | {"slurm": {"cpus_per_task": 64}}))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("slurm: {cpus_per_task: -1}\n")
+    check_fit = site.check_fit
+    monkeypatch.setattr(site, "check_fit", lambda c, n=None: site.FitCheck(False, [], error="x"))
+    assert cli.main(["plan", str(big)]) == cli.PLAN_OK, "no sinfo answered: not checked"
+    monkeypatch.setattr(site, "check_fit",
+                        lambda c, n=None: check_fit(c, nodes("one_node_two_models.txt")))
+    assert cli.main(["plan", str(ok)]) == cli.PLAN_OK
+    assert cli.main(["plan", str(big)]) == cli.PLAN_DOES_NOT_FIT
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["plan", str(bad)])
+    assert exc.value.code == cli.PLAN_INVALID

@@ -178,3 +178,11 @@ def test_manifest_records_counts_and_seed(workdir):
     assert m["telemetry"]["nvidia_smi"] == "not applicable"
     df = pd.read_csv(workdir / "results" / "results.csv")
     assert df["config_hash"].notna().all()
+
+
+def test_a_dry_run_writes_nothing(workdir):
+    """Nothing is written while Snakemake parses the workflow: results/config.json and the
+    measure jobs' rerun records are written by the run itself (onstart, the jobs)."""
+    r = snakemake(workdir, "-n", "--configfile", "config.cpu.yaml")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert not (workdir / "results").exists()
