@@ -495,11 +495,21 @@ def write(checks: list[Check], need_gpu: bool, json_path: str | None, md_path: s
         Path(md_path).write_text(markdown(checks, line))
 
 
+def _gpu_config(cfg: Any, registry: dict[str, Any]) -> dict[str, Any]:
+    """A config of the first experiment whose default grid runs on the GPU."""
+    for name, exp in registry.items():
+        config = cfg.validate({"experiments": {name: {}}})
+        if any(p.gpu for p in exp.grid(config)):
+            return config
+    return cfg.validate({"experiments": {next(iter(registry)): {}}})
+
+
 def cmd_doctor(a: argparse.Namespace) -> int:
     from cudalab import config as cfg
+    from cudalab.experiments import REGISTRY
     from cudalab.site import needs_gpu
 
-    config = cfg.validate({"experiments": {"matmul": {}}})  # no config: a GPU experiment
+    config = _gpu_config(cfg, REGISTRY)  # no config given: as for an experiment on the GPU
     if a.config and Path(a.config).is_file():
         try:
             config = cfg.load(a.config)
@@ -508,7 +518,8 @@ def cmd_doctor(a: argparse.Namespace) -> int:
             return 2
     modules = a.modules if a.modules is not None else config["slurm"]["modules"]
     need_gpu = needs_gpu(config) if a.need_gpu is None else a.need_gpu == "yes"
-    need_nvcc = (need_gpu or "static_analysis" in cfg.enabled_experiments(config)
+    need_nvcc = (need_gpu or any(REGISTRY[e].needs_nvcc
+                                 for e in cfg.enabled_experiments(config))
                  if a.need_nvcc is None else a.need_nvcc == "yes")
     gpu_index = config["gpu_index"] if a.gpu_index is None else a.gpu_index
     checks = run_checks(modules, need_gpu, need_nvcc, gpu_index)

@@ -287,6 +287,8 @@ class Experiment:
     # Seconds one point takes where it is not timed under the harness's budget (a compile);
     # None: a timed point (the plan's estimate counts the measurement settings).
     point_cost_s: float | None = None
+    # Whether its jobs run nvcc themselves, GPU or not (the doctor checks the toolkit).
+    needs_nvcc: bool = False
     # Whether GB/s and GFLOP/s of this experiment's GPU points are shown as % of the device's
     # theoretical DRAM bandwidth and FP32 peak (results: pct_peak_gbps, pct_peak_gflops).
     # False where the bytes do not go through device memory alone (PCIe copies).

@@ -76,7 +76,7 @@ rule doctor:
         modules=_SLURM["modules"],  # a list: `:q` quotes each name
         # what the grid needs (a sweep's CPU-only grid asks for the model's GPU, needs none)
         need_gpu="yes" if ANY_GPU else "no",
-        need_nvcc="yes" if ANY_GPU or "static_analysis" in EXPERIMENTS else "no",
+        need_nvcc="yes" if ANY_GPU or any(REGISTRY[e].needs_nvcc for e in EXPERIMENTS) else "no",
         gpu_index=config["gpu_index"],
         table=DOCTOR_TABLE,
         table_json=DOCTOR_TABLE.replace(".md", ".json"),
@@ -97,3 +97,16 @@ rule doctor:
         " --need-nvcc {params.need_nvcc} --gpu-index {params.gpu_index} {REQUIRE_MODULES}"
         " --gate slurm --md {params.table:q} --json {params.table_json:q} > {log:q} 2>&1"
         " && touch {output:q}"
+
+
+localrules:
+    doctors,
+
+
+# `snakemake --profile slurm doctors`: only the doctors' jobs (their tables), nothing measured.
+# It removes their flags: the next run must check again before it measures.
+rule doctors:
+    input:
+        [f"{RESULTS}/doctor/{t}.ok" for t in DOCTOR_TAGS],
+    shell:
+        "rm -f {input:q}; echo 'cudalab: the doctors table(s): {RESULTS}/doctor/'"

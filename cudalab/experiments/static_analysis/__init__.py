@@ -131,6 +131,7 @@ class StaticAnalysis(Experiment):
     # no timing: 0.3-0.4 s per nvcc run on 2 cores, about one run per two points (a file's
     # kernels share its compile)
     point_cost_s = 0.25
+    needs_nvcc = True
     figures = {
         "occupancy": "Theoretical occupancy against block size of every kernel (and compile "
         "variant) for the newest analysed architecture, from ptxas' registers and shared "
