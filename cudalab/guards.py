@@ -40,15 +40,16 @@ _MALFORMED = (TypeError, ValueError, KeyError, IndexError, AttributeError, ZeroD
 def cross_field_problems(config: dict[str, Any], schema_failed: bool,
                          notes: list[str] | None = None) -> list[str]:
     notes = [] if notes is None else notes
+    grids = _grids(config)  # expanded once: a long grid is the costly part of validation
     rules: list[Callable[[], list[str]]] = [
         lambda: _strings(config),
         lambda: _samples(config),
         lambda: _constraint(config),
         lambda: _profile(config),
         lambda: _baselines(config),
-        lambda: _experiment_rules(config, schema_failed),
+        lambda: _experiment_rules(config, schema_failed, grids),
         lambda: _toolkit(config, notes),
-        lambda: _sizes(config, notes),
+        lambda: _sizes(config, notes, grids),
     ]
     msgs: list[str] = []
     for rule in rules:
@@ -183,13 +184,13 @@ def _grids(config: dict[str, Any]) -> dict[str, list[Point]]:
     return grids
 
 
-def _experiment_rules(config: dict[str, Any], schema_failed: bool) -> list[str]:
+def _experiment_rules(config: dict[str, Any], schema_failed: bool,
+                      grids: dict[str, list[Point]]) -> list[str]:
     """Each experiment's check_config, then: no two grid points alike (e.g. matmul sizes
     256 and [256, 256, 256])."""
     from cudalab.experiments import REGISTRY
 
     msgs = []
-    grids = _grids(config)
     for name, block in _blocks(config).items():
         try:
             msgs += [f"experiments.{name}.{m}" for m in REGISTRY[name].check_config(block)]
@@ -200,12 +201,19 @@ def _experiment_rules(config: dict[str, Any], schema_failed: bool) -> list[str]:
             msgs.append(f"experiments.{name}: the grid has 0 points (no combination of its "
                         f"axes and variants gives a point), so nothing would run; add values "
                         f"to its lists, or set `enabled: false`")
+        if len(grids.get(name, [])) > _max_points(config):
+            continue  # refused for its size (_sizes): naming its repeats would be noise
         counts = Counter(p.point_id for p in grids.get(name, []))
         dups = sorted(i for i, c in counts.items() if c > 1)
         if dups:
             msgs.append(f"experiments.{name}: the grid has the same point more than once "
                         f"({', '.join(dups[:5])}); list each size/value once")
     return msgs
+
+
+def _max_points(config: dict[str, Any]) -> int:
+    limit = config.get("max_points", 5000)
+    return limit if isinstance(limit, int) else 5000
 
 
 # -- the toolkit ---------------------------------------------------------------------------
@@ -240,13 +248,13 @@ def _toolkit(config: dict[str, Any], notes: list[str]) -> list[str]:
 
 
 # -- size guards -----------------------------------------------------------------------------
-def _sizes(config: dict[str, Any], notes: list[str]) -> list[str]:
+def _sizes(config: dict[str, Any], notes: list[str], grids: dict[str, list[Point]]
+           ) -> list[str]:
     """Refuse a grid above max_points, and points that cannot fit the GPU's memory."""
     from cudalab.experiments import REGISTRY
 
-    grids = _grids(config)
     total = sum(len(g) for g in grids.values())
-    limit = config.get("max_points", 5000)
+    limit = _max_points(config)
     msgs = []
     if isinstance(limit, int) and total > limit:
         per = ", ".join(f"{n} {len(g)}" for n, g in grids.items())

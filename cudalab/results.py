@@ -128,6 +128,9 @@ COLUMNS: dict[str, tuple[str, str]] = {
 CEILING_COLUMNS = ("peak_fp32_gflops", "ceil_dram_gbps", "ceil_l2_gbps", "ceil_smem_gbps",
                    "ceil_fp32_gflops", "l2_bytes", "working_set_bytes", "memory_level",
                    "pct_ceil_gbps", "pct_ceil_gflops", "suspect")
+# Columns a table written before them lacks: read back empty (an older reference stays
+# readable); every other column must be there.
+LATER_COLUMNS = (*CEILING_COLUMNS, "time_trial_spread", "cpu_threads", "blas")
 
 PROVENANCE_KEYS = [k for k in list(COLUMNS)[list(COLUMNS).index("gpu_name"):]]
 
@@ -486,7 +489,7 @@ def read_table(path: Path) -> pd.DataFrame:
                 "boolean"
             )
     missing = {c: pd.Series([None] * len(df), index=df.index, dtype="object").astype(
-        COLUMNS[c][0]) for c in CEILING_COLUMNS if c not in df}
+        COLUMNS[c][0]) for c in LATER_COLUMNS if c not in df}
     if missing:
         df = pd.concat([df, pd.DataFrame(missing, index=df.index)], axis=1)
     df["memory_level"] = df["memory_level"].fillna("")  # CSV writes '' as an empty cell

@@ -95,8 +95,12 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _clean_env() -> dict[str, str]:
-    """No PYTHONPATH: the venv must import its own copy, not the checkout's."""
-    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    """No PYTHONPATH: the venv must import its own copy, not the checkout's. No sinfo: the
+    plan is read away from any Slurm (a test cluster may be up, and its nodes too small)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PATH"] = os.pathsep.join(d for d in env.get("PATH", "").split(os.pathsep)
+                                  if not (Path(d) / "sinfo").exists())
+    return env
 
 
 def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
