@@ -22,6 +22,7 @@ rule all:
 
 
 onsuccess:
+    remove_doctor_flags()  # doctor.smk
     print(f"\ncudalab: report written to {Path(REPORT).resolve()}\n")
     # last: how to measure what a GPU-less run left out ('' when nothing was)
     for _folder in FOLDERS:
@@ -38,8 +39,7 @@ onerror:
 
     # the doctors' flags must not outlive a stopped run (Ctrl-C comes here too): the next
     # run checks the node again before its measure jobs
-    for _flag in doctor_flags():
-        _flag.unlink(missing_ok=True)
+    remove_doctor_flags()  # doctor.smk
 
     print("\n" + cudalab_failures.summary(log, Path(RESULTS) / "logs", _STARTED,
                                           Path(RESULTS) / "doctor", pending_cancelled()),

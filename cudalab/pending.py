@@ -151,6 +151,29 @@ class PendingWatch(threading.Thread):
         self.stopped.set()
 
 
+def wait_for_jobs(workdir: str, comment_prefix: str, timeout_s: float = 30,
+                  poll_s: float = 1) -> bool:
+    """Wait until none of the run's jobs whose comment starts with `comment_prefix` is in
+    squeue (pending, running or completing): a job cancelled by Ctrl-C may still be
+    writing its outputs. False when they are still there after timeout_s."""
+    import time
+
+    if shutil.which("squeue") is None:
+        return True
+    end = time.monotonic() + timeout_s
+    while True:
+        out = _run(["squeue", "--me", "-h", "-t", "PENDING,RUNNING,COMPLETING,CONFIGURING",
+                    "-o", FORMAT])
+        mine = [f for f in (line.strip().split("|") for line in out.splitlines())
+                if len(f) >= 5 and f[3].startswith(comment_prefix)
+                and os.path.realpath(f[4]) == os.path.realpath(workdir)]
+        if not mine:
+            return True
+        if time.monotonic() > end:
+            return False
+        time.sleep(poll_s)
+
+
 def start(workdir: str) -> PendingWatch | None:
     """Start watching (None where squeue is missing or CUDALAB_PENDING_POLL_S=0)."""
     if shutil.which("squeue") is None or POLL_S <= 0:

@@ -278,3 +278,16 @@ def test_plan_exit_codes(tmp_path, cpu_config, monkeypatch):
     with pytest.raises(SystemExit) as exc:
         cli.main(["plan", str(bad)])
     assert exc.value.code == cli.PLAN_INVALID
+
+
+def test_wait_for_jobs_waits_for_the_runs_doctor_jobs_only(tmp_path, monkeypatch):
+    wd = str(tmp_path)
+    answers = [f"31|RUNNING|None|rule_doctor_wildcards_doctor|{wd}\n"
+               f"32|RUNNING|None|rule_measure_wildcards_results_x|{wd}",
+               f"32|RUNNING|None|rule_measure_wildcards_results_x|{wd}\n"
+               f"33|RUNNING|None|rule_doctor_wildcards_doctor|/elsewhere"]
+    monkeypatch.setattr(pending.shutil, "which", lambda name: "/usr/bin/squeue")
+    monkeypatch.setattr(pending, "_run", lambda cmd: answers.pop(0))
+    assert pending.wait_for_jobs(wd, "rule_doctor", poll_s=0) and answers == []
+    monkeypatch.setattr(pending, "_run", lambda cmd: f"31|COMPLETING|None|rule_doctor|{wd}")
+    assert not pending.wait_for_jobs(wd, "rule_doctor", timeout_s=0, poll_s=0)

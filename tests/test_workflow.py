@@ -186,3 +186,19 @@ def test_a_dry_run_writes_nothing(workdir):
     r = snakemake(workdir, "-n", "--configfile", "config.cpu.yaml")
     assert r.returncode == 0, r.stderr[-3000:]
     assert not (workdir / "results").exists()
+
+
+def test_a_doctor_flag_left_by_a_killed_run_never_lets_measure_jobs_start_unchecked(workdir):
+    """Ctrl-C removes the doctor's flag (onerror); one a killed Snakemake left is removed at
+    the next start, which stops before any job, and the run after it checks again."""
+    r = snakemake(workdir, "results/raw/matmul/_manifest.json", "--configfile", "config.cpu.yaml")
+    assert r.returncode == 0, r.stderr[-3000:]
+    flag = workdir / "results" / "doctor" / "doctor.ok"
+    assert not flag.exists(), "temp(): removed once its measure job ended"
+    flag.touch()  # as a killed run leaves it
+    again = ("--configfile", "config.cpu.yaml", "--forcerun", "measure")
+    r = snakemake(workdir, *again)
+    assert r.returncode != 0 and "was left by a run that was killed" in r.stderr, r.stderr
+    assert not flag.exists()
+    r = snakemake(workdir, "-n", *again)
+    assert r.returncode == 0 and "rule doctor:" in r.stdout + r.stderr, r.stdout[-3000:]

@@ -50,9 +50,11 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def slurm_cluster(tmp_path_factory):
-    """Bring the one-node cluster up for the session; yields its state directory."""
+    """Bring the one-node cluster up for tests/slurm; yields its state directory. Down
+    again before the rest of the suite: a `sinfo` that answers changes what `cudalab plan`
+    says (and its exit code) in the tests that follow."""
     state = tmp_path_factory.mktemp("slurm-state")
 
     # 4 CPU slots even on a 2-core runner (oversubscribed) and 3 fake GPUs of 2 models: the three

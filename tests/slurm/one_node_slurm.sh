@@ -35,6 +35,11 @@ MARK="# written by cudalab tests/slurm/one_node_slurm.sh"
 HOST=$(hostname -s)
 NCPU=${SLURM_CPUS:-$(nproc)}
 GPU_TYPES=${FAKE_GPU_TYPES:-${FAKE_GPU_TYPE:-fake}:${FAKE_GPUS:-2}}
+# GPU_FILES="h100:/dev/nvidia0 /dev/nvidia1": real GPUs of one type (tools/gpu_slurm.sh)
+if [ -n "${GPU_FILES:-}" ]; then
+  read -ra REAL <<< "${GPU_FILES#*:}"
+  GPU_TYPES="${GPU_FILES%%:*}:${#REAL[@]}"
+fi
 NGPU=0; GRES_NODE=""; GRES_LINES=""
 for tc in ${GPU_TYPES//,/ }; do   # type:count -> one fake device file per GPU
   t=${tc%%:*}; c=${tc##*:}
@@ -80,7 +85,7 @@ up() {
 
   mkdir -p "$S"/{run,log,state/ctld,state/d,dev} /etc/slurm
   for i in $(seq 0 $((NGPU - 1))); do
-    [ -e "$S/dev/gpu$i" ] || mknod -m 666 "$S/dev/gpu$i" c 1 3
+    [ -n "${GPU_FILES:-}" ] || [ -e "$S/dev/gpu$i" ] || mknod -m 666 "$S/dev/gpu$i" c 1 3
   done
 
   cat > "$CONF" <<CONF
@@ -121,6 +126,10 @@ CONF
     while read -r t lo hi; do
       [ -n "$t" ] || continue
       f=$S/dev/gpu$lo; [ "$lo" = "$hi" ] || f="$S/dev/gpu[$lo-$hi]"
+      if [ -n "${GPU_FILES:-}" ]; then  # one line per real device
+        for f in "${REAL[@]}"; do echo "NodeName=$HOST Name=gpu Type=$t File=$f"; done
+        continue
+      fi
       echo "NodeName=$HOST Name=gpu Type=$t File=$f"
     done <<< "$GRES_LINES"
   } > "$GRES"

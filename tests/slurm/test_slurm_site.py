@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -172,9 +173,10 @@ def test_a_job_pending_for_ever_is_cancelled_with_its_reason(site_runs):
     assert "Slurm request (sinfo): fits partition 'gpu'" in out.log, "the config itself fits"
     line = next((x for x in out.log.splitlines() if x.startswith("cudalab: cancelled Slurm")),
                 "")
-    assert "(rule_doctor_wildcards_doctor): PENDING with reason PartitionTimeLimit" in line, \
-        out.log
-    assert "never clears" in line and "runtime_min" in line, line
+    # Slurm names the time limit, or (seen on a busy node) the partition's limits at large
+    assert re.search(r"\(rule_doctor_wildcards_doctor\): PENDING with reason "
+                     r"(PartitionTimeLimit|PartitionConfig), which never clears", line), out.log
+    assert "Fix the slurm: block" in line, line
     assert submitted(out.log, "measure") == [], "nothing after the doctor"
     # the reason again at the end, beside the failed job
     assert out.log.count(line) == 2 and "cudalab: 1 job(s) failed: doctor" in out.log, out.log

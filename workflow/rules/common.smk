@@ -4,6 +4,7 @@ import re
 import shlex
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 from snakemake.exceptions import WorkflowError
 from snakemake.settings.types import DeploymentMethod
@@ -147,27 +148,42 @@ def _write_config_json():
         path.write_text(text)
 
 
-def _slurm_jobs():
-    """(name, GPU request) of every job this run submits with sbatch (Snakemake's own DAG:
-    the doctors included, --forcerun and reruns foreseen), and the measure jobs not rerun."""
-    jobs = [j for j in workflow.dag.needrun_jobs() if not j.is_local]
+def jobs_to_run():
+    """(experiment, folder) of the measure jobs this run starts, from the config and what
+    is on disk (the project reads no Snakemake internals): no manifest, one written under
+    other settings (the fingerprint param), or a finished job that must run again
+    (rerun_token). --forcerun is not foreseen."""
     out = []
-    for j in sorted(jobs, key=lambda j: (j.rule.name != "doctor", str(j.wildcards))):
-        w = j.wildcards
-        name = (j.rule.name if "experiment" not in w.keys()
-                else job_label(w.experiment, w.folder))
-        if j.rule.name == "doctor" and "tag" in w.keys() and w.tag != "doctor":
-            name = w.tag
-        gpu, model = j.resources.get("gpu", 0), j.resources.get("gpu_model", "")
-        out.append((name, (f"--gpus={model}:{gpu}" if model else f"--gpus={gpu}") if gpu
-                    else ""))
-    measured = len(measure_jobs()) - sum(j.rule.name == "measure" for j in jobs)
-    return out, measured
+    for e, folder in measure_jobs():
+        m = cudalab_runner.results.read_json(Path(folder, "raw", e, "_manifest.json"))
+        if (m is None or m.get("fingerprint", measure_fingerprint(e)) != measure_fingerprint(e)
+                or cudalab_runner.rerun_reasons(Path(folder), e)):
+            out.append((e, folder))
+    return out
+
+
+def _slurm_jobs():
+    """(name, GPU request) of every job this run submits with sbatch, the doctors first
+    (one per folder that has a measure job to run), and the measure jobs not rerun."""
+    todo = jobs_to_run()
+    folders = [f for f in FOLDERS if any(f == folder for _, folder in todo)]
+    out = []
+    for f in folders if SLURM["doctor"] else []:
+        w = SimpleNamespace(tag=cudalab_sweep.doctor_tag(f, RESULTS))  # as the wildcards
+        out.append((w.tag, _gpu_flag(doctor_gpus(w), doctor_model(w))))
+    for e, f in todo:
+        w = SimpleNamespace(folder=f, experiment=e)
+        out.append((job_label(e, f), _gpu_flag(gpu_count(w), gpu_model(w))))
+    return out, len(measure_jobs()) - len(todo)
+
+
+def _gpu_flag(gpus, model):
+    return (f"--gpus={model}:{gpus}" if model else f"--gpus={gpus}") if gpus else ""
 
 
 onstart:
     _write_config_json()
-    drop_leftover_doctor_flags(workflow.dag)  # doctor.smk
+    drop_leftover_doctor_flags()  # doctor.smk
     # Under Slurm: never submit what cannot start, say how many sbatch jobs this run submits
     # and watch them for a PENDING reason that never clears (doctor.smk).
     if workflow.executor_plugin is not None and workflow.executor_plugin.name == "slurm":

@@ -48,20 +48,28 @@ def doctor_flags():
     return sorted(Path(RESULTS, "doctor").glob("*.ok"))
 
 
-def drop_leftover_doctor_flags(dag):
-    """In onstart: a flag left from a stopped run must not let measure jobs start
-    unchecked. Ctrl-C removes it (onerror); one left by a killed run (SIGKILL, a lost
-    node) is removed here, and the run stops if measure jobs would use it."""
+def drop_leftover_doctor_flags():
+    """In onstart: a flag left from a stopped run must not let measure jobs start unchecked.
+    onerror removes them (Ctrl-C too, once the run's doctor jobs have ended); one left by a
+    killed Snakemake is removed here, and the run stops before any job (Snakemake has
+    planned the run by now: the doctor can no longer be added to it)."""
     left = doctor_flags()
     for p in left:
         p.unlink()
-    jobs = list(dag.needrun_jobs())
-    if left and any(j.rule.name == "measure" for j in jobs) \
-            and not any(j.rule.name == "doctor" for j in jobs):
+    if left:  # jobs are about to start, and a measure job among them would skip its doctor
         raise WorkflowError(
             f"cudalab: {', '.join(map(str, left))} was left by a run that was killed, so the "
             "doctor would not run before the measure jobs; it is removed now: run the same "
             "command again (the doctor then runs first)")
+
+
+def remove_doctor_flags():
+    """In onerror and onsuccess: no flag outlives a run. Under Slurm a doctor job cancelled
+    by Ctrl-C may still write its flag as it ends: wait for the run's doctor jobs first."""
+    if workflow.executor_plugin is not None and workflow.executor_plugin.name == "slurm":
+        cudalab_pending.wait_for_jobs(os.getcwd(), "rule_doctor")
+    for flag in doctor_flags():
+        flag.unlink(missing_ok=True)
 
 
 def pending_cancelled():
@@ -98,15 +106,3 @@ rule doctor:
         " --gate slurm --md {params.table:q} --json {params.table_json:q} > {log:q} 2>&1"
         " && touch {output:q}"
 
-
-localrules:
-    doctors,
-
-
-# `snakemake --profile slurm doctors`: only the doctors' jobs (their tables), nothing measured.
-# It removes their flags: the next run must check again before it measures.
-rule doctors:
-    input:
-        [f"{RESULTS}/doctor/{t}.ok" for t in DOCTOR_TAGS],
-    shell:
-        "rm -f {input:q}; echo 'cudalab: the doctors table(s): {RESULTS}/doctor/'"

@@ -26,7 +26,7 @@ rule measure:
     params:
         fingerprint=lambda w: measure_fingerprint(w.experiment),
         # changes when the finished job must run again (common.smk: rerun_token)
-        rerun=lambda w: rerun_token(w.folder, w.experiment),
+        token=lambda w: rerun_token(w.folder, w.experiment),
         marker=lambda w: f"{w.folder}/raw/{w.experiment}/{cudalab_runner.RERUN_MARKER}",
     log:
         "{folder}/logs/measure_{experiment}.log",
@@ -45,7 +45,8 @@ rule measure:
     # MODULES_GUARD (common.smk) fails the job when a module did not load. On failure the
     # log's last lines go to Snakemake's output (and the Slurm log) too.
     shell:
-        "{{ {MODULES_GUARD}{CUDALAB} measure {wildcards.experiment:q} --config {CONFIG_JSON:q}"
+        "{{ {MODULES_GUARD}"
+        "{CUDALAB} measure {wildcards.experiment:q} --config {CONFIG_JSON:q}"
         " --results {wildcards.folder:q}; }} > {log:q} 2>&1"
-        " && printf '%s\\n' {params.rerun:q} > {params.marker:q}"
+        " && printf '%s\\n' {params.token:q} > {params.marker:q}"
         " || {{ rc=$?; tail -n 5 {log:q} >&2; exit $rc; }}"
