@@ -90,7 +90,8 @@ EOF
   echo "gpu_slurm: snakemake exit $rc after $(( $(date +%s) - t0 )) s"
   grep -E '^cudalab|submitted with SLURM jobid' "$wd/snakemake.log" || true
   squeue -h -t all -o '%i %j %k %T %b' || true
-  python3 - "$wd" <<'EOF'
+  cat "$wd"/results/doctor/*.md 2>/dev/null | head -30 || true
+  python3 - "$wd" <<'EOF' || rc=1
 import pathlib, sys
 import pandas as pd
 wd = pathlib.Path(sys.argv[1])
