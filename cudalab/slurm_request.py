@@ -36,7 +36,6 @@ def resources(slurm: dict[str, Any], gpu: Value, gpu_model: Value | None = None,
     return out
 
 
-
 def modules_guard(modules: list[str]) -> str:
     """Shell put before a job's command: it fails (status 1, a message naming the module on
     stderr) unless every module is loaded, i.e. in LOADEDMODULES (Lmod and Environment
