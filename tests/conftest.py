@@ -24,14 +24,7 @@ def _gpu_available() -> tuple[bool, str]:
         return False, f"no usable CUDA GPU ({type(exc).__name__}: {exc})"
 
 
-SLURM_DIR = ROOT / "tests" / "slurm"
-
-
 def pytest_collection_modifyitems(config, items):
-    # The Slurm tests last: their test cluster may still answer `sinfo` until the session
-    # ends (a fixture of a folder without __init__.py lives as long as the session), and a
-    # `sinfo` that answers changes what `cudalab plan` says in any test after them.
-    items.sort(key=lambda item: Path(str(item.fspath)).is_relative_to(SLURM_DIR))
     if not any("gpu" in item.keywords for item in items):
         return
     ok, why = _gpu_available()

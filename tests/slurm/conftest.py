@@ -72,10 +72,30 @@ def slurm_cluster(tmp_path_factory):
         down = script("down")
         pytest.fail(f"one_node_slurm.sh up failed (rc {up.returncode}):\n{up.stdout}\n"
                     f"{up.stderr}\n-- down --\n{down.stdout}{down.stderr}")
-    try:
-        yield state
-    finally:
+    def stop() -> None:
         down = script("down")
         assert down.returncode == 0, f"one_node_slurm.sh down failed:\n{down.stderr}"
         for pidfile in ("slurmctld.pid", "slurmd.pid"):
             assert not (state / "run" / pidfile).exists(), f"{pidfile} left behind"
+
+    _STOP.append(stop)
+    try:
+        yield state
+    finally:
+        _stop_cluster()
+
+
+# The cluster's `down`, while it is up. A "package" fixture of a folder without __init__.py
+# lives until the session ends, so the cluster also goes down after the last test of this
+# folder (pytest_runtest_teardown): tests that run after it must not see a `sinfo` answer.
+_STOP: list = []
+
+
+def _stop_cluster() -> None:
+    while _STOP:
+        _STOP.pop()()
+
+
+def pytest_runtest_teardown(item, nextitem):
+    if nextitem is None or HERE not in Path(str(nextitem.fspath)).parents:
+        _stop_cluster()
