@@ -224,13 +224,20 @@ def run_experiment(config: dict[str, Any], name: str, results_dir: Path) -> dict
     return _write_manifest(job, t_job)
 
 
+def _usable_cores() -> int:
+    """The cores this process may run on (its Slurm allocation or CPU set; macOS has no
+    affinity call: all cores)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity else (os.cpu_count() or 1)
+
+
 @contextlib.contextmanager
 def cpu_threads(job: Job) -> Iterator[None]:
     """The job's CPU work runs with measurement.cpu_threads BLAS/OpenMP threads (0: the
     cores this process may use: under Snakemake and Slurm its allocation), recorded in the
     job's provenance with the BLAS library; without threadpoolctl the BLAS keeps its own
     count, which is recorded as unknown."""
-    want = job.config["measurement"].get("cpu_threads") or len(os.sched_getaffinity(0))
+    want = job.config["measurement"].get("cpu_threads") or _usable_cores()
     try:
         from threadpoolctl import threadpool_info, threadpool_limits
     except ImportError:
