@@ -206,3 +206,19 @@ def test_the_job_cache_keeps_one_value_per_slot_and_leaves_other_slots_alone():
     assert first["dev"].freed == 1 and second["dev"].freed == 0  # the old size is freed
     assert ("n", 1) not in cache and cache["driver"] is kept and cache[("out", 1)] is out
     assert out[0].freed == 0  # another slot: untouched
+
+
+def test_cpu_threads_are_set_for_the_job_and_recorded(counting, tmp_path):
+    """measurement.cpu_threads limits the BLAS threads of the job's CPU work (threadpoolctl)
+    and is recorded with the BLAS library; 0 means the cores the job may use."""
+    pytest.importorskip("threadpoolctl")
+    runner.run_experiment(_config({"min_samples": 3, "budget_s": 0.01, "trials": 1,
+                                   "cpu_threads": 1}), "counting", tmp_path)
+    rec = next(iter(results.iter_records(tmp_path / "raw")))
+    assert rec["provenance"]["cpu_threads"] == 1
+    assert "(1 threads)" in rec["provenance"]["blas"]
+    row = results.build_table([rec]).iloc[0]
+    assert row["cpu_threads"] == 1
+    runner.run_experiment(_config(), "counting", tmp_path / "all")
+    rec = next(iter(results.iter_records(tmp_path / "all" / "raw")))
+    assert rec["provenance"]["cpu_threads"] == runner._usable_cores()
