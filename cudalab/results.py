@@ -113,6 +113,9 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "cpu_model": ("string", "host CPU"),
     "cpu_threads": ("Int64", "BLAS/OpenMP threads of the job's CPU work (measurement.cpu_threads)"),
     "blas": ("string", "the BLAS library numpy used, its version and thread count"),
+    "python_executable": ("string", "the interpreter that measured (the one running Snakemake)"),
+    "loaded_modules": ("string", "environment modules loaded in the job (LOADEDMODULES)"),
+    "nvcc_path": ("string", "the nvcc on the job's PATH"),
     "slurm_job_id": ("string", "Slurm job id (empty outside Slurm)"),
     "slurm_node": ("string", "Slurm node"),
     "slurm_partition": ("string", "Slurm partition"),
@@ -130,7 +133,8 @@ CEILING_COLUMNS = ("peak_fp32_gflops", "ceil_dram_gbps", "ceil_l2_gbps", "ceil_s
                    "pct_ceil_gbps", "pct_ceil_gflops", "suspect")
 # Columns a table written before them lacks: read back empty (an older reference stays
 # readable); every other column must be there.
-LATER_COLUMNS = (*CEILING_COLUMNS, "time_trial_spread", "cpu_threads", "blas")
+LATER_COLUMNS = (*CEILING_COLUMNS, "time_trial_spread", "cpu_threads", "blas",
+                 "python_executable", "loaded_modules", "nvcc_path")
 
 PROVENANCE_KEYS = [k for k in list(COLUMNS)[list(COLUMNS).index("gpu_name"):]]
 

@@ -219,6 +219,8 @@ def test_cpu_threads_are_set_for_the_job_and_recorded(counting, tmp_path):
     assert "(1 threads)" in rec["provenance"]["blas"]
     row = results.build_table([rec]).iloc[0]
     assert row["cpu_threads"] == 1
+    # the interpreter that measured, a table column like the rest of the provenance
+    assert row["python_executable"] == sys.executable
     runner.run_experiment(_config(), "counting", tmp_path / "all")
     rec = next(iter(results.iter_records(tmp_path / "all" / "raw")))
     assert rec["provenance"]["cpu_threads"] == runner._usable_cores()
