@@ -1,0 +1,169 @@
+"""Compiling a submission: nvcc's diagnostics with file and line, the kernel's signature
+read back from the PTX, and static analysis (registers, shared memory, spills, occupancy at
+the slot's block size) from ptxas -v through the static_analysis experiment's parser and
+cudalab's occupancy calculator.
+
+The file is compiled alone, in a fresh temporary folder, with no include path, to a cubin
+for one architecture; the judge loads that cubin and never compiles anything itself.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cudalab import occupancy as occ
+from cudalab.exercises.catalog import Exercise
+from cudalab.experiments import static_analysis as sa
+
+COMPILE_TIMEOUT_S = 120
+DEFAULT_ARCH = "sm_90"
+_SAFE_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\.cu")
+_DIAG = re.compile(r"^(?P<file>[^\s()][^()]*)\((?P<line>\d+)\): (?P<sev>error|warning|remark)"
+                   r"(?: #[\w-]+)?: (?P<msg>.*)$")
+_PTXAS = re.compile(r"^ptxas (?P<sev>error|warning|fatal)\s*: (?P<msg>.*)$")
+_PARAMS = re.compile(r"\.param\s+\.(\w+)")
+
+
+@dataclass
+class Diagnostic:
+    file: str
+    line: int  # 0: no line (ptxas, the linker)
+    severity: str
+    message: str
+    source: str = ""  # the submission's line, where it has one
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Build:
+    ok: bool
+    arch: str
+    file: str  # the name nvcc's messages use
+    cubin: bytes = b""
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    problem: str = ""  # why the build cannot be judged, though nvcc succeeded
+    usage: dict[str, Any] = field(default_factory=dict)  # registers, smem, occupancy
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        del d["cubin"]
+        return d
+
+
+def display_name(path: Path) -> str:
+    """The file name nvcc sees: the submission's own, where it is a plain name."""
+    return path.name if _SAFE_FILE.fullmatch(path.name) else "submission.cu"
+
+
+def nvcc_command(nvcc: str, ex: Exercise, name: str, arch: str, out: str,
+                 keep_dir: str) -> list[str]:
+    defines = [f"-D{k}={v}" for k, v in sorted(ex.defines.items())]
+    return [nvcc, "-cubin", *sa.BASE_OPTIONS, f"-arch={arch}", "-Xptxas", "-v", "-keep",
+            "-keep-dir", keep_dir, *defines, name, "-o", out]
+
+
+def compile_submission(text: str, ex: Exercise, name: str = "submission.cu",
+                       arch: str = DEFAULT_ARCH, nvcc: str | None = None) -> Build:
+    """Compile `text` for `arch`: the cubin, nvcc's diagnostics, and the slot checks."""
+    nvcc = nvcc or sa.find_nvcc()
+    if nvcc is None:
+        return Build(False, arch, name, problem="nvcc not found: install the CUDA toolkit "
+                     "(or put its bin/ on PATH) to compile exercises")
+    with tempfile.TemporaryDirectory(prefix="cudalab-ex-") as tmp:
+        (Path(tmp) / name).write_text(text)
+        cmd = nvcc_command(nvcc, ex, name, arch, "k.cubin", ".")
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp,
+                                 timeout=COMPILE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return Build(False, arch, name, problem=f"nvcc took longer than "
+                         f"{COMPILE_TIMEOUT_S} s on this file")
+        log = out.stdout + out.stderr
+        diags = parse_diagnostics(log, text)
+        if out.returncode != 0:
+            if not any(d.severity in ("error", "fatal") for d in diags):
+                tail = " | ".join(log.strip().splitlines()[-3:])
+                diags.append(Diagnostic(name, 0, "error", tail or f"nvcc exit {out.returncode}"))
+            return Build(False, arch, name, diagnostics=diags)
+        ptx = "".join(p.read_text() for p in Path(tmp).glob("*.ptx"))
+        cubin = (Path(tmp) / "k.cubin").read_bytes()
+    build = Build(True, arch, name, cubin, diags)
+    build.problem = signature_problem(ex, ptx, log)
+    if not build.problem:
+        build.usage = static_usage(ex, log, ptx, arch)
+        build.problem = build.usage.pop("problem", "")
+    build.ok = not build.problem
+    return build
+
+
+def parse_diagnostics(log: str, text: str) -> list[Diagnostic]:
+    """nvcc's and ptxas' errors and warnings, each with the submission's line."""
+    lines = text.splitlines()
+    out = []
+    for raw in log.splitlines():
+        m = _DIAG.match(raw.strip())
+        if m:
+            ln = int(m.group("line"))
+            src = lines[ln - 1].strip() if 0 < ln <= len(lines) else ""
+            out.append(Diagnostic(m.group("file"), ln, m.group("sev"), m.group("msg"), src))
+            continue
+        m = _PTXAS.match(raw.strip())
+        if m:
+            out.append(Diagnostic("ptxas", 0, "error" if m.group("sev") == "fatal"
+                                  else m.group("sev"), m.group("msg")))
+    return out
+
+
+def ptx_params(ptx: str, kernel: str) -> list[str] | None:
+    """The PTX types of an entry's parameters (u64 for a pointer, u32 for an int), or None
+    where the PTX has no entry of that name."""
+    m = re.search(rf"\.entry\s+{re.escape(kernel)}\s*\(([^)]*)\)", ptx)
+    return None if m is None else _PARAMS.findall(m.group(1))
+
+
+def signature_problem(ex: Exercise, ptx: str, log: str) -> str:
+    """'' where the slot's kernel is there with the slot's parameters, else what is wrong."""
+    params = ptx_params(ptx, ex.kernel)
+    if params is None:
+        report = sa.parse_ptxas(log)
+        if sa.find_kernel(report, ex.kernel) is not None:
+            return (f"kernel {ex.kernel} is compiled as C++ (its name is mangled): declare "
+                    f"it extern \"C\" as in the starter: {ex.signature}")
+        found = ", ".join(sorted(report)) or "none"
+        return (f"no kernel called {ex.kernel} (kernels found: {found}); keep the starter's "
+                f"signature: {ex.signature}")
+    if tuple(params) != ex.params:
+        return (f"{ex.kernel} takes ({', '.join(params)}) in PTX, the slot passes "
+                f"({', '.join(ex.params)}): keep the signature {ex.signature}")
+    return ""
+
+
+def static_usage(ex: Exercise, log: str, ptx: str, arch: str) -> dict[str, Any]:
+    """Registers, shared memory, spills (ptxas) and occupancy at the slot's block size."""
+    from cudalab.exercises.slots import block_threads
+
+    usage = sa.find_kernel(sa.parse_ptxas(log), ex.kernel) or {}
+    bound = sa.parse_maxntid(ptx).get(ex.kernel, 0)
+    threads = block_threads(ex, ex.class_size)
+    out: dict[str, Any] = {
+        "registers": usage.get("registers", 0), "smem_static": usage.get("smem_static", 0),
+        "spill_stores": usage.get("spill_stores", 0), "spill_loads": usage.get("spill_loads", 0),
+        "stack": usage.get("stack", 0), "launch_bounds": bound, "threads": threads,
+    }
+    if bound and threads > bound:
+        out["problem"] = (f"__launch_bounds__({bound}) is below the slot's {threads} threads "
+                          "a block: the launch would fail")
+        return out
+    o = occ.occupancy(arch, threads, out["registers"], out["smem_static"],
+                      barriers=usage.get("barriers", 1))
+    out |= {"occupancy": o.occupancy, "limiter": o.limiter, "active_blocks": o.active_blocks}
+    if not o.launchable:
+        out["problem"] = f"no block of {threads} threads fits an SM: {o.reason}"
+    return out
