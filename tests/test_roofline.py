@@ -118,9 +118,9 @@ def test_figure_places_every_point_on_its_panel(ceilings):
         assert "FLOP/byte" in roof.get_xlabel() and "GFLOP/s" in roof.get_ylabel()
         labels = [t.get_text() for t in roof.get_legend().get_texts()]
         assert "FP32 theoretical: 66.9 TFLOP/s" in labels
-        assert "DRAM theoretical: 3,352 GB/s" in labels
-        assert ("DRAM measured: 3,000 GB/s" in labels) is ceilings
-        assert ("L2 measured: 9,000 GB/s" in labels) is ceilings
+        assert "DRAM theoretical: 3.35 TB/s" in labels
+        assert ("DRAM measured: 3.00 TB/s" in labels) is ceilings
+        assert ("L2 measured: 9.00 TB/s" in labels) is ceilings
         assert ("FP32 measured: 60.0 TFLOP/s" in labels) is ceilings
         bw_y = sorted(float(y) for c in bw.collections for _, y in c.get_offsets())
         assert pytest.approx(2400.0, rel=1e-6) in bw_y
@@ -134,8 +134,8 @@ def test_measured_roof_lines_are_solid_theoretical_dashed():
     fig = roofline.draw(synthetic(ceilings=True))
     try:
         styles = {ln.get_label(): ln.get_linestyle() for ln in fig.axes[0].get_lines()}
-        assert styles["DRAM measured: 3,000 GB/s"] == "-"
-        assert styles["DRAM theoretical: 3,352 GB/s"] == "--"
+        assert styles["DRAM measured: 3.00 TB/s"] == "-"
+        assert styles["DRAM theoretical: 3.35 TB/s"] == "--"
         # the DRAM slope bends into the FP32 roof at the ridge point
         ln = next(x for x in fig.axes[0].get_lines() if x.get_label().startswith("DRAM meas"))
         xs, ys = ln.get_data()
@@ -222,7 +222,7 @@ def test_suspect_new_table_compares_each_point_with_its_level():
     bad = d[d["suspect"]]
     # hot L2 transpose at 3,800 < 9,000 GB/s is fine; the cold one is above DRAM's 3,000
     assert list(bad["harness"]) == [COLD]
-    assert "of the measured DRAM ceiling 3,000 GB/s" in bad["suspect_why"].iloc[0]
+    assert "of the measured DRAM ceiling 3.00 TB/s" in bad["suspect_why"].iloc[0]
 
 
 def test_a_suspect_flag_of_the_table_is_kept_even_without_a_reason_here():
