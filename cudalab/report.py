@@ -12,10 +12,11 @@ from typing import Any
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from cudalab import explain, fmt, results, roofline, timing_report
+from cudalab import claims, explain, fmt, results, roofline, timing_report
 from cudalab.compare import report_context as compare_context
 from cudalab.embed import data_uri
 from cudalab.experiments import REGISTRY
+from cudalab.experiments.lesson import State
 from cudalab.resources import TEMPLATES_DIR as TEMPLATES
 
 # The columns every experiment's results table shows (after its parameters); m_ metric
@@ -32,6 +33,12 @@ HEADERS = {"time_median_s": "median time", "spread": "spread (IQR · CV)",
            "memory_level": "level", "pct_peak_gbps": "% DRAM peak",
            "pct_ceil_gbps": "% ceiling of level", "raw": "raw record"}
 SUSPECT_MARK = "⚠"  # beside a speed above the ceiling it is compared with
+# How a claim's state reads: its mark, and the CSS class that colours it.
+STATE_MARK = {State.SEEN.value: "✔ seen", State.NOT_SEEN.value: "✘ not seen",
+              State.NOT_MEASURED.value: "– not measured",
+              State.NOT_APPLICABLE.value: "– not applicable"}
+STATE_CLASS = {State.SEEN.value: "pass", State.NOT_SEEN.value: "fail",
+               State.NOT_MEASURED.value: "unknown", State.NOT_APPLICABLE.value: "unknown"}
 
 
 def _fmt(v: Any) -> str:
@@ -166,15 +173,15 @@ def _section(name: str, exp: Any, sub: pd.DataFrame, figures_dir: Path, max_rows
     and L2 size the explanations read)."""
     not_ok = sub[sub["status"] != "ok"]
     cols = _param_cols(sub) + TABLE_COLS + _metric_cols(sub)
-    expectations = exp.expectations(sub)
     summary = exp.summary_table(sub)
-    claims = explain.check_caption(name, exp.caption, df)
+    judged = claims.evaluate(name, df)
     return {
         "name": name, "title": exp.title, "caption": exp.caption,
         "figures": _figures(name, exp, figures_dir),
-        "expectations": expectations,
-        # a failed check is a place where this GPU contradicts what the caption says
-        "contradictions": [e for e in expectations if e.passed is False],
+        # every claim of the lesson in one of four states; a claim not seen is a place
+        # where this GPU contradicts the lesson, flagged with its evidence
+        "claims": judged,
+        "contradictions": [c for c in judged if c.state is State.NOT_SEEN],
         "tables": exp.tables(sub),
         "try_this": exp.try_this,
         "questions": exp.questions,
@@ -185,10 +192,8 @@ def _section(name: str, exp: Any, sub: pd.DataFrame, figures_dir: Path, max_rows
         "table": "" if summary else table_html(sub.drop(columns=["params"]), cols, max_rows,
                                                raw_href),
         "throttle_note": throttle_note(sub),
-        # what this run's data says, the caption's claims, where GB/s came from
+        # facts computed from this run's data, where GB/s came from
         "explanations": explain.explain(name, df),
-        "claims": claims,
-        "claim_warnings": [c for c in claims if c.supported is False],
         "memory_note": roofline.hot_cold_note(sub, roofline.ceilings_of(df)),
         "distrust": roofline.distrust(sub),
         "roofline": _roofline_figure(rooflines, name),
@@ -241,6 +246,8 @@ def build_context(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any],
         "generated": pd.Timestamp.now(tz="UTC").isoformat(timespec="seconds"),
         "device": {k: _fmt(v) for k, v in device.items()},
         "sections": sections,
+        "claim_counts": claims.counts([c for s in sections for c in s["claims"]]),
+        "state_mark": STATE_MARK, "state_class": STATE_CLASS,
         "counts": df["status"].value_counts().to_dict(),
         "n_points": len(df),
         "provenance": provenance_summary(df[prov_cols]),

@@ -19,8 +19,9 @@ import pandas as pd
 import pytest
 
 from cudalab import config as cfg
-from cudalab import explain, figures, report, results
+from cudalab import figures, report, results
 from cudalab.experiments import REGISTRY
+from cudalab.experiments.lesson import State
 
 matplotlib.use("Agg")
 
@@ -80,14 +81,11 @@ def test_all_not_measured(name: str, metric_cols: bool, tmp_path: Path) -> None:
 
     sec = report._section(name, exp, report.roofline.annotate(df), tmp_path, 50, "raw",
                           report.roofline.annotate(df), {})
-    for e in sec["expectations"]:
-        assert e.passed is None, f"{name}: {e.claim!r} judged on no data: {e.evidence}"
-        assert "not measured" in e.evidence, f"{name}: {e.claim!r}: {e.evidence}"
+    assert sec["claims"] or not exp.claims
+    for c in sec["claims"]:
+        assert c.state is State.NOT_MEASURED, f"{name}: {c.statement!r} judged on no data"
+        assert "not measured" in c.evidence, f"{name}: {c.statement!r}: {c.evidence}"
     assert not sec["contradictions"]
-    for c in explain.check_caption(name, exp.caption, df):
-        assert c.supported is None, f"{name}: {c.phrase!r}: {c.evidence}"
-        assert "not measured" in c.evidence, f"{name}: {c.phrase!r}: {c.evidence}"
-    assert not sec["claim_warnings"]
     assert sec["explanations"] == []  # nothing measured: nothing to explain
     assert sec["try_this"] == exp.try_this
     assert sec["counts"] == {"not_measured": len(df)}
@@ -103,7 +101,7 @@ def test_report_of_an_all_not_measured_run(tmp_path: Path) -> None:
     conf = cfg.load(ROOT / "config.yaml")
     out = report.render(df, tmp_path / "figures", conf, tmp_path / "report.html")
     page = out.read_text()
-    assert "? not measured" in page and "not_measured" in page
-    assert "not seen" not in page
-    assert "contradicts the caption" not in page
-    assert "Caption claim not supported" not in page
+    assert 'data-state="not measured"' in page and "not_measured" in page
+    assert 'data-state="not seen"' not in page and "✘" not in page.split("</table>", 1)[1]
+    assert "contradicts the lesson" not in page
+    assert "This run contradicts the lesson" not in page

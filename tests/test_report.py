@@ -44,7 +44,7 @@ def test_report_has_summary_device_sections_and_checks(rendered):
     path, df = rendered
     html = path.read_text()
     for needle in ["h100-recorded", "NVIDIA H100 80GB HBM3", "Device and run",
-                   "Matrix multiplication", "Expected effects", "Provenance",
+                   "Matrix multiplication", "claims, judged", "Provenance",
                    "every GPU result matches the float64 CPU reference",
                    "shared-memory tiling (best tile) is at least 1.2x faster", "15 ok"]:
         assert needle in html, needle
@@ -273,7 +273,7 @@ def test_a_failed_check_is_flagged_as_contradicting_the_caption(tmp_path):
         "(course expectation) the shared-memory t"]
     assert by["matmul"]["contradictions"] == []
     page = report.render(df, tmp_path, config, tmp_path / "r.html").read_text()
-    assert page.count("This run contradicts the caption") == 1
+    assert page.count("This run contradicts the lesson") == 1
 
 
 # -- issue 10: roofline, memory levels, explanations, caption checks ------------------------
@@ -302,9 +302,10 @@ def test_reference_report_without_the_new_columns(tmp_path):
     assert "Bandwidth measured hot: L2 not flushed" in page
     # data-driven explanations and the caption check
     assert "served by the L1 and L2 caches" in page
-    # every caption claim holds on the H100 (the captions were reworded where the data
-    # contradicted them: occupancy, sobel, fast_math); test_explain checks the warnings
-    assert "Caption claim not supported by this run" not in page
+    # every claim holds on the H100 but the course's "shared tiles win" for sobel
+    assert page.count("This run contradicts the lesson") == 1
+    sobel = page[page.index('<section id="sobel">'):]
+    assert "This run contradicts the lesson" in sobel
 
 
 def _with_new_columns(df: pd.DataFrame) -> pd.DataFrame:
@@ -355,11 +356,12 @@ def test_a_contradicted_caption_claim_is_shown_under_the_caption(tmp_path):
     df = results.read_table(OLD_TABLE)
     df = df[df["experiment"].isin(["sobel", "device_query"])].copy()
     config = cfg.validate({"experiments": {"sobel": {}}})
+    far = "contradicts the lesson:</b>\n    <span class=\"claim-statement\">far from"
     page = report.render(df, tmp_path, config, tmp_path / "r.html").read_text()
-    assert "Caption claim not supported" not in page  # 18 % of DRAM: far from it, as claimed
-    df["gbps"] = df["gbps"] * 4  # now close to the bandwidth: the caption's claim fails
+    assert far not in page  # 18 % of DRAM: far from it, as claimed
+    df["gbps"] = df["gbps"] * 4  # now close to the bandwidth: the claim fails
     page = report.render(df, tmp_path, config, tmp_path / "r.html").read_text()
     sobel = page[page.index('<section id="sobel">'):]
-    warn = sobel.index("Caption claim not supported by this run")
+    warn = sobel.index(far)
     assert sobel.index('<p class="caption">') < warn
     assert "of the theoretical DRAM ceiling 3,352 GB/s (far: below 60%)" in sobel[warn:warn + 500]

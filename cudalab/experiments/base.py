@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from cudalab.experiments.lesson import Claim, Explanation
+from cudalab.experiments.lesson import Claim, ClaimResult, Explanation, State
 from cudalab.harness import Harness, Settings, Timer, Timing
 
 NAN_BITS = 0x7FC00000  # float32 quiet NaN: poisons float outputs before every check
@@ -107,13 +107,16 @@ class Result:
     working_set: float = float("nan")
 
 
-@dataclass
-class Expectation:
-    """An expected effect, checked on this GPU's data for the report."""
-
-    claim: str
-    passed: bool | None  # None: not enough data to say
-    evidence: str
+def Expectation(claim: str, passed: bool | None, evidence: str) -> ClaimResult:  # noqa: N802
+    """A claim judged by code that computes its own list (Experiment.expectations): passed
+    True is seen, False not seen, None not measured (or not applicable where the evidence
+    says so). New lessons state Claims instead (cudalab/experiments/lesson.py)."""
+    if passed is None:
+        state = (State.NOT_APPLICABLE if evidence.startswith("not applicable")
+                 else State.NOT_MEASURED)
+    else:
+        state = State.SEEN if passed else State.NOT_SEEN
+    return ClaimResult(claim, state, evidence)
 
 
 # A GPU point of a run without a GPU: never a speed and never a verdict. An effect whose
@@ -145,7 +148,7 @@ def not_measured_note(rows: pd.DataFrame) -> str:
     return f"; {n} not measured" if n else ""
 
 
-def unmeasured(claim: str, rows: pd.DataFrame, what: str = "point") -> Expectation | None:
+def unmeasured(claim: str, rows: pd.DataFrame, what: str = "point") -> ClaimResult | None:
     """The 'not measured' verdict of `claim` where none of its rows was measured (None where
     some were: judge those)."""
     if len(rows) and measured(rows).empty:
@@ -154,7 +157,7 @@ def unmeasured(claim: str, rows: pd.DataFrame, what: str = "point") -> Expectati
 
 
 def all_ok(claim: str, rows: pd.DataFrame, counted: str,
-           problems: Callable[[pd.DataFrame], str] | None = None) -> Expectation:
+           problems: Callable[[pd.DataFrame], str] | None = None) -> ClaimResult:
     """'Every point is right', judged on the rows that were measured: rows not measured are
     counted apart, and with none measured the verdict is 'not measured'. counted: what the
     'k/n' counts ('points correct'); problems(bad rows): what follows it."""
@@ -175,11 +178,18 @@ class JobCache(dict[Any, Any]):
     keep(key, make): made on first use, kept for the whole job.
     one_per_slot(slot, key, make): one value per slot at a time. Points are ordered by size,
     so when a new key comes the slot's previous value (the previous size) is dropped and its
-    device allocations are freed: one size in memory, other slots untouched."""
+    device allocations are freed: one size in memory, other slots untouched.
+
+    Trials (cudalab.trials) move a point's device buffers between measurements, so each
+    trial sees another placement (DRAM pages, L2 slices) while the host inputs and CPU
+    references stay: replace_device() moves every cached device allocation, and retire()
+    keeps an allocation a measurement made itself alive until the point's trials end
+    (release_retired), so the next trial's allocations cannot land on it again."""
 
     def __init__(self) -> None:
         super().__init__()
         self._slots: dict[str, Any] = {}
+        self._retired: list[Any] = []
 
     def keep(self, key: Any, make: Callable[[], Any]) -> Any:
         if key not in self:
@@ -195,6 +205,62 @@ class JobCache(dict[Any, Any]):
         self._slots[slot] = key
         self[key] = make()
         return self[key]
+
+    def retire(self, *values: Any) -> None:
+        """Free these (device allocations, or objects with free()) when the point's trials
+        end, not now: a later trial's allocations then land elsewhere."""
+        self._retired.extend(values)
+
+    def release_retired(self) -> None:
+        retired, self._retired = self._retired, []
+        for v in retired:
+            free_all(v)
+
+    def replace_device(self, cuda: Any) -> tuple[int, int]:
+        """Move every device allocation held in the cache (in dicts, lists and tuples) to a
+        new allocation of the same size: allocate, copy device to device, retire the old one
+        (new before free, so the address changes). Returns (moved, kept in place: no memory
+        for a second copy even after the retired ones were freed)."""
+        counts = [0, 0]
+        for key in list(self):
+            self[key] = _replaced(self[key], cuda, self, counts)
+        return counts[0], counts[1]
+
+
+def is_device_allocation(value: Any) -> bool:
+    """A pycuda DeviceAllocation (by name: pycuda is not imported on CPU-only machines)."""
+    return type(value).__name__ == "DeviceAllocation"
+
+
+def _replaced(value: Any, cuda: Any, cache: JobCache, counts: list[int]) -> Any:
+    """`value` with its device allocations moved (containers rebuilt or updated in place)."""
+    if is_device_allocation(value):
+        return _move(value, cuda, cache, counts)
+    if isinstance(value, dict):
+        for k in list(value):
+            value[k] = _replaced(value[k], cuda, cache, counts)
+    elif isinstance(value, list):
+        value[:] = [_replaced(v, cuda, cache, counts) for v in value]
+    elif isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(_replaced(v, cuda, cache, counts) for v in value)
+    return value
+
+
+def _move(old: Any, cuda: Any, cache: JobCache, counts: list[int]) -> Any:
+    _, size = cuda.mem_get_address_range(int(old))
+    try:
+        new = cuda.mem_alloc(size)
+    except Exception:  # noqa: BLE001 - out of memory: free what earlier trials left, retry
+        cache.release_retired()
+        try:
+            new = cuda.mem_alloc(size)
+        except Exception:  # noqa: BLE001 - no room for two copies: it stays where it is
+            counts[1] += 1
+            return old
+    cuda.memcpy_dtod(new, old, size)
+    cache.retire(old)
+    counts[0] += 1
+    return new
 
 
 def free_all(value: Any) -> None:
@@ -370,6 +436,7 @@ class Experiment:
         asynchronous: bool = False,
         batchable: bool = True,
         settings: Settings | None = None,
+        check_each_trial: bool = False,
     ) -> tuple[Check, Timing]:
         """Correct first, then timed: the one sequence every GPU experiment uses.
 
@@ -382,7 +449,14 @@ class Experiment:
         the default stream unless given). `asynchronous`: launch() only enqueues GPU work
         (kernel launches, async copies), nothing that synchronises or allocates; the
         harness may then queue launches ahead. `settings`: this point's own harness settings
-        (they travel with its timing), else the job's."""
+        (they travel with its timing), else the job's.
+
+        Trials after a point's first (ctx.harness.trial) still poison, launch once and copy
+        the output back (the host array holds this trial's output, and the moved buffers
+        run), but take the first trial's Check instead of calling check(host): same kernel,
+        same inputs, the buffers' contents copied. `check_each_trial`: call it every trial
+        (it records what the caller reads). Without `output`, check() runs every trial: its
+        own verification may prime what is timed."""
         gpu = ctx.gpu
         if output is not None:
             cuda = gpu.cuda
@@ -399,7 +473,12 @@ class Experiment:
             launch()
             (sync or gpu.synchronize)()
             cuda.memcpy_dtoh(host, device)
-            result = check(host)
+            trial = ctx.harness.trial
+            if trial is None or check_each_trial:
+                result = check(host)
+            else:
+                key = (getattr(check, "__code__", type(check)), host.shape, host.dtype.str)
+                result = trial.check(key, lambda: check(host))
         else:
             result = check()
         timing = ctx.harness.measure(launch, timer or gpu.event_timer(), batchable=batchable,
@@ -410,7 +489,9 @@ class Experiment:
         """Draw figure `name` from this experiment's ok rows (None if nothing to draw)."""
         raise NotImplementedError
 
-    def expectations(self, df: pd.DataFrame) -> list[Expectation]:
+    def expectations(self, df: pd.DataFrame) -> list[ClaimResult]:
+        """Judged claims an experiment computes itself, beside its `claims` (older lessons;
+        cudalab.claims.judge runs both)."""
         return []
 
     def tables(self, df: pd.DataFrame) -> list[dict[str, str]]:

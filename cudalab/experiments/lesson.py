@@ -1,16 +1,26 @@
-"""What a lesson is made of, for the experiment folders' lesson modules: a caption's
-claim (a phrase of the caption and a predicate over the data), the type of an explanation
-(rows and ceilings -> a sentence or None), and the small helpers they share.
+"""What a lesson is made of, for the experiment folders' lesson modules.
 
-An explanation gets the experiment's annotated rows (roofline.annotate) and the run's
-ceilings and returns a sentence, or None where this run has nothing to say (the variant was
-not run, the profiler was off). Profiler counters (m_ncu_*) are used where present and ok.
+A lesson says two kinds of things about a run, and nothing else:
+- a **claim**: a predicate over this run's table with its threshold, written once in the
+  lesson it belongs to. Judged on the run it has one of four states: seen, not seen (a
+  contradiction, shown with its evidence), not measured (no data, with the reason) or not
+  applicable (the chip has no such unit). Its statement says what is expected in general
+  terms (a threshold, never a measured number); the numbers it read are its evidence.
+- a **fact** (Explanation): a sentence computed from the table (rows and ceilings -> a
+  sentence, or None where this run has nothing to say).
+Captions, figure captions, Try-this and questions say what to look for and state no measured
+number; the report's audit test holds them to that.
+
+Every claim carries `flip`: a change of the data that turns its verdict over (seen <-> not
+seen). The mutation test applies it to the committed references, so no claim is a sentence
+that no data could contradict.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -30,19 +40,94 @@ Explanation = Callable[[pd.DataFrame, "Ceilings"], str | None]
 Verdict = tuple[bool | None, str]  # (supported; None: not enough data), evidence
 
 
+class State(str, Enum):
+    """The four states of a judged claim (its rendered words are the values)."""
+
+    SEEN = "seen"
+    NOT_SEEN = "not seen"
+    NOT_MEASURED = "not measured"
+    NOT_APPLICABLE = "not applicable"
+
+
+@dataclass(frozen=True)
+class Judgement:
+    state: State
+    evidence: str  # the numbers the predicate read, or why it could not judge
+
+
+def judged(holds: bool, evidence: str) -> Judgement:
+    """Seen where the predicate holds, else not seen; evidence: the numbers it read."""
+    return Judgement(State.SEEN if holds else State.NOT_SEEN, evidence)
+
+
+def no_data(why: str) -> Judgement:
+    """Not measured: the rows the claim needs are not in this run (why: which, and why)."""
+    return Judgement(State.NOT_MEASURED, why)
+
+
+def not_applicable(why: str) -> Judgement:
+    """Not applicable: the claim cannot hold on this chip or grid (why: what is missing)."""
+    return Judgement(State.NOT_APPLICABLE, why)
+
+
+Judge = Callable[[pd.DataFrame, "Ceilings"], "Judgement | Verdict"]
+Flip = Callable[[pd.DataFrame], pd.DataFrame]
+
+
 @dataclass(frozen=True)
 class Claim:
-    """Words of an experiment's caption, verbatim, and the predicate that checks them."""
+    """One sentence a lesson states about a run, and the predicate that judges it.
 
-    phrase: str
-    check: Callable[[pd.DataFrame, Ceilings], Verdict]
+    statement: what is expected, in general terms with its threshold; judge(rows, ceilings):
+    a Judgement (or the older (bool | None, evidence) pair: None is 'not measured');
+    flip(rows): the experiment's rows changed so that the verdict turns over (the mutation
+    test); key: a stable name (default: the judge's name)."""
+
+    statement: str
+    judge: Judge
+    flip: Flip | None = None
+    key: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.key or getattr(self.judge, "__name__", "claim").lstrip("_")
+
+    @property
+    def phrase(self) -> str:  # the older name: a claim's words
+        return self.statement
+
+    def evaluate(self, rows: pd.DataFrame, ceilings: Ceilings) -> Judgement:
+        got = self.judge(rows, ceilings)
+        if isinstance(got, Judgement):
+            return got
+        holds, evidence = got
+        return no_data(evidence) if holds is None else judged(bool(holds), evidence)
 
 
 @dataclass(frozen=True)
 class ClaimResult:
-    phrase: str
-    supported: bool | None
+    """A claim judged on a run: what the report renders."""
+
+    statement: str
+    state: State
     evidence: str
+    key: str = ""
+    experiment: str = ""
+
+    @property
+    def claim(self) -> str:  # the older names of the fields
+        return self.statement
+
+    @property
+    def phrase(self) -> str:
+        return self.statement
+
+    @property
+    def passed(self) -> bool | None:
+        """True: seen, False: not seen, None: not measured or not applicable."""
+        return {State.SEEN: True, State.NOT_SEEN: False}.get(self.state)
+
+    supported = passed
 
 
 def ok(d: pd.DataFrame) -> pd.DataFrame:

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from cudalab.experiments.base import Expectation, all_ok
+from cudalab.experiments.base import all_ok
+from cudalab.experiments.lesson import ClaimResult
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -49,7 +50,7 @@ def bytes_label(n: Any) -> str:
     return f"{n} B"
 
 
-def all_correct(df: pd.DataFrame, what: str = "every GPU result") -> Expectation:
+def all_correct(df: pd.DataFrame, what: str = "every GPU result") -> ClaimResult:
     """Every GPU point measured matches its CPU reference (not measured ones are counted
     apart; none measured: 'not measured')."""
     return all_ok(f"{what} matches the CPU reference", df[df["variant"] != "cpu"],

@@ -36,6 +36,7 @@ import pandas as pd
 
 from cudalab.experiments import base
 from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
+from cudalab.experiments.lesson import ClaimResult
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -327,7 +328,7 @@ class Atomics(Experiment):
             return fig
         raise KeyError(name)
 
-    def expectations(self, df: pd.DataFrame) -> list[Expectation]:
+    def expectations(self, df: pd.DataFrame) -> list[ClaimResult]:
         out = []
         # counts and sums are judged on the launches that were measured (a GPU-less run
         # records none, and has no m_counted column at all)
@@ -385,7 +386,7 @@ class Atomics(Experiment):
         return out
 
     @staticmethod
-    def _racy_varies(racy: pd.DataFrame) -> list[Expectation]:
+    def _racy_varies(racy: pd.DataFrame) -> list[ClaimResult]:
         """The course's point about a race: its result is not even reproducible."""
         runs = racy_runs(racy)
         if not runs:

@@ -31,6 +31,7 @@ import pandas as pd
 from cudalab.experiments import base, shared
 from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
 from cudalab.experiments.coalescing import lesson
+from cudalab.experiments.lesson import ClaimResult
 from cudalab.experiments.shared import all_correct, peak_line, peak_of, size_label
 
 if TYPE_CHECKING:
@@ -397,7 +398,7 @@ class Coalescing(Experiment):
             return fig
         raise KeyError(name)
 
-    def expectations(self, df: pd.DataFrame) -> list[Expectation]:
+    def expectations(self, df: pd.DataFrame) -> list[ClaimResult]:
         out = [all_correct(df)]
         d = self._frame(df)
         if d.empty:
@@ -487,7 +488,7 @@ def _memcpy_gbps_at(d: pd.DataFrame, n: int | None = None, size: int | None = No
     return float(sub["gbps"].iloc[0]) if len(sub) else math.nan
 
 
-def _memcpy_expectation(d: pd.DataFrame) -> list[Expectation]:
+def _memcpy_expectation(d: pd.DataFrame) -> list[ClaimResult]:
     """The best copy kernel (copy, copy_vec4) against cudaMemcpy of the same n floats."""
     copies = d[d["variant"].isin(["copy", "copy_vec4"])]
     if copies.empty:

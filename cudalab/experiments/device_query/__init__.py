@@ -19,6 +19,7 @@ from cudalab import devicespec, fmt
 from cudalab import occupancy as occ
 from cudalab.experiments import base
 from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
+from cudalab.experiments.lesson import ClaimResult
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -250,7 +251,7 @@ class DeviceQuery(Experiment):
         return ('<table class="kv device-query"><tbody>' + "".join(body)
                 + "</tbody></table>")
 
-    def expectations(self, df: pd.DataFrame) -> list[Expectation]:
+    def expectations(self, df: pd.DataFrame) -> list[ClaimResult]:
         rows = df[df["experiment"] == self.name] if "experiment" in df else df
         if rows.empty:
             return []

@@ -26,6 +26,7 @@ import pandas as pd
 from cudalab.experiments import base
 from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
 from cudalab.experiments.fast_math import lesson
+from cudalab.experiments.lesson import ClaimResult
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -260,7 +261,7 @@ class FastMath(Experiment):
         fig.tight_layout()
         return fig
 
-    def expectations(self, df: pd.DataFrame) -> list[Expectation]:
+    def expectations(self, df: pd.DataFrame) -> list[ClaimResult]:
         out = []
         out.append(base.all_ok(
             "every build stays within its stated error bound (precise: tolerance_precise, "

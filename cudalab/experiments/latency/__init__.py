@@ -40,6 +40,7 @@ from cudalab.experiments.base import (
     block_schema,
     choices_schema,
 )
+from cudalab.experiments.lesson import ClaimResult
 from cudalab.experiments.shared import all_correct, bytes_label
 
 if TYPE_CHECKING:
@@ -268,7 +269,7 @@ class Latency(Experiment):
         return fig
 
     # -- report ----------------------------------------------------------------------------
-    def expectations(self, df: pd.DataFrame) -> list[Expectation]:
+    def expectations(self, df: pd.DataFrame) -> list[ClaimResult]:
         if df.empty:  # not in this run
             return []
         out = [all_correct(df, "every chase")]
@@ -614,7 +615,7 @@ def _no_level(key: str, d: pd.DataFrame) -> str:
 
 
 def _ratio_expectation(claim: str, fast: Level | None, slow: Level | None,
-                       factor: float) -> Expectation:
+                       factor: float) -> ClaimResult:
     if fast is None or slow is None:
         missing = [k for k, x in (("the fast level", fast), ("the slow level", slow))
                    if x is None]
@@ -626,7 +627,7 @@ def _ratio_expectation(claim: str, fast: Level | None, slow: Level | None,
                        f"{r:.1f}x")
 
 
-def _hierarchy_expectation(lv: dict[str, Level]) -> Expectation:
+def _hierarchy_expectation(lv: dict[str, Level]) -> ClaimResult:
     claim = (f"each cache level is at least {LEVEL_STEP:g}x faster than the next: "
              "L1 < L2 < DRAM")
     chain = [lv.get(k) for k in ("l1", "l2", "dram")]

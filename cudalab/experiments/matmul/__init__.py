@@ -32,6 +32,7 @@ import pandas as pd
 from cudalab import fmt
 from cudalab.experiments import base
 from cudalab.experiments.base import Expectation, Experiment, Point, Result, block_schema
+from cudalab.experiments.lesson import ClaimResult
 from cudalab.experiments.matmul import lesson
 from cudalab.experiments.matmul.build import (  # noqa: F401
     _dtype,
@@ -559,7 +560,7 @@ class Matmul(Experiment):
         raise KeyError(name)
 
     # -- expected effects --------------------------------------------------------------
-    def expectations(self, df: pd.DataFrame) -> list[Expectation]:
+    def expectations(self, df: pd.DataFrame) -> list[ClaimResult]:
         d = self._frame(df)
         out = []
         all_rows = df[df["variant"] != "cpu"]
@@ -623,7 +624,7 @@ class Matmul(Experiment):
         return out
 
     @staticmethod
-    def _padding_expectation(big: pd.DataFrame, at: str) -> list[Expectation]:
+    def _padding_expectation(big: pd.DataFrame, at: str) -> list[ClaimResult]:
         pad = big[big["variant"] == "tiled_padded"].set_index("p_tile")["gflops"]
         con = big[big["variant"] == "tiled_conflict"].set_index("p_tile")["gflops"]
         tiles = sorted(set(pad.index) & set(con.index))
@@ -641,7 +642,7 @@ class Matmul(Experiment):
 
     @staticmethod
     def _tiling_expectation(gpu: pd.DataFrame, big: pd.DataFrame,
-                            at: str) -> list[Expectation]:
+                            at: str) -> list[ClaimResult]:
         """Tiled (best tile) vs naive, at the course's size and at the largest."""
         sizes = [at] + [s for s in [size_label(*COURSE_SIZE)]
                         if s != at and (gpu["size"] == s).any()]
@@ -660,7 +661,7 @@ class Matmul(Experiment):
                                                 for s, r in ratios.items()))]
 
     @staticmethod
-    def _cublas_expectation(big: pd.DataFrame, at: str, df: pd.DataFrame) -> list[Expectation]:
+    def _cublas_expectation(big: pd.DataFrame, at: str, df: pd.DataFrame) -> list[ClaimResult]:
         claim = ("cuBLAS SGEMM is the ceiling: no kernel here is faster at the largest size "
                  "(ratio <= 1)")
         cub = big[big["variant"] == "cublas"]

@@ -14,6 +14,7 @@ import pandas as pd
 
 from cudalab import fmt
 from cudalab.experiments.base import Expectation
+from cudalab.experiments.lesson import ClaimResult
 from cudalab.experiments.matmul.figures import size_label
 from cudalab.experiments.matmul.kernels import (
     APAD,
@@ -164,7 +165,7 @@ def ladder_rows(d: pd.DataFrame) -> list[dict[str, Any]]:
     return [] if size is None else ladder_at(d, size)
 
 
-def _ladder_expectation(gpu: pd.DataFrame, df: pd.DataFrame) -> list[Expectation]:
+def _ladder_expectation(gpu: pd.DataFrame, df: pd.DataFrame) -> list[ClaimResult]:
     """Best hand-written kernel vs cuBLAS SGEMM at the largest square size; made only where
     a kernel past register tiling was measured (the claim is the ladder's)."""
     size = _largest_square(gpu)

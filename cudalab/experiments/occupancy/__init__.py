@@ -29,6 +29,7 @@ from cudalab import devicespec
 from cudalab import occupancy as occ
 from cudalab.experiments import base, shared
 from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
+from cudalab.experiments.lesson import ClaimResult
 from cudalab.experiments.occupancy import lesson
 
 if TYPE_CHECKING:
@@ -407,7 +408,7 @@ class Occupancy(Experiment):
         raise KeyError(name)
 
     # -- expectations ------------------------------------------------------------------
-    def expectations(self, df: pd.DataFrame) -> list[Expectation]:
+    def expectations(self, df: pd.DataFrame) -> list[ClaimResult]:
         out = []
         d = self._frame(df)
         gpu_rows = df[df["experiment"] == self.name] if "experiment" in df else df
@@ -476,9 +477,9 @@ class Occupancy(Experiment):
 
 
 # -- helpers ------------------------------------------------------------------------------
-def _tile_expectation(d: pd.DataFrame) -> list[Expectation]:
+def _tile_expectation(d: pd.DataFrame) -> list[ClaimResult]:
     """The calculator's best square tile against the fastest measured one."""
-    out: list[Expectation] = []
+    out: list[ClaimResult] = []
     mm = d[d["variant"] == "matmul_tiled_dyn"].dropna(subset=["time_median_s"])
     if not mm.empty and "m_best_tile" in mm:
         best_t = int(pd.to_numeric(mm["m_best_tile"]).iloc[0])

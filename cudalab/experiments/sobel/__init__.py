@@ -20,6 +20,7 @@ import pandas as pd
 
 from cudalab.experiments import base
 from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
+from cudalab.experiments.lesson import ClaimResult
 from cudalab.experiments.sobel import lesson
 
 if TYPE_CHECKING:
@@ -229,7 +230,7 @@ class Sobel(Experiment):
         fig.tight_layout(rect=(0, 0.09, 1, 1))
         return fig
 
-    def expectations(self, df: pd.DataFrame) -> list[Expectation]:
+    def expectations(self, df: pd.DataFrame) -> list[ClaimResult]:
         out = []
         out.append(base.all_ok(
             "every kernel reproduces the CPU edge map exactly, for every block shape", df,

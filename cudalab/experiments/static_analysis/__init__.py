@@ -45,6 +45,7 @@ from cudalab import occupancy as occ
 from cudalab.experiments import base
 from cudalab.experiments import matmul as mm
 from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
+from cudalab.experiments.lesson import ClaimResult
 from cudalab.gpu import Kernel, nvcc_banner
 from cudalab.resources import CUDA_DIR
 
@@ -332,7 +333,7 @@ class StaticAnalysis(Experiment):
         raise KeyError(name)
 
     # -- expectations ------------------------------------------------------------------
-    def expectations(self, df: pd.DataFrame) -> list[Expectation]:
+    def expectations(self, df: pd.DataFrame) -> list[ClaimResult]:
         out = []
         rows = df[df["experiment"] == self.name] if "experiment" in df else df
         claim = "nvcc compiles every kernel file for every target and ptxas reports each kernel"

@@ -36,6 +36,7 @@ import pandas as pd
 
 from cudalab.experiments import base, shared
 from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
+from cudalab.experiments.lesson import ClaimResult
 from cudalab.experiments.shared import all_correct, size_label
 
 if TYPE_CHECKING:
@@ -451,7 +452,7 @@ class Streams(Experiment):
         fig.tight_layout(rect=(0, 0, 1, 0.95))
         return fig
 
-    def expectations(self, df: pd.DataFrame) -> list[Expectation]:
+    def expectations(self, df: pd.DataFrame) -> list[ClaimResult]:
         out = [all_correct(df)]
         d = self._frame(df)
         if d.empty:

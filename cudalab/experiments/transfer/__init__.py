@@ -22,6 +22,7 @@ import pandas as pd
 
 from cudalab.experiments import base, shared
 from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
+from cudalab.experiments.lesson import ClaimResult
 from cudalab.experiments.shared import bytes_label
 
 if TYPE_CHECKING:
@@ -289,7 +290,7 @@ class Transfer(Experiment):
         fig.tight_layout()
         return fig
 
-    def expectations(self, df: pd.DataFrame) -> list[Expectation]:
+    def expectations(self, df: pd.DataFrame) -> list[ClaimResult]:
         out = [base.all_ok("every copied byte arrives unchanged (host -> device -> host)",
                            df, "round trips exact")]
         d = self._frame(df)

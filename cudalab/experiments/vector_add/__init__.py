@@ -16,6 +16,7 @@ import pandas as pd
 
 from cudalab.experiments import base, shared
 from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
+from cudalab.experiments.lesson import ClaimResult
 from cudalab.experiments.shared import all_correct, peak_line, peak_of, size_label
 from cudalab.experiments.vector_add import lesson
 
@@ -181,7 +182,7 @@ class VectorAdd(Experiment):
             return fig
         raise KeyError(name)
 
-    def expectations(self, df: pd.DataFrame) -> list[Expectation]:
+    def expectations(self, df: pd.DataFrame) -> list[ClaimResult]:
         out = [all_correct(df)]
         d = self._frame(df)
         if d.empty:

@@ -1,0 +1,75 @@
+"""Every claim of a lesson judged on a run's table: the one place the report, the course
+table and the slides get their verdicts from.
+
+A claim (cudalab/experiments/lesson.py) is judged on its experiment's rows, annotated with
+the run's ceilings (roofline.annotate). Rows a GPU-less run left out are never evidence
+against a claim: where none of the experiment's rows was measured every claim is "not
+measured", with the reason, and where a claim lacks data while some rows were left out,
+its reason says so.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from cudalab import roofline
+from cudalab.experiments import REGISTRY
+from cudalab.experiments.base import NOT_MEASURED, Experiment, not_measured_evidence
+from cudalab.experiments.lesson import ClaimResult, State
+
+if TYPE_CHECKING:
+    from cudalab.roofline import Ceilings
+
+
+def evaluate(name: str, df: pd.DataFrame, computed: bool = True) -> list[ClaimResult]:
+    """The claims of experiment `name` judged on this run. df: the whole table (its
+    ceilings and L2 size), or the experiment's rows; computed: False leaves out the list an
+    older lesson computes itself (Experiment.expectations)."""
+    full = roofline.annotate(df)
+    sub = full[full["experiment"] == name]
+    if sub.empty or name not in REGISTRY:
+        return []
+    return judge(REGISTRY[name], sub, roofline.ceilings_of(full), computed)
+
+
+def judge(exp: Experiment, rows: pd.DataFrame, ceilings: Ceilings,
+          computed: bool = True) -> list[ClaimResult]:
+    """exp's claims judged on its (annotated) rows, then the results of an experiment that
+    still computes its own list (Experiment.expectations overridden); each statement once."""
+    if rows.empty:
+        return []
+    status = rows["status"].astype(str) if "status" in rows else pd.Series(dtype=str)
+    left_out = rows[status == NOT_MEASURED]
+    why = not_measured_evidence(left_out) if len(left_out) else ""
+    nothing = len(left_out) == len(rows)
+    out: list[ClaimResult] = []
+    for claim in exp.claims:
+        if nothing:
+            out.append(ClaimResult(claim.statement, State.NOT_MEASURED, why, claim.name,
+                                   exp.name))
+            continue
+        j = claim.evaluate(rows, ceilings)
+        evidence = j.evidence
+        if j.state is State.NOT_MEASURED and why and why not in evidence:
+            evidence = f"{why}; {evidence}"
+        out.append(ClaimResult(claim.statement, j.state, evidence, claim.name, exp.name))
+    if computed and type(exp).expectations is not Experiment.expectations:
+        for e in exp.expectations(rows):
+            state = State.NOT_MEASURED if nothing and e.state is State.NOT_SEEN else e.state
+            out.append(ClaimResult(e.statement, state, why if state is not e.state
+                                   else e.evidence, e.key, exp.name))
+    seen: set[str] = set()
+    return [r for r in out if not (r.statement in seen or seen.add(r.statement))]
+
+
+def headline(name: str, df: pd.DataFrame) -> ClaimResult | None:
+    """The lesson's first claim judged on this run (the slides' one sentence)."""
+    got = evaluate(name, df)
+    return got[0] if got else None
+
+
+def counts(results: list[ClaimResult]) -> dict[str, int]:
+    """How many claims are in each state (all four named, zeros included)."""
+    return {s.value: sum(r.state is s for r in results) for s in State}
