@@ -11,6 +11,7 @@
   cudalab compare RUN... [--baseline DIR]    point-by-point verdicts against a baseline
   cudalab doctor [--config ..]              can this node / Slurm job run the grid? (a table)
   cudalab site [config.yaml]                sinfo -> partitions, GPU models, a slurm: block
+  cudalab exercise check FILE               feedback on a student's kernel (docs/exercises.md)
 """
 
 from __future__ import annotations
@@ -253,9 +254,11 @@ def main(argv: list[str] | None = None) -> int:
     s.set_defaults(fn=cmd_report)
     _add_compare(sub)
     from cudalab import doctor, site  # their subcommands live with their code
+    from cudalab.exercises import cli as exercise_cli
 
     doctor.add_parser(sub)
     site.add_parser(sub)
+    exercise_cli.add_parser(sub)
     a = p.parse_args(argv)
     return a.fn(a)
 

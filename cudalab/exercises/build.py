@@ -50,6 +50,7 @@ class Build:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     problem: str = ""  # why the build cannot be judged, though nvcc succeeded
     usage: dict[str, Any] = field(default_factory=dict)  # registers, smem, occupancy
+    compiled: bool = False  # nvcc succeeded (ok is False only for a slot problem then)
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -94,7 +95,7 @@ def compile_submission(text: str, ex: Exercise, name: str = "submission.cu",
             return Build(False, arch, name, diagnostics=diags)
         ptx = "".join(p.read_text() for p in Path(tmp).glob("*.ptx"))
         cubin = (Path(tmp) / "k.cubin").read_bytes()
-    build = Build(True, arch, name, cubin, diags)
+    build = Build(True, arch, name, cubin, diags, compiled=True)
     build.problem = signature_problem(ex, ptx, log)
     if not build.problem:
         build.usage = static_usage(ex, log, ptx, arch)

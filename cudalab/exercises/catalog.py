@@ -79,7 +79,7 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
                 CourseKernel("course: tiled", "matmul.cu", "matmul_tiled"),
                 CourseKernel("course: tiled, padded B tile", "matmul.cu",
                              "matmul_tiled_padded")),
-        hint="Next: look for shared-memory bank conflicts. A warp reading down a column of "
+        hint="Look for shared-memory bank conflicts. A warp reading down a column of "
              "a TILE x TILE float tile hits one bank TILE times; one float of padding per "
              "row (TILE + 1) spreads it over all 32 banks. Then register tiling: each "
              "thread computes several elements of C.",
@@ -94,7 +94,7 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
         defines=REGISTER_DEFINES, check_sizes=_MATMUL_SIZES, time_size=(512, 512, 512),
         class_size=(2048, 2048, 2048),
         course=(CourseKernel("course: register (64/16/4)", "matmul.cu", "matmul_register"),),
-        hint="Next: the ladder to cuBLAS. Load the tiles with float4 (128-bit) loads, then "
+        hint="The ladder to cuBLAS. Load the tiles with float4 (128-bit) loads, then "
              "double-buffer the shared slices so the next tile loads while this one "
              "computes; watch registers and occupancy as the tile grows.",
         cublas=True),
@@ -122,7 +122,7 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
         check_sizes=((1,), (1000,), (100_003,), (1 << 20,)), time_size=(1 << 22,),
         class_size=(1 << 24,),
         course=(CourseKernel("course: tree reduction", "atomics.cu", "sum_reduce"),),
-        hint="Next: sequential addressing (stride halves from BLOCK / 2) avoids bank "
+        hint="Sequential addressing (stride halves from BLOCK / 2) avoids bank "
              "conflicts and divergent warps; unroll the last warp with __shfl_down_sync."),
     Exercise(
         name="dgemm", title="DGEMM: double-precision matrix multiply", kind="matmul",

@@ -1,0 +1,91 @@
+"""One submission from file to verdict: read and vet it, compile it for the GPU's
+architecture (static analysis comes with it), judge it in a child process. The verdict is
+one JSON-able dict; its `status` is the first failure met:
+
+  rejected       refused before nvcc (name, size, encoding, #include ...)
+  compile_error  nvcc failed (diagnostics with file and line)
+  slot_error     it compiled, but the slot's kernel is missing or has another signature,
+                 or no block of the slot's size fits an SM
+  compiled       no GPU here (or --no-gpu): the build and static analysis only
+  wrong          a check failed (first wrong element and its expected value)
+  crashed        a CUDA error (illegal address ...) or the judge process died
+  timeout        no answer from the GPU within the per-launch limit: killed
+  memory_error   compute-sanitizer found an invalid access (--sanitize)
+  ok             every check passed; timed
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from cudalab.exercises import build, sandbox
+from cudalab.exercises.catalog import CourseKernel, Exercise
+from cudalab.exercises.source import SubmissionError, course_source, read_submission
+
+
+def device_arch() -> str | None:
+    """sm_XY of the first visible GPU (nvidia-smi), or None without one."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    first = out.stdout.strip().splitlines()[:1] if out.returncode == 0 else []
+    try:
+        major, minor = first[0].strip().split(".")
+        return f"sm_{int(major)}{int(minor)}"
+    except (IndexError, ValueError):
+        return None
+
+
+def judge_text(text: str, ex: Exercise, name: str, *, student: str = "", mode: str = "check",
+               arch: str | None = None, gpu: bool = True, seed: int = 0,
+               launch_timeout_s: float = 10.0, sanitize: bool = False) -> dict[str, Any]:
+    """Compile `text` for the slot, then judge it on the GPU (unless gpu is False)."""
+    here = device_arch() if gpu else None
+    b = build.compile_submission(text, ex, name, arch or here or build.DEFAULT_ARCH)
+    record: dict[str, Any] = {"student": student, "exercise": ex.name, "file": name,
+                              "build": b.as_dict()}
+    if not b.ok:
+        status = "slot_error" if b.compiled else "compile_error"
+        return record | {"status": status, "message": b.problem or "nvcc failed"}
+    if not gpu or here is None:
+        why = "--no-gpu" if not gpu else "no GPU found (nvidia-smi)"
+        return record | {"status": "compiled", "message": f"compiled; not run: {why}"}
+    if arch and arch != here:
+        return record | {"status": "compiled", "message": f"compiled for {arch}; this GPU is "
+                         f"{here}: not run"}
+    verdict = sandbox.run_judge(ex, b.cubin, mode, seed, launch_timeout_s, sanitize)
+    if sanitize and verdict.get("status") == "ok":
+        verdict = {**verdict, "message": "compute-sanitizer: no invalid access on the "
+                   "small grid (not timed)"}
+    return record | verdict
+
+
+def judge_file(path: Path, *, exercise: str | None = None, student: str | None = None,
+               **kw: Any) -> dict[str, Any]:
+    try:
+        sub = read_submission(path, exercise, student)
+    except SubmissionError as exc:
+        return {"student": student or "", "exercise": exercise or "", "file": path.name,
+                "status": "rejected", "message": str(exc)}
+    return judge_text(sub.text, sub.exercise, build.display_name(path), student=sub.student,
+                      **kw)
+
+
+def judge_course(ex: Exercise, kernel: CourseKernel, **kw: Any) -> dict[str, Any]:
+    """The course's kernel through the very same slot."""
+    rec = judge_text(course_source(ex, kernel), ex, "course.cu", student=kernel.label, **kw)
+    return rec | {"baseline": "course"}
+
+
+def judge_cublas(ex: Exercise, *, mode: str = "class", seed: int = 0,
+                 launch_timeout_s: float = 10.0, **_: Any) -> dict[str, Any]:
+    """cuBLAS (through CuPy) on the slot's inputs and checks: the ceiling."""
+    if not ex.cublas:
+        return {}
+    label = "cuBLAS DGEMM" if ex.dtype == "float64" else "cuBLAS SGEMM"
+    verdict = sandbox.run_judge(ex, None, mode, seed, launch_timeout_s, cublas=True)
+    return {"student": label, "exercise": ex.name, "baseline": "cublas"} | verdict

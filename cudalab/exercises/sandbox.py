@@ -1,0 +1,127 @@
+"""Running the judge (cudalab.exercises.judge) in a child process under a watchdog.
+
+The child prints a heartbeat whenever the GPU has answered (a check's synchronize, a timed
+sample). When no heartbeat comes for `launch_timeout_s` (the per-launch wall-clock limit:
+a kernel that never returns), the child's whole process group is killed, which destroys its
+CUDA context and frees the GPU; the verdict is 'timeout'. A child that dies without writing
+its verdict (a segfault, the driver killing it) is 'crashed' with its exit status and the
+end of its stderr. With `sanitize`, the child runs under compute-sanitizer's memcheck on
+the small grid only; an out-of-bounds access is 'memory_error' with the tool's first lines.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from cudalab.exercises.catalog import Exercise
+from cudalab.exercises.guard import HEARTBEAT
+from cudalab.resources import IMPORT_ROOT
+
+STARTUP_S = 60.0  # Python, pycuda and a CUDA context before the first heartbeat
+SANITIZER_SLOWDOWN = 50  # memcheck runs kernels this much slower, or more
+SANITIZER_EXIT = 97
+
+
+def find_sanitizer() -> str | None:
+    from cudalab.experiments.static_analysis import find_nvcc
+
+    found = shutil.which("compute-sanitizer")
+    nvcc = find_nvcc()
+    if found is None and nvcc is not None:
+        cand = Path(nvcc).resolve().parent / "compute-sanitizer"
+        found = str(cand) if cand.exists() else None
+    return found
+
+
+def judge_command(ex: Exercise, cubin: Path | None, out: Path, mode: str, seed: int,
+                  cublas: bool = False) -> list[str]:
+    cmd = [sys.executable, "-m", "cudalab.exercises.judge", "--exercise", ex.name,
+           "--out", str(out), "--mode", mode, "--seed", str(seed)]
+    return cmd + (["--cublas"] if cublas else ["--cubin", str(cubin)])
+
+
+def run_judge(ex: Exercise, cubin: bytes | None, mode: str = "check", seed: int = 0,
+              launch_timeout_s: float = 10.0, sanitize: bool = False,
+              cublas: bool = False) -> dict[str, Any]:
+    """The child's verdict (a dict with 'status'), whatever the kernel does."""
+    from cudalab import results
+
+    with tempfile.TemporaryDirectory(prefix="cudalab-judge-") as tmp:
+        path = None
+        if cubin is not None:
+            path = Path(tmp) / "kernel.cubin"
+            path.write_bytes(cubin)
+        out = Path(tmp) / "verdict.json"
+        cmd = judge_command(ex, path, out, "sanitize" if sanitize else mode, seed, cublas)
+        limit = launch_timeout_s
+        if sanitize:
+            tool = find_sanitizer()
+            if tool is None:
+                return {"status": "no_sanitizer", "message": "compute-sanitizer not found "
+                        "(it comes with the CUDA toolkit)"}
+            cmd = [tool, "--tool", "memcheck", "--error-exitcode", str(SANITIZER_EXIT),
+                   "--print-limit", "5", *cmd]
+            limit *= SANITIZER_SLOWDOWN
+        rc, lines, err, timed_out = watch(cmd, limit)
+        verdict = results.read_json(out)
+    if timed_out:
+        return {"status": "timeout", "message": f"no answer from the GPU for {limit:g} s (the "
+                "per-launch limit): the kernel was stopped by killing its process, which "
+                "frees the GPU. Look for a loop that never ends or a __syncthreads() that not "
+                "every thread of the block reaches."}
+    if sanitize and (rc == SANITIZER_EXIT or any("Invalid" in ln for ln in lines)):
+        report = [ln.strip("= ").rstrip() for ln in lines if ln.startswith("=========")]
+        return {"status": "memory_error", "message": "compute-sanitizer (memcheck) found "
+                "invalid memory accesses", "sanitizer": [r for r in report if r][:12]}
+    if verdict is None:
+        why = f"signal {-rc}" if rc < 0 else f"exit status {rc}"
+        tail = " | ".join(err.strip().splitlines()[-4:])
+        return {"status": "crashed", "message": f"the judge process died ({why})"
+                + (f": {tail}" if tail else "")}
+    return verdict
+
+
+def watch(cmd: list[str], limit: float) -> tuple[int, list[str], str, bool]:
+    """Run cmd in its own process group; kill the group when no heartbeat came for `limit`
+    seconds (STARTUP_S more before the first). (exit status, stdout lines that are not
+    heartbeats, stderr, whether it was killed)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(IMPORT_ROOT),
+                                                      env.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)
+    last = [time.monotonic() + STARTUP_S]
+    lines: list[str] = []
+    err: list[str] = []
+
+    def read_out() -> None:
+        for line in proc.stdout:
+            if line.strip() == HEARTBEAT:
+                last[0] = time.monotonic()
+            else:
+                lines.append(line.rstrip("\n"))
+
+    readers = [threading.Thread(target=read_out, daemon=True),
+               threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)]
+    for t in readers:
+        t.start()
+    timed_out = False
+    while proc.poll() is None:
+        if time.monotonic() - last[0] > limit:
+            timed_out = True
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            break
+        time.sleep(0.05)
+    for t in readers:
+        t.join(timeout=5)
+    return proc.returncode, lines, "".join(err), timed_out
