@@ -1,0 +1,259 @@
+"""Tensor cores: matrix products in TF32, FP16 and BF16 with FP32 accumulation, by WMMA,
+by mma.sync with ldmatrix and cp.async stages, and by cuBLAS (cublasGemmEx through CuPy,
+math mode and compute type set explicitly) in the same job as the ceiling; cuBLAS SGEMM in
+FP32 is the CUDA-core baseline. The lesson: precision is a knob, speed against error.
+
+C[M x N] = A[M x K] B[K x N], row-major, C in float32. A point is a size (m, k, n), a
+variant (wmma, mma, cublas), a precision (fp32, tf32, fp16, bf16) and, for mma, its tile
+(bm, bn, bk, wm, wn, stages). Inputs are rounded to the precision on the host (numerics.py
+says how and derives the check's tolerance): every point is checked against the float64
+product of its rounded inputs, and its error against the float64 product of the unrounded
+float32 inputs is recorded as m_err_input.
+
+wgmma and TMA (sm_90a) are not among the variants: pycuda compiles them
+(SourceModule(arch="sm_90a")), but TMA's tensor map comes from cuTensorMapEncodeTiled, a
+driver call pycuda does not wrap, and a warpgroup kernel with its mbarrier pipeline is its
+own rung, left for later.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from cudalab import tensor_peaks
+from cudalab.experiments import base
+from cudalab.experiments.base import Check, Experiment, Point, Result, block_schema
+from cudalab.experiments.tensor_cores import cublas_ex, kernels, numerics
+from cudalab.experiments.tensor_cores import figures as tc_figures
+from cudalab.experiments.tensor_cores.kernels import (
+    DEFAULT_MMA_TILES,
+    ITEMSIZE,
+    MMA_ENUMS,
+    MMA_KEYS,
+    RUNS,
+    SIZE_MULTIPLE,
+    VARIANTS,
+)
+
+if TYPE_CHECKING:
+    from cudalab.experiments.base import RunContext
+
+_size = {"oneOf": [{"type": "integer", "minimum": SIZE_MULTIPLE, "maximum": 16384},
+                   base.int_tuple_schema(3, SIZE_MULTIPLE, 16384)]}
+
+
+def mkn(size: Any) -> tuple[int, int, int]:
+    return (size, size, size) if isinstance(size, int) else tuple(int(x) for x in size)
+
+
+class TensorCores(Experiment):
+    name = "tensor_cores"
+    order = 32
+    vs_device_peak = False  # the FP32 CUDA-core peak is not these points' ceiling
+    title = "Tensor cores: WMMA, mma.sync and cuBLAS in TF32, FP16 and BF16; precision as a knob"
+    caption = (
+        "The same product C = A B in four input precisions, all accumulating in FP32: FP32 "
+        "(cuBLAS SGEMM on the CUDA cores), TF32, BF16 and FP16 (tensor cores). The hand "
+        "kernels climb two rungs: WMMA fragments fed from one shared-memory stage, then "
+        "mma.sync fed by ldmatrix from a cp.async pipeline several stages deep. cuBLAS in "
+        "each precision, in the same job, is the ceiling, and each precision's dense tensor "
+        "peak (SMs x clock x rate per SM) the roof. Every result is checked against the "
+        "float64 product of its rounded inputs within a tolerance derived from K and FP32 "
+        "accumulation; its error against the product of the unrounded inputs is what the "
+        "precision costs. Look for: TF32 far faster than FP32, FP16 and BF16 faster again; "
+        "TF32 and FP16 with about the same error (10 stored mantissa bits each), BF16 about "
+        "8x worse (7 bits), FP32 orders of magnitude better; mma.sync faster than WMMA; "
+        "and how close the best hand FP16 kernel comes to cuBLAS FP16 (Hopper's cuBLAS uses "
+        "wgmma, which mma.sync cannot match).")
+    schema = block_schema({
+        "sizes": {"type": "array", "items": _size, "minItems": 1,
+                  "default": [1024, 2048, 4096],
+                  "description": f"matrix sizes n or [m, k, n]; every dimension a multiple "
+                                 f"of {SIZE_MULTIPLE} (the kernels have no edge code)"},
+        "variants": base.choices_schema(VARIANTS),
+        "precisions": base.choices_schema(
+            numerics.PRECISIONS, "input precisions (fp32: cuBLAS SGEMM only; mma: fp16 and "
+            "bf16; wmma: tf32, fp16, bf16)"),
+        "mma_tiles": {
+            "type": "array", "minItems": 1, "uniqueItems": True,
+            "default": DEFAULT_MMA_TILES,
+            "description": "tile configurations of the mma kernel (block bm x bn, k-slice "
+                           "bk, warp wm x wn, cp.async stages); the figures keep the best",
+            "items": {"type": "object", "additionalProperties": False,
+                      "required": list(MMA_KEYS),
+                      "properties": {k: {"enum": v} for k, v in MMA_ENUMS.items()}},
+        },
+    })
+    smoke = {"sizes": [256, [512, 256, 768]],
+             "mma_tiles": DEFAULT_MMA_TILES[:1] + DEFAULT_MMA_TILES[3:4]}
+    figures = tc_figures.FIGURES
+    questions = [
+        "Why is a product of two fp16 numbers exact in FP32, and what error is then left?",
+        "TF32 and FP16 keep the same number of mantissa bits: why does TF32 still run at "
+        "half the FP16 rate?",
+        "What does a cp.async stage overlap, and why does mma.sync need ldmatrix.trans for "
+        "a row-major B?",
+    ]
+
+    def check_config(self, block: dict[str, Any]) -> list[str]:
+        msgs = []
+        for i, s in enumerate(block.get("sizes", [])):
+            if any(d % SIZE_MULTIPLE for d in mkn(s)):
+                msgs.append(f"sizes[{i}]: {s}: every dimension must be a multiple of "
+                            f"{SIZE_MULTIPLE}")
+        for i, t in enumerate(block.get("mma_tiles", [])):
+            msgs += [f"mma_tiles[{i}]: {m}" for m in kernels.check_mma_tile(t)]
+        return msgs
+
+    def points(self, block: dict[str, Any]) -> list[Point]:
+        """By size (inputs made once per size), then precision (its rounded inputs and
+        reference made once), then variant."""
+        pts = []
+        for size in sorted(block["sizes"], key=lambda s: math.prod(mkn(s))):
+            m, k, n = mkn(size)
+            for prec in block["precisions"]:
+                for v in block["variants"]:
+                    if prec not in RUNS[v]:
+                        continue
+                    base_p = {"m": m, "k": k, "n": n, "precision": prec}
+                    tiles = block["mma_tiles"] if v == "mma" else [{}]
+                    pts += [Point(self.name, v, base_p | {x: int(t[x]) for x in t})
+                            for t in tiles]
+        return pts
+
+    def gpu_bytes(self, point: Point) -> int:
+        p = point.params
+        one = ITEMSIZE[p["precision"]] * (p["m"] * p["k"] + p["k"] * p["n"]) + 4 * p["m"] * p["n"]
+        return 2 * one if point.variant == "cublas" else one
+
+    def compile_variants(self, config: dict[str, Any] | None) -> list[base.CompileVariant]:
+        tiles = self.settings_in(config).get("mma_tiles") or DEFAULT_MMA_TILES
+        out = []
+        for t in tiles:
+            p = Point(self.name, "mma", {"m": 0, "n": 0, "precision": "fp16", **t})
+            for prec in RUNS["mma"]:
+                out.append(base.CompileVariant("tensor_core_mma.cu", f"tc_mma_{prec}",
+                                               kernels.kernel_defines(p), dict(t),
+                                               kernels.mma_smem_bytes(t)))
+        return out
+
+    # -- measuring ---------------------------------------------------------------------
+    def kernel_for(self, ctx: RunContext, point: Point) -> Any:
+        if point.variant == "cublas":
+            return cublas_ex.cublas_kernel_info(point.params["precision"])
+        return ctx.gpu.compile(kernels.kernel_source(point), kernels.kernel_defines(point))
+
+    def _inputs(self, ctx: RunContext, m: int, k: int, n: int, prec: str):
+        """(device A, device B, reference of the rounded inputs, reference of the unrounded
+        inputs): one size and one precision in memory at a time."""
+        def make_exact():
+            a = base.uniform_f32(ctx.rng, (m, k))
+            b = base.uniform_f32(ctx.rng, (k, n))
+            return a, b, a.astype(np.float64) @ b.astype(np.float64)
+
+        a, b, exact = ctx.cache.one_per_slot("tc_inputs", ("tc", m, k, n), make_exact)
+
+        def make_rounded():
+            da, db = numerics.device_input(a, prec), numerics.device_input(b, prec)
+            ref = exact if prec == "fp32" else (
+                numerics.exact_values(da, prec) @ numerics.exact_values(db, prec))
+            return da, db, ref
+
+        da, db, ref = ctx.cache.one_per_slot("tc_rounded", ("tc", m, k, n, prec), make_rounded)
+        return da, db, ref, exact
+
+    def measure(self, ctx: RunContext, point: Point) -> Result:
+        p = point.params
+        m, k, n, prec = p["m"], p["k"], p["n"], p["precision"]
+        kernel = self.kernel_for(ctx, point)  # Skipped before inputs where CuPy is missing
+        da, db, ref, exact = self._inputs(ctx, m, k, n, prec)
+        cuda = ctx.gpu.cuda
+        c = ctx.cache.one_per_slot("tc_out", ("tc_out", m, n),
+                                   lambda: np.empty((m, n), np.float32))
+        a_d, b_d, c_d = (cuda.mem_alloc(x.nbytes) for x in (da, db, c))
+        tol = numerics.check_tolerance(k)
+        err_input: dict[str, float] = {}
+
+        def check(out: np.ndarray) -> Check:
+            err = base.rel_fro_error(out, ref)
+            err_input["v"] = base.rel_fro_error(out, exact)
+            return Check(err, tol, "rel_fro_rounded_inputs",
+                         detail="" if math.isfinite(err) else "unwritten or non-finite output")
+
+        try:
+            cuda.memcpy_htod(a_d, da)
+            cuda.memcpy_htod(b_d, db)
+            launch, timer, sync, extra, metrics = self._launcher(ctx, point, kernel, a_d, b_d, c_d)
+            chk, timing = self.verify_then_time(ctx, launch, check, output=(c_d, c), timer=timer,
+                                                sync=sync, asynchronous=extra.pop("queued", True))
+            sync()
+        finally:
+            for d in (a_d, b_d, c_d):
+                d.free()
+        flops = 2.0 * m * n * k
+        metrics |= self._peak_metrics(ctx, prec, flops, timing.stats()["median"])
+        metrics |= {"err_input": err_input.get("v", float("nan")), "check_tolerance": tol,
+                    "expected_input_error": numerics.expected_input_error(prec)}
+        nbytes = float(ITEMSIZE[prec] * (m * k + k * n) + 4 * m * n)
+        return Result(timing, flops, nbytes, chk, metrics, kernel=kernel, extra=extra)
+
+    def _launcher(self, ctx: RunContext, point: Point, kernel: Any, a_d: Any, b_d: Any,
+                  c_d: Any):
+        p = point.params
+        m, k, n = p["m"], p["k"], p["n"]
+        gpu = ctx.gpu
+        if point.variant == "cublas":
+            launch, timer, sync, extra = cublas_ex.gemm_ex_launcher(
+                gpu, a_d, b_d, c_d, m, k, n, p["precision"])
+            return launch, timer, sync, extra, {}
+        func = kernel.function(kernels.kernel_name(point))
+        func.prepare("PPPiii")
+        grid, block, smem = kernels.launch_geometry(point)
+        if smem > 48 * 1024:
+            func.set_attribute(gpu.cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
+        dims = (np.int32(m), np.int32(n), np.int32(k))
+
+        def launch() -> None:
+            func.prepared_call(grid, block, a_d, b_d, c_d, *dims, shared_size=smem)
+
+        metrics = {"regs": int(getattr(func, "num_regs", -1)), "dynamic_smem_bytes": smem,
+                   "static_smem_bytes": int(getattr(func, "shared_size_bytes", -1)),
+                   "threads": block[0]}
+        extra = {"grid": list(grid), "block": list(block), "queued": True}
+        return launch, gpu.event_timer(), gpu.synchronize, extra, metrics
+
+    @staticmethod
+    def _peak_metrics(ctx: RunContext, prec: str, flops: float, median_s: float) -> dict[str, Any]:
+        """The precision's dense tensor peak on this device and the point's share of it
+        (FP32: the CUDA cores' peak, 2 flops x FP32 cores x clock)."""
+        gpu = ctx.gpu
+        try:
+            cc = gpu.info["compute_capability"]
+            sms, khz = gpu.attr("MULTIPROCESSOR_COUNT"), gpu.attr("CLOCK_RATE")
+            name = str(gpu.info.get("gpu_name", ""))
+        except Exception:  # noqa: BLE001 - a stand-in session without attributes
+            return {}
+        if prec == "fp32":
+            from cudalab import devicespec
+
+            peak = devicespec.peak_fp32_gflops(cc, sms, khz)
+        else:
+            peak = tensor_peaks.tensor_peak_gflops(cc, prec, sms, khz,
+                                                   tensor_peaks.is_geforce(name))
+        out: dict[str, Any] = {"peak_precision_gflops": peak}
+        if math.isfinite(peak) and peak > 0 and median_s > 0:
+            out["pct_peak_precision"] = 100.0 * flops / median_s / 1e9 / peak
+        return out
+
+    # -- report --------------------------------------------------------------------------
+    def plot(self, name: str, df: pd.DataFrame):
+        return tc_figures.plot(name, self.ok(df))
+
+    def tables(self, df: pd.DataFrame) -> list[dict[str, str]]:
+        html = tc_figures.summary_html(self.ok(df))
+        return [{"title": "At the largest size: each precision's best hand kernel against "
+                          "cuBLAS of the same precision", "html": html}] if html else []

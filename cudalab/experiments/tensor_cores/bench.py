@@ -1,0 +1,86 @@
+"""On a GPU machine, after `cudalab measure tensor_cores` and `cudalab aggregate`: print the
+summary at the largest size (TFLOP/s, % of cuBLAS of the same precision, % of peak, errors),
+every mma tile at that size, and the lesson's claims; optionally check that pycuda can build
+an sm_90a (wgmma) module.
+
+    python -m cudalab.experiments.tensor_cores.bench results/results.csv [--probe-wgmma]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import pandas as pd
+
+from cudalab.experiments.tensor_cores import lesson
+from cudalab.experiments.tensor_cores.figures import largest, summary_rows, tile_label
+
+WGMMA_PROBE = r"""
+extern "C" __global__ void probe(float* out)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.fence.sync.aligned;\n" ::);
+    out[threadIdx.x] = 1.0f;
+#else
+    out[threadIdx.x] = 2.0f;
+#endif
+}
+"""
+
+
+def probe_wgmma() -> str:
+    """Build a module with a wgmma instruction for sm_90a through pycuda and run it: what
+    happened, in one line."""
+    try:
+        import numpy as np
+        import pycuda.driver as cuda
+        from pycuda.compiler import SourceModule
+
+        from cudalab.gpu import open_session
+
+        open_session()
+        mod = SourceModule(WGMMA_PROBE, no_extern_c=True, arch="sm_90a")
+        out = np.zeros(128, np.float32)
+        mod.get_function("probe")(cuda.Out(out), block=(128, 1, 1), grid=(1, 1))
+        return f"sm_90a module built and ran through pycuda: wrote {out[0]:g} (1 = wgmma path)"
+    except Exception as exc:  # noqa: BLE001 - report whatever stops it
+        return f"sm_90a probe failed: {type(exc).__name__}: {str(exc)[:300]}"
+
+
+def report(df: pd.DataFrame) -> list[str]:
+    d = df[df["experiment"] == "tensor_cores"]
+    lines = [f"{'prec':5} {'variant':7} {'TFLOP/s':>8} {'%cuBLAS':>8} {'%peak':>6} "
+             f"{'err_input':>10} {'err_check':>10} {'tol':>8}  tile"]
+    for r in summary_rows(d):
+        lines.append(f"{r['precision']:5} {r['variant']:7} {r['tflops']:8.1f} "
+                     f"{r['pct_cublas']:8.1f} {r['pct_peak']:6.1f} {r['err_input']:10.2e} "
+                     f"{r['err_check']:10.2e} {r['tolerance']:8.1e}  {r['tile']}")
+    big = largest(d[d["status"] == "ok"])
+    mma = big[big["variant"] == "mma"].sort_values("gflops", ascending=False)
+    lines.append("mma tiles at the largest size:")
+    for _, r in mma.iterrows():
+        lines.append(f"  {r['p_precision']} {tile_label(r)}: {r['gflops'] / 1e3:.1f} TFLOP/s, "
+                     f"{r.get('m_regs', float('nan')):.0f} regs")
+    bad = d[d["status"] != "ok"]
+    for _, r in bad.head(12).iterrows():
+        lines.append(f"NOT OK {r['point_id']}: {r['status']} {str(r.get('reason'))[:200]}")
+    if len(bad) > 12:
+        lines.append(f"... {len(bad) - 12} more not ok")
+    lines += [f"[{s}] {phrase}: {ev}" for phrase, s, ev in lesson.evaluate(d)]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("table")
+    ap.add_argument("--probe-wgmma", action="store_true")
+    a = ap.parse_args(argv)
+    print("\n".join(report(pd.read_csv(a.table))))
+    if a.probe_wgmma:
+        print(probe_wgmma())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

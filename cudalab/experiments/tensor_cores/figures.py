@@ -1,0 +1,159 @@
+"""The tensor-core figures and the summary table: speed against error per precision (the
+lesson), and each variant's TFLOP/s per precision against cuBLAS and the precision's peak.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+ORDER = ["fp32", "tf32", "bf16", "fp16"]
+VARIANT_LABEL = {"wmma": "WMMA", "mma": "mma.sync + ldmatrix + cp.async", "cublas": "cuBLAS"}
+FIGURES = {
+    "precision_knob": "Precision is a knob: at the largest size, the relative Frobenius error "
+    "of each precision's result against the float64 product of the unrounded inputs (x, log "
+    "scale) and its TFLOP/s (y, log scale); one colour per precision, one marker per "
+    "variant (cuBLAS, WMMA, the best mma.sync tile). Lower precision moves right "
+    "(more error) and up (more speed); the dotted lines mark the error that rounding the "
+    "inputs alone predicts.",
+    "tflops": "TFLOP/s of each variant against matrix size, one panel per precision "
+    "(best tile of the mma kernel per size), with the precision's dense peak (SMs x clock x "
+    "rate per SM; dashed) above cuBLAS.",
+}
+
+
+def largest(d: pd.DataFrame) -> pd.DataFrame:
+    if d.empty:
+        return d
+    f = pd.to_numeric(d["flops"], errors="coerce")
+    return d[f == f.max()]
+
+
+def best(d: pd.DataFrame) -> pd.DataFrame:
+    """The fastest row per (size, precision, variant): the mma tile search keeps its best."""
+    if d.empty:
+        return d
+    d = d.assign(gflops=pd.to_numeric(d["gflops"], errors="coerce")).dropna(subset=["gflops"])
+    keys = ["flops", "p_precision", "variant"]
+    return d.loc[d.groupby(keys, sort=False)["gflops"].idxmax()]
+
+
+def summary_rows(d: pd.DataFrame) -> list[dict[str, Any]]:
+    """At the largest size: per precision and variant, TFLOP/s, % of cuBLAS of the same
+    precision, % of the precision's peak, the errors."""
+    b = best(largest(d))
+    rows = []
+    for prec in ORDER:
+        sub = b[b["p_precision"] == prec]
+        cub = sub[sub["variant"] == "cublas"]["gflops"]
+        ceiling = float(cub.iloc[0]) if len(cub) else float("nan")
+        for _, r in sub.sort_values("gflops").iterrows():
+            rows.append({
+                "precision": prec, "variant": r["variant"],
+                "tile": tile_label(r), "tflops": r["gflops"] / 1e3,
+                "pct_cublas": 100 * r["gflops"] / ceiling if ceiling > 0 else float("nan"),
+                "pct_peak": _num(r, "m_pct_peak_precision"),
+                "err_input": _num(r, "m_err_input"), "err_check": _num(r, "error"),
+                "tolerance": _num(r, "tolerance"),
+            })
+    return rows
+
+
+def _num(r: Any, c: str) -> float:
+    try:
+        return float(r[c])
+    except (KeyError, TypeError, ValueError):
+        return float("nan")
+
+
+def tile_label(r: Any) -> str:
+    if r.get("variant") != "mma" or pd.isna(r.get("p_bm")):
+        return ""
+    return (f"{int(r['p_bm'])}x{int(r['p_bn'])}x{int(r['p_bk'])} warp "
+            f"{int(r['p_wm'])}x{int(r['p_wn'])}, {int(r['p_stages'])} stages")
+
+
+def summary_html(d: pd.DataFrame) -> str:
+    rows = summary_rows(d)
+    if not rows:
+        return ""
+    def f(x: float, spec: str) -> str:
+        return "" if not math.isfinite(x) else format(x, spec)
+    head = ("<tr><th>precision</th><th>variant</th><th>TFLOP/s</th><th>% of cuBLAS</th>"
+            "<th>% of peak</th><th>error vs unrounded</th><th>check error</th></tr>")
+    body = "".join(
+        f"<tr><td>{r['precision']}</td><td>{html.escape(VARIANT_LABEL[r['variant']])}"
+        f"{(' (' + html.escape(r['tile']) + ')') if r['tile'] else ''}</td>"
+        f"<td>{f(r['tflops'], '.1f')}</td><td>{f(r['pct_cublas'], '.0f')}</td>"
+        f"<td>{f(r['pct_peak'], '.0f')}</td><td>{f(r['err_input'], '.1e')}</td>"
+        f"<td>{f(r['err_check'], '.1e')}</td></tr>" for r in rows)
+    return f"<table>{head}{body}</table>"
+
+
+def plot(name: str, d: pd.DataFrame):
+    if d.empty:
+        return None
+    if name == "precision_knob":
+        return _plot_knob(best(largest(d)))
+    if name == "tflops":
+        return _plot_tflops(best(d))
+    raise KeyError(name)
+
+
+def _plot_knob(b: pd.DataFrame):
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    from cudalab.experiments.tensor_cores.numerics import expected_input_error
+
+    b = b.dropna(subset=["m_err_input"]) if "m_err_input" in b else b.iloc[:0]
+    if b.empty:
+        return None
+    colors = dict(zip(ORDER, sns.color_palette("deep", len(ORDER))))
+    markers = {"cublas": "o", "wmma": "s", "mma": "^"}
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for _, r in b.iterrows():
+        ax.scatter(r["m_err_input"], r["gflops"] / 1e3, color=colors.get(r["p_precision"]),
+                   marker=markers.get(r["variant"], "x"), s=60,
+                   label=f"{r['p_precision']} {VARIANT_LABEL[r['variant']]}")
+    for prec in sorted(set(b["p_precision"]), key=ORDER.index):
+        ax.axvline(expected_input_error(prec), color=colors[prec], ls=":", lw=1)
+    ax.set(xscale="log", yscale="log", xlabel="relative error against the float64 product of "
+           "the unrounded inputs (log)", ylabel="TFLOP/s (log)",
+           title=f"Precision is a knob: speed against error at {_size(b)}")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def _plot_tflops(b: pd.DataFrame):
+    import matplotlib.pyplot as plt
+
+    precs = [p for p in ORDER if (b["p_precision"] == p).any()]
+    if not precs:
+        return None
+    fig, axes = plt.subplots(1, len(precs), figsize=(3.6 * len(precs), 4), squeeze=False,
+                             sharey=True)
+    for ax, prec in zip(axes[0], precs):
+        sub = b[b["p_precision"] == prec].sort_values("flops")
+        for v, g in sub.groupby("variant"):
+            ax.plot(np.cbrt(g["flops"] / 2), g["gflops"] / 1e3, marker="o",
+                    label=VARIANT_LABEL[str(v)], ls="--" if v == "cublas" else "-")
+        if "m_peak_precision_gflops" in sub and sub["m_peak_precision_gflops"].notna().any():
+            ax.axhline(float(sub["m_peak_precision_gflops"].max()) / 1e3, color="grey", ls="--",
+                       lw=1, label="dense peak")
+        ax.set(xscale="log", yscale="log", title=prec, xlabel="n (cube root of m k n, log)")
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("TFLOP/s (log)")
+    fig.tight_layout()
+    return fig
+
+
+def _size(b: pd.DataFrame) -> str:
+    r = b.iloc[0]
+    m, k, n = int(r["p_m"]), int(r["p_k"]), int(r["p_n"])
+    return f"n = {m}" if m == k == n else f"{m}x{k}.{k}x{n}"
