@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 from jsonschema import Draft202012Validator, ValidationError, validators
 
-from cudalab import safe_yaml
+from cudalab import fmt, safe_yaml
 from cudalab.keys import key_path, show
 from cudalab.resources import CONFIG_SCHEMA as SCHEMA_PATH
 
@@ -267,7 +267,7 @@ def read_mapping(path: str | Path) -> dict[str, Any]:
             blob = f.read(safe_yaml.MAX_BYTES + 1)
         if len(blob) > safe_yaml.MAX_BYTES:
             raise ConfigError(f"{path} is not read: it is larger than "
-                              f"{safe_yaml.MAX_BYTES:,} bytes, the most a config may have")
+                              f"{fmt.group(safe_yaml.MAX_BYTES)} bytes, the most a config may have")
         text = blob.decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None

@@ -30,6 +30,7 @@ import jsonschema
 import pandas as pd
 import yaml
 
+from cudalab import fmt
 from cudalab import occupancy as occ
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.base import Experiment
@@ -163,10 +164,28 @@ def lesson_check(checks: dict[str, list[Any]], experiment: str, words: str | Non
 
 
 def show(v: float | None) -> str:
-    """A number for the table: thousands grouped, else 3 significant digits."""
+    """A bare number for the table (cudalab.fmt: grouped, 3 significant digits)."""
     if v is None or not math.isfinite(v):
         return ""
-    return f"{v:,.0f}".replace(",", "\u2009") if abs(v) >= 1000 else f"{v:.3g}"
+    return fmt.number(round(v) if abs(v) >= 1000 else v)
+
+
+def texts(value: float | None, unit: str, ratio: float | None, k80: float | None,
+          has_k80: bool) -> dict[str, str]:
+    """The cells of one lesson's row as a reader wants them: each number with its unit,
+    rescaled (14 320 ms reads 14.3 s), the ratio as '1.31×', and for a cell left empty the
+    reason (the *_why keys)."""
+    ok = ratio is not None and math.isfinite(ratio)
+    return {
+        "this_q": fmt.quantity(value, unit) if value is not None else "",
+        "ratio_x": fmt.ratio(ratio) if ok else "",
+        "k80_q": fmt.quantity(k80, unit) if k80 is not None else "",
+        "this_why": "" if value is not None else "not measured in this run",
+        "ratio_why": "" if ok else "no number of this run to compare",
+        "k80_why": "" if k80 is not None else (
+            "no register count of this kernel in this run" if has_k80 else
+            "cudalab's calculator applies to occupancy lessons only"),
+    }
 
 
 def _sentence(entry: dict[str, Any], names: dict[str, Any]) -> str:
@@ -202,7 +221,10 @@ def course_table(df: pd.DataFrame, lessons: list[dict[str, Any]] | None = None,
             "check": lesson_check(checks, m["experiment"], entry.get("check")),
             "text": {"course": show(c["value"]), "this": show(value),
                      "ratio": show(names.get("ratio")),
-                     "k80_calc": show(k80_value(entry.get("k80"), row))},
+                     "k80_calc": show(k80_value(entry.get("k80"), row)),
+                     "course_q": fmt.quantity(c["value"], c["unit"]),
+                     **texts(value, c["unit"], names.get("ratio"),
+                             k80_value(entry.get("k80"), row), "k80" in entry)},
             "why": _sentence(entry, names) if value is not None else
             "not measured in this run (experiment or point not in the grid, or not ok)",
         })
@@ -228,12 +250,12 @@ def headline_markdown(tables: dict[str, pd.DataFrame]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for i, entry in enumerate(lessons):
         c = entry["course"]
-        k80 = next(iter(cols.values()))[i]["text"]["k80_calc"] if cols else ""
-        cells = [entry["lesson"], f"{show(c['value'])} {c['unit']} ({c['gpu']}"
+        k80 = next(iter(cols.values()))[i]["text"]["k80_q"] if cols else ""
+        cells = [entry["lesson"], f"{fmt.quantity(c['value'], c['unit'])} ({c['gpu']}"
                  + (f"; cudalab's calculator: {k80})" if k80 else ")")]
         for rows in cols.values():
             r = rows[i]
-            cells.append(f"{r['text']['this']} {r['unit']} (×{r['text']['ratio']})"
+            cells.append(f"{r['text']['this_q']} ({r['text']['ratio_x']})"
                          if r["this"] is not None else "—")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -143,7 +143,10 @@ def percent(x: float, fraction: bool = False) -> str:
 
 @_numeric
 def ratio(x: float) -> str:
-    """A speed-up or a ratio of two numbers: '1.31×', '12.3×', '459×' (never '459.3x')."""
+    """A speed-up or a ratio of two numbers: '1.31×', '12.3×', '459×' (never '459.3x');
+    below 0.1 as a fraction, which reads better than digits after zeros: '1/38.9'."""
+    if 0 < abs(x) < 0.1:
+        return f"{'-' if x < 0 else ''}1/{sig(1 / abs(x))}"
     return f"{sig(x)}×"
 
 

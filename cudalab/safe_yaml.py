@@ -23,6 +23,8 @@ from typing import Any
 
 import yaml
 
+from cudalab.fmt import group
+
 # A real config is a few hundred values and a few KB; these leave room for long grids and
 # keep reading one under a second.
 MAX_BYTES = 262_144
@@ -76,8 +78,8 @@ def load(text: str) -> Any:
     yaml.YAMLError for text that is not YAML (the caller words both)."""
     size = len(text.encode("utf-8"))
     if size > MAX_BYTES:
-        raise YamlLimitError(f"the file is {size:,} bytes; a config may have at most "
-                             f"{MAX_BYTES:,}")
+        raise YamlLimitError(f"the file is {group(size)} bytes; a config may have at most "
+                             f"{group(MAX_BYTES)}")
     _check_depth(text)
     loader = UniqueKeyLoader(text)
     try:
@@ -120,7 +122,7 @@ def _check_expansion(root: yaml.Node) -> None:
             if counts[key] > MAX_VALUES:
                 raise YamlLimitError(
                     f"line {node.start_mark.line + 1}: this value (with its aliases, *name, "
-                    f"expanded) holds more than {MAX_VALUES:,} values; a config needs far "
+                    f"expanded) holds more than {group(MAX_VALUES)} values; a config needs far "
                     f"fewer: make the grid smaller")
             continue
         if key in counts:

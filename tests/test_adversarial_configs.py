@@ -101,7 +101,7 @@ def test_the_canary_is_live(tmp_path):
     (lambda: "experiments:\n  vector_add:\n    sizes: [" + ", ".join(["1"] * 300_000) + "]\n",
      "larger than"),
     (lambda: "experiments:\n  vector_add:\n    sizes: [" + ",".join(["1"] * 110_000) + "]\n",
-     "holds more than 100,000 values"),
+     "holds more than 100\u202f000 values"),
     (lambda: "profile:\n  metrics: [" + ", ".join(f"a__m{i}.sum" for i in range(5000))
      + "]\nexperiments: {vector_add: {}}\n", "profile.metrics"),
     (lambda: "experiments:\n  vector_add:\n    sizes: [" + ", ".join(

@@ -251,9 +251,9 @@ def test_course_beside_several_runs(base, tmp_path, capsys):
                       f"{base.name} (NVIDIA H100 80GB HBM3) |")
     sms = next(line for line in out if line.startswith("| vectorAdd"))
     # base holds no device_query: its cell is empty, the reference's is 132 SMs
-    assert sms.endswith("| 132 SMs (×10.2) | — |"), sms
+    assert sms.endswith("| 132 SMs (10.2×) | — |"), sms
     occ = next(line for line in out if line.startswith("| occupancy: 32-thread blocks |"))
-    assert "25 % occupancy (Tesla K80; cudalab's calculator: 25)" in occ
+    assert "25 % occupancy (Tesla K80; cudalab's calculator: 25 % occupancy)" in occ
     assert "Traceback" not in _error(capsys, "--course", tmp_path / "missing")
 
 

@@ -61,7 +61,7 @@ def test_rates_and_sizes_scale_their_unit(f, v, want):
 
 @pytest.mark.parametrize("v, want", [
     (1.3127, "1.31×"), (459.3, "459×"), (12.345, "12.3×"), (0.52, "0.520×"),
-    (4321.0, f"4{T}321×"),
+    (4321.0, f"4{T}321×"), (0.0257, "1/38.9"), (1.44e-5, f"1/69{T}444"),
 ])
 def test_ratios_read_with_a_times_sign_and_sensible_digits(v, want):
     assert fmt.ratio(v) == want
@@ -167,3 +167,23 @@ def test_the_config_loader_can_use_it_without_pandas():
 ])
 def test_a_range_has_one_unit(lo, hi, f, want):
     assert fmt.span(lo, hi, f) == want
+
+
+def test_the_course_table_reads_on_a_projector():
+    """The reference H100 run's course table: each number with its unit, rescaled, no
+    e-notation, no comma, no integer as a float, and every empty cell says why."""
+    from cudalab import course, results
+
+    df = results.read_table("reports/reference/NVIDIA-H100-80GB-HBM3/results.csv")
+    rows = course.course_table(df)
+    assert len(rows) >= 10
+    for r in rows:
+        t = r["text"]
+        for key in ("course_q", "this_q", "ratio_x", "k80_q", "course", "this", "ratio"):
+            assert not re.search(r"\de[+-]?\d|,|(?<![.\d])\d{4}", t[key]), (key, t[key])
+        for key in ("this", "ratio", "k80"):
+            assert bool(t[f"{key}_q" if key != "ratio" else "ratio_x"]) != bool(t[f"{key}_why"])
+    by = {r["lesson"]: r["text"] for r in rows}
+    assert by["matmul 160×240 · 240×320 on the CPU"]["course_q"] == "14.3 s"
+    assert by["the GPU's FP32 peak"]["this_q"].endswith(" TFLOP/s")
+    assert any(t["this_q"].endswith(" µs") for t in by.values())
