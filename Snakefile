@@ -13,6 +13,8 @@ include: "workflow/rules/measure.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/report.smk"
+if config["exercises"]["submissions"]:  # a class run: docs/exercises.md
+    include: "workflow/rules/exercises.smk"
 
 
 rule all:
