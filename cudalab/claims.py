@@ -17,7 +17,7 @@ import pandas as pd
 from cudalab import roofline
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.base import NOT_MEASURED, Experiment, not_measured_evidence
-from cudalab.experiments.lesson import ClaimResult, State
+from cudalab.experiments.lesson import Claim, ClaimResult, State, TryThis
 
 if TYPE_CHECKING:
     from cudalab.roofline import Ceilings
@@ -40,28 +40,61 @@ def judge(exp: Experiment, rows: pd.DataFrame, ceilings: Ceilings,
     still computes its own list (Experiment.expectations overridden); each statement once."""
     if rows.empty:
         return []
-    status = rows["status"].astype(str) if "status" in rows else pd.Series(dtype=str)
-    left_out = rows[status == NOT_MEASURED]
-    why = not_measured_evidence(left_out) if len(left_out) else ""
-    nothing = len(left_out) == len(rows)
-    out: list[ClaimResult] = []
-    for claim in exp.claims:
-        if nothing:
-            out.append(ClaimResult(claim.statement, State.NOT_MEASURED, why, claim.name,
-                                   exp.name))
-            continue
-        j = claim.evaluate(rows, ceilings)
-        evidence = j.evidence
-        if j.state is State.NOT_MEASURED and why and why not in evidence:
-            evidence = f"{why}; {evidence}"
-        out.append(ClaimResult(claim.statement, j.state, evidence, claim.name, exp.name))
+    out = [_judge_one(exp, claim, rows, ceilings) for claim in exp.claims]
     if computed and type(exp).expectations is not Experiment.expectations:
+        why, nothing = _left_out(rows)
         for e in exp.expectations(rows):
             state = State.NOT_MEASURED if nothing and e.state is State.NOT_SEEN else e.state
             out.append(ClaimResult(e.statement, state, why if state is not e.state
                                    else e.evidence, e.key, exp.name))
     seen: set[str] = set()
     return [r for r in out if not (r.statement in seen or seen.add(r.statement))]
+
+
+def _left_out(rows: pd.DataFrame) -> tuple[str, bool]:
+    """Why some rows were not measured ('' : all were), and whether none was."""
+    status = rows["status"].astype(str) if "status" in rows else pd.Series(dtype=str)
+    left_out = rows[status == NOT_MEASURED]
+    return (not_measured_evidence(left_out) if len(left_out) else "",
+            len(left_out) == len(rows))
+
+
+def _judge_one(exp: Experiment, claim: Claim, rows: pd.DataFrame,
+               ceilings: Ceilings) -> ClaimResult:
+    why, nothing = _left_out(rows)
+    if nothing:
+        return ClaimResult(claim.statement, State.NOT_MEASURED, why, claim.name, exp.name)
+    j = claim.evaluate(rows, ceilings)
+    evidence = j.evidence
+    if j.state is State.NOT_MEASURED and why and why not in evidence:
+        evidence = f"{why}; {evidence}"
+    return ClaimResult(claim.statement, j.state, evidence, claim.name, exp.name)
+
+
+def lesson_claims(exp: Experiment) -> list[Claim]:
+    """Every claim a lesson states: its own, then those of its Try-this predictions."""
+    return list(exp.claims) + [t.claim for t in exp.try_this
+                               if isinstance(t, TryThis) and t.claim is not None]
+
+
+def evaluate_claim(name: str, claim: Claim, df: pd.DataFrame) -> ClaimResult | None:
+    """One claim of experiment `name` judged on this run (None: no rows of it)."""
+    full = roofline.annotate(df)
+    sub = full[full["experiment"] == name]
+    if sub.empty:
+        return None
+    return _judge_one(REGISTRY[name], claim, sub, roofline.ceilings_of(full))
+
+
+def evaluate_try_this(name: str, df: pd.DataFrame) -> list[ClaimResult | None]:
+    """Each Try-this prediction of the lesson judged on this run (None: it has no claim,
+    or the run has no rows of the experiment)."""
+    exp = REGISTRY.get(name)
+    if exp is None:
+        return []
+    return [evaluate_claim(name, t.claim, df)
+            if isinstance(t, TryThis) and t.claim is not None else None
+            for t in exp.try_this]
 
 
 def headline(name: str, df: pd.DataFrame) -> ClaimResult | None:

@@ -184,6 +184,7 @@ def _section(name: str, exp: Any, sub: pd.DataFrame, figures_dir: Path, max_rows
         "contradictions": [c for c in judged if c.state is State.NOT_SEEN],
         "tables": exp.tables(sub),
         "try_this": exp.try_this,
+        "try_claims": claims.evaluate_try_this(name, df),
         "questions": exp.questions,
         "counts": sub["status"].value_counts().to_dict(),
         "failures": not_ok[["point_id", "status", "reason"]].to_dict("records"),

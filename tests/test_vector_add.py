@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from fake_cuda import FakeEvent
 
+from cudalab import claims, devicespec, results
 from cudalab import config as cfg
-from cudalab import devicespec, results
 from cudalab.config import ConfigError
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.base import REL_FRO_CHUNK, Point, RunContext
@@ -336,20 +336,21 @@ def test_labels():
 
 
 # -- expectations and figures on SYNTHETIC frames ---------------------------------------------
-def test_expectations_pass_on_plausible_synthetic_data():
-    ex = EXP.expectations(synthetic_frame())
+def _claims(df):
+    return {r.key: r for r in claims.evaluate("vector_add", df)}
+
+
+def test_claims_seen_on_plausible_synthetic_data():
+    ex = _claims(synthetic_frame())
     assert len(ex) == 4
-    assert all(e.passed for e in ex), [(e.claim, e.evidence) for e in ex]
-    assert "% of 3352 GB/s" in ex[1].evidence
+    assert all(e.passed for e in ex.values()), [(e.claim, e.evidence) for e in ex.values()]
+    assert "of the theoretical DRAM ceiling" in ex["large_near_bandwidth"].evidence
 
 
-def test_expectations_fail_when_the_data_says_so():
-    ex = {e.claim: e for e in EXP.expectations(synthetic_frame(slow32=False,
-                                                               wrong=((1 << 20, 64),)))}
-    correct = next(e for c, e in ex.items() if "matches" in c)
-    assert correct.passed is False and "23/24" in correct.evidence
-    blocks = next(e for c, e in ex.items() if "32 threads" in c)
-    assert blocks.passed is False
+def test_claims_not_seen_when_the_data_says_so():
+    ex = _claims(synthetic_frame(slow32=False, wrong=((1 << 20, 64),)))
+    assert ex["correct"].passed is False and "23/24" in ex["correct"].evidence
+    assert ex["blocks_of_32_lag"].passed is False
 
 
 def test_wrong_points_carry_no_speed():

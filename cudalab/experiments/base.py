@@ -263,6 +263,17 @@ def _move(old: Any, cuda: Any, cache: JobCache, counts: list[int]) -> Any:
     return new
 
 
+def _trial_check(ctx: RunContext, check: Callable[..., Check], args: tuple[Any, ...],
+                 reuse: bool) -> Check:
+    """check(*args), or on a later trial the first trial's Check where `reuse` allows."""
+    trial = ctx.harness.trial
+    if trial is None or not reuse:
+        return check(*args)
+    key = (getattr(check, "__code__", type(check)),
+           *((a.shape, a.dtype.str) for a in args))
+    return trial.check(key, lambda: check(*args))
+
+
 def free_all(value: Any) -> None:
     """Free the device allocations in a cached value (a dict, tuple or list of them, or
     one); host arrays and anything already freed are left alone."""
@@ -367,14 +378,19 @@ class Experiment:
     # Why this experiment's timed GPU results carry no correctness check ('' : they all do;
     # the runner marks a timed GPU result without a check failed unless this is set).
     no_check_reason: str = ""
-    # Report hooks (owned by the report): "Try this" as (config change, what to expect and
-    # why) pairs and questions for the reader, shown at the end of the section.
-    try_this: list[tuple[str, str]] = []
+    # Report hooks (owned by the report): "Try this" as TryThis (config change, what to
+    # expect and why, and the claim that judges it where one run can) and questions for the
+    # reader, shown at the end of the section.
+    try_this: list[Any] = []
     questions: list[str] = []
     # The lesson's sentences computed from this run's data and the caption's claims checked
     # on it (the folder's lesson module; see cudalab/experiments/lesson.py).
     explanations: tuple[Explanation, ...] = ()
     claims: tuple[Claim, ...] = ()
+    # Numbers the lesson's prose states (caption, figure captions, Try-this, questions),
+    # each a static fact with its source: prose never states a measured number (the
+    # report's audit, tests/test_claims.py, holds it to that).
+    sources: dict[str, str] = {}
 
     def check_config(self, block: dict[str, Any]) -> list[str]:
         """Cross-field rules the schema cannot express; messages start with the key."""
@@ -436,7 +452,7 @@ class Experiment:
         asynchronous: bool = False,
         batchable: bool = True,
         settings: Settings | None = None,
-        check_each_trial: bool = False,
+        check_each_trial: bool | None = None,
     ) -> tuple[Check, Timing]:
         """Correct first, then timed: the one sequence every GPU experiment uses.
 
@@ -454,9 +470,10 @@ class Experiment:
         Trials after a point's first (ctx.harness.trial) still poison, launch once and copy
         the output back (the host array holds this trial's output, and the moved buffers
         run), but take the first trial's Check instead of calling check(host): same kernel,
-        same inputs, the buffers' contents copied. `check_each_trial`: call it every trial
-        (it records what the caller reads). Without `output`, check() runs every trial: its
-        own verification may prime what is timed."""
+        same inputs, the buffers' contents copied. Without `output`, check() runs every
+        trial (its own verification may prime what is timed). `check_each_trial` True: run
+        check every trial (it records what the caller reads); False: take the first
+        trial's without `output` too (check() does nothing the timing needs)."""
         gpu = ctx.gpu
         if output is not None:
             cuda = gpu.cuda
@@ -473,14 +490,9 @@ class Experiment:
             launch()
             (sync or gpu.synchronize)()
             cuda.memcpy_dtoh(host, device)
-            trial = ctx.harness.trial
-            if trial is None or check_each_trial:
-                result = check(host)
-            else:
-                key = (getattr(check, "__code__", type(check)), host.shape, host.dtype.str)
-                result = trial.check(key, lambda: check(host))
+            result = _trial_check(ctx, check, (host,), check_each_trial is not True)
         else:
-            result = check()
+            result = _trial_check(ctx, check, (), check_each_trial is False)
         timing = ctx.harness.measure(launch, timer or gpu.event_timer(), batchable=batchable,
                                      asynchronous=asynchronous, settings=settings)
         return result, timing

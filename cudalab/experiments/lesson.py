@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -170,3 +170,50 @@ def ref(c: Ceilings, level: str = "dram") -> tuple[float, str]:
     """A memory level's ceiling and how to name it in a sentence."""
     value, kind = c.bandwidth(level)
     return value, f"{kind} {level.upper()} ceiling {fmt.bandwidth(value)}"
+
+
+class TryThis(NamedTuple):
+    """A config change to try, what to expect, and (where one run can judge it) the claim
+    that judges the expectation once that config has run."""
+
+    change: str
+    expect: str
+    claim: Claim | None = None
+
+
+# -- flips: the data changes the mutation test applies ---------------------------------------
+Mask = Callable[[pd.DataFrame], "pd.Series"]
+
+
+def slower(d: pd.DataFrame, mask: Mask, factor: float) -> pd.DataFrame:
+    """The rows in mask(d) take `factor` times as long: times x factor, rates / factor."""
+    d = d.copy()
+    m = mask(d)
+    for c in ("time_median_s", "time_min_s", "time_mean_s", "m_kernel_s"):
+        if c in d:
+            d.loc[m, c] = col(d, c)[m] * factor
+    for c in ("gflops", "gbps", "pct_peak_gflops", "pct_peak_gbps", "pct_ceil_gbps",
+              "pct_ceil_gflops"):
+        if c in d:
+            d.loc[m, c] = col(d, c)[m] / factor
+    return d
+
+
+def with_value(d: pd.DataFrame, mask: Mask, column: str, value: object) -> pd.DataFrame:
+    """The rows in mask(d) get `value` in `column`."""
+    d = d.copy()
+    if column in d and d[column].dtype.kind in "iuf" and isinstance(value, str):
+        d[column] = d[column].astype(object)
+    d.loc[mask(d), column] = value
+    return d
+
+
+def first_gpu(d: pd.DataFrame) -> pd.Series:
+    """The first ok GPU row (a flip that makes one point wrong)."""
+    gpu = (d["status"].astype(str) == "ok") & (d["variant"] != "cpu")
+    return pd.Series(d.index == (d[gpu].index[0] if gpu.any() else None), index=d.index)
+
+
+def one_wrong(d: pd.DataFrame) -> pd.DataFrame:
+    """The flip of 'every result is correct': the first ok GPU point is wrong."""
+    return with_value(d, first_gpu, "status", "wrong")

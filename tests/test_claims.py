@@ -1,0 +1,187 @@
+"""The audit of what the report says about a run.
+
+- Every claim of every lesson carries a flip, and the flip turns its verdict over on a
+  committed reference (H100, H200): seen <-> not seen. A claim no data could contradict
+  is no claim.
+- No prose (captions, figure captions, Try-this, questions, the course table's hypotheses)
+  states a measured number: every number a sentence holds about a run comes from a claim
+  or a fact. A number in prose is a static fact with its source (ALLOWED, or a lesson's
+  `sources`), or a value of the config (Try-this's config change is code, not prose).
+- The committed references and a GPU-less run of the default config judge every claim
+  without an error, and the GPU-less run judges none of them seen or not seen.
+"""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from cudalab import claims, config, report, results
+from cudalab.experiments import REGISTRY
+from cudalab.experiments.base import Experiment
+from cudalab.experiments.lesson import Claim, State
+
+ROOT = Path(__file__).resolve().parent.parent
+REFERENCES = {
+    "H100": ROOT / "reports" / "reference" / "NVIDIA-H100-80GB-HBM3" / "results.csv",
+    "H200": ROOT / "reports" / "reference" / "NVIDIA-H200" / "results.csv",
+}
+JUDGED = (State.SEEN, State.NOT_SEEN)
+
+# Numbers prose may state without a claim: facts of CUDA and of every NVIDIA GPU since
+# Kepler, with their source. A lesson adds its own (Experiment.sources).
+ALLOWED = {
+    "0": "zero", "1": "one", "2": "two", "3": "three", "4": "four (bytes of a float)",
+    "8": "eight (bytes of a double)", "16": "half-warp / 16-byte vector",
+    "32": "threads per warp; shared-memory banks (CUDA C++ Programming Guide)",
+    "64": "64-bit", "128": "a 128-byte cache line / memory transaction",
+    "1024": "the most threads per block (CUDA C++ Programming Guide, compute capability "
+            "table)",
+}
+NUMBER = re.compile(r"(?<![\w^.])\d+(?:[.,\u202f\u2009 ]\d{3})*(?:\.\d+)?(?![\w.]\d)(?![\w])")
+
+
+def _experiments() -> list[tuple[str, Experiment]]:
+    return sorted(REGISTRY.items())
+
+
+@pytest.fixture(scope="module")
+def refs() -> dict[str, pd.DataFrame]:
+    return {k: results.read_table(p) for k, p in REFERENCES.items() if p.is_file()}
+
+
+# -- flips -----------------------------------------------------------------------------------
+def test_every_claim_has_a_flip_and_no_lesson_computes_its_own_list():
+    missing = [f"{n}:{c.name}" for n, e in _experiments() for c in claims.lesson_claims(e)
+               if c.flip is None]
+    assert not missing, f"claims without a flip: {missing}"
+    older = [n for n, e in _experiments() if type(e).expectations is not Experiment.expectations]
+    assert not older, f"lessons that still compute their own list of claims: {older}"
+    keys = [(n, c.name) for n, e in _experiments() for c in claims.lesson_claims(e)]
+    assert len(keys) == len(set(keys)), "two claims of a lesson share a key"
+
+
+def _cases() -> list[tuple[str, str]]:
+    return [(n, c.name) for n, e in _experiments() for c in claims.lesson_claims(e)]
+
+
+def _claim(name: str, key: str) -> Claim:
+    return next(c for c in claims.lesson_claims(REGISTRY[name]) if c.name == key)
+
+
+def _state(name: str, key: str, df: pd.DataFrame) -> claims.ClaimResult:
+    got = claims.evaluate_claim(name, _claim(name, key), df)
+    assert got is not None, (name, key)
+    return got
+
+
+@pytest.mark.parametrize(("name", "key"), _cases())
+def test_the_flip_turns_the_verdict_over(refs, name, key):
+    claim = _claim(name, key)
+    turned = []
+    for label, df in refs.items():
+        before = _state(name, key, df)
+        if before.state not in JUDGED:
+            continue
+        rows = df["experiment"] == name
+        flipped = pd.concat([df[~rows], claim.flip(df[rows].copy())], ignore_index=True)
+        after = _state(name, key, flipped)
+        want = State.NOT_SEEN if before.state is State.SEEN else State.SEEN
+        assert after.state is want, (label, before, after)
+        turned.append(label)
+    assert turned, f"{name}:{key} is judged on no reference: nothing shows it can flip"
+
+
+# -- prose states no measured number ---------------------------------------------------------
+def _allowed(name: str) -> set[str]:
+    exp = REGISTRY.get(name)
+    own = getattr(exp, "sources", {}) if exp is not None else {}
+    return set(ALLOWED) | set(own)
+
+
+def _numbers(text: str) -> list[str]:
+    return [m.group(0).replace("\u202f", " ").replace("\u2009", " ")
+            for m in NUMBER.finditer(text)]
+
+
+def _prose_of(exp: Experiment) -> list[tuple[str, str]]:
+    """(where, text) of every sentence a lesson writes in advance of any run."""
+    out = [("caption", exp.caption)]
+    out += [(f"figure {k}", v) for k, v in exp.figures.items()]
+    out += [(f"try {t[0]}", t[1]) for t in exp.try_this]
+    out += [(f"question {i}", q) for i, q in enumerate(exp.questions)]
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_a_lesson_s_prose_states_no_measured_number(name):
+    exp, allowed = REGISTRY[name], _allowed(name)
+    bad = [(where, n) for where, text in _prose_of(exp) for n in _numbers(text)
+           if n not in allowed]
+    assert not bad, (f"{name}: numbers in prose that no claim or fact produced (state them "
+                     f"as a claim, or add the static fact with its source to `sources`): {bad}")
+
+
+class _Prose(HTMLParser):
+    """The text of every element of class "prose", <code> left out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.depth = 0
+        self.code = 0
+        self.stack: list[bool] = []
+        self.found: list[tuple[str, str]] = []
+        self.lesson: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        prose = "prose" in (a.get("class") or "").split()
+        self.stack.append(prose)
+        if prose:
+            self.depth += 1
+            self.lesson.append(a.get("data-lesson", ""))
+            self.found.append((self.lesson[-1], ""))
+        if tag == "code":
+            self.code += 1
+
+    def handle_endtag(self, tag):
+        if tag == "code":
+            self.code = max(0, self.code - 1)
+        if self.stack and self.stack.pop():
+            self.depth -= 1
+            self.lesson.pop()
+
+    def handle_data(self, data):
+        if self.depth and not self.code:
+            lesson, text = self.found[-1]
+            self.found[-1] = (lesson, text + data)
+
+
+def _render(df: pd.DataFrame, tmp: Path) -> str:
+    conf = config.load(ROOT / "config.yaml")
+    return report.render(df, tmp / "figures", conf, tmp / "report.html").read_text()
+
+
+def test_the_rendered_reports_prose_states_no_measured_number(refs, tmp_path):
+    df = refs["H100"]
+    page = _render(df, tmp_path)
+    p = _Prose()
+    p.feed(page)
+    assert len(p.found) > 20, "the report marks its prose (class prose)"
+    bad = [(lesson, n, text[:80]) for lesson, text in p.found for n in _numbers(text)
+           if n not in _allowed(lesson)]
+    assert not bad, bad
+
+
+def test_every_claim_is_judged_on_the_references(refs):
+    counts: dict[str, int] = {}
+    for label, df in refs.items():
+        for name in REGISTRY:
+            for r in claims.evaluate(name, df):
+                counts[r.state.value] = counts.get(r.state.value, 0) + 1
+                assert r.evidence, (label, name, r.statement)
+    assert counts.get("seen", 0) > 40
