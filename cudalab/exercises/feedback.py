@@ -72,11 +72,11 @@ def failing_check(verdict: dict[str, Any], kind: str) -> list[str]:
 
 def static_lines(build: dict[str, Any]) -> list[str]:
     u = build.get("usage") or {}
-    if not u:
+    if "registers" not in u:
         return []
-    spills = u["spill_stores"] + u["spill_loads"]
-    line = (f"Static analysis ({build['arch']}): {u['registers']} registers, "
-            f"{fmt.nbytes(u['smem_static'])} static shared memory, "
+    spills = u.get("spill_stores", 0) + u.get("spill_loads", 0)
+    line = (f"Static analysis ({build.get('arch', '?')}): {u['registers']} registers, "
+            f"{fmt.nbytes(u.get('smem_static', 0))} static shared memory, "
             + (f"{spills} bytes of spills" if spills else "no spills"))
     if "occupancy" in u:
         line += (f"; occupancy {fmt.percent(u['occupancy'], fraction=True)} at "

@@ -1,0 +1,273 @@
+"""Student exercises without a GPU: reading and vetting submissions, compiling (where nvcc
+is installed), the slots' host side, feedback, the leaderboard, the watchdog."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import numpy as np
+import pytest
+
+from cudalab.exercises import build, catalog, classroom, feedback, guard, sandbox, slots
+from cudalab.exercises.source import (
+    SubmissionError,
+    course_source,
+    forbidden,
+    read_submission,
+    valid_name,
+)
+from cudalab.experiments.matmul.build import launch_geometry
+
+needs_nvcc = pytest.mark.skipif(build.sa.find_nvcc() is None, reason="nvcc not installed")
+EXERCISES = list(catalog.EXERCISES.values())
+
+
+@pytest.mark.parametrize("ex", EXERCISES, ids=lambda e: e.name)
+def test_every_exercise_has_a_starter_that_names_it(ex):
+    sub = read_submission(catalog.EXERCISE_DIR / ex.starter)
+    assert sub.exercise is ex
+    assert "TODO" in sub.text and ex.kernel in sub.text
+
+
+@needs_nvcc
+@pytest.mark.parametrize("ex", EXERCISES, ids=lambda e: e.name)
+def test_starters_and_the_course_kernels_compile_into_the_slot(ex):
+    b = build.compile_submission((catalog.EXERCISE_DIR / ex.starter).read_text(), ex,
+                                 ex.starter)
+    assert b.ok, (b.problem, b.diagnostics)
+    assert b.usage["threads"] == slots.block_threads(ex, ex.class_size)
+    for k in ex.course:
+        b = build.compile_submission(course_source(ex, k), ex, "course.cu")
+        assert b.ok, (k.label, b.problem, b.diagnostics)
+        assert b.usage["registers"] > 0 and 0 < b.usage["occupancy"] <= 1
+
+
+@pytest.mark.parametrize("text", [
+    '#include "/work/cuda/matmul.cu"', '  #  include <stdio.h>', '#/**/include "x.cu"',
+    '#\\\ninclude "x.cu"', "#embed \"secret\"", '#line 1 "other.cu"',
+    "#if __has_include(\"../alice.cu\")\n#endif", "#include_next <x>"])
+def test_directives_that_read_other_files_are_refused(text, tmp_path):
+    assert forbidden(text)
+    f = tmp_path / "alice.cu"
+    f.write_text("// cudalab-exercise: vector_add\n" + text + "\n")
+    with pytest.raises(SubmissionError, match="not allowed"):
+        read_submission(f)
+
+
+def test_include_in_a_comment_or_a_string_is_fine():
+    assert forbidden('// #include "x"\n/* #include <y> */\nconst char* s = "#include";') == []
+
+
+@pytest.mark.parametrize("name,ok", [("alice", True), ("a-b_9", True), ("-rf", False),
+                                     ("a b", False), ("$(id)", False), ("a;b", False),
+                                     ("é", False), ("x" * 65, False), ("", False)])
+def test_student_names_follow_a_strict_pattern(name, ok):
+    assert valid_name(name) is ok
+
+
+def test_a_submission_of_another_exercise_or_none_is_refused(tmp_path):
+    f = tmp_path / "bob.cu"
+    f.write_text("// cudalab-exercise: transpose\n")
+    with pytest.raises(SubmissionError, match="for exercise 'transpose'"):
+        read_submission(f, "vector_add")
+    f.write_text("__global__ void k() {}\n")
+    with pytest.raises(SubmissionError, match="which exercise"):
+        read_submission(f)
+    f.write_bytes(b"\xff\xfe")
+    with pytest.raises(SubmissionError, match="UTF-8"):
+        read_submission(f)
+
+
+def test_discover_a_class_folder(tmp_path):
+    starter = (catalog.EXERCISE_DIR / "vector_add.cu").read_text()
+    (tmp_path / "alice.cu").write_text(starter)
+    (tmp_path / "bob").mkdir()
+    (tmp_path / "bob" / "mine.cu").write_text(starter)
+    (tmp_path / "carol").mkdir()
+    for n in ("a.cu", "b.cu"):
+        (tmp_path / "carol" / n).write_text(starter)
+    (tmp_path / "bad name.cu").write_text(starter)
+    (tmp_path / "$(rm -rf x).cu").write_text(starter)
+    (tmp_path / "link.cu").symlink_to(tmp_path / "alice.cu")
+    (tmp_path / "README.md").write_text("not a submission")
+    (tmp_path / "alice").mkdir()
+    (tmp_path / "alice" / "again.cu").write_text(starter)
+    subs, rejected = classroom.discover(tmp_path)
+    assert set(subs) == {"alice", "bob"}  # alice/ comes first: alice.cu is the second
+    assert subs["bob"] == tmp_path / "bob" / "mine.cu"
+    why = {r["name"]: r["why"] for r in rejected}
+    assert set(why) == {"carol", "bad name.cu", "$(rm -rf x).cu", "link.cu", "alice.cu"}
+    assert "symbolic link" in why["link.cu"] and "second submission" in why["alice.cu"]
+
+
+def test_nvcc_diagnostics_are_read_with_file_and_line():
+    log = ('alice.cu(5): error: expected a ";"\n'
+           'alice.cu(4): warning #177-D: variable "i" was declared but never referenced\n'
+           "ptxas error   : Entry function 'k' uses too much shared data\n"
+           "1 error detected in the compilation of \"alice.cu\".\n")
+    text = "l1\nl2\nl3\n  int i = 0\n  c[i] = a[i]\n"
+    d = build.parse_diagnostics(log, text)
+    assert [(x.file, x.line, x.severity) for x in d] == [
+        ("alice.cu", 5, "error"), ("alice.cu", 4, "warning"), ("ptxas", 0, "error")]
+    assert d[0].source == "c[i] = a[i]"
+
+
+def test_the_signature_is_read_back_from_the_ptx():
+    ex = catalog.get("vector_add")
+    ptx = (".visible .entry vector_add(\n\t.param .u64 .ptr .align 1 vector_add_param_0,\n"
+           "\t.param .u64 vector_add_param_1,\n\t.param .u64 vector_add_param_2,\n"
+           "\t.param .u32 vector_add_param_3\n)\n{")
+    assert build.ptx_params(ptx, "vector_add") == ["u64", "u64", "u64", "u32"]
+    assert build.signature_problem(ex, ptx, "") == ""
+    assert "takes (u64, u32)" in build.signature_problem(
+        ex, ".entry vector_add(.param .u64 a, .param .u32 n)", "")
+    assert "no kernel called vector_add" in build.signature_problem(ex, "", "")
+
+
+@needs_nvcc
+def test_compile_errors_and_slot_errors_name_what_is_wrong():
+    ex = catalog.get("vector_add")
+    b = build.compile_submission("// x\nextern \"C\" __global__ void vector_add(const float* a,"
+                                 " const float* b, float* c, int n) { c[0] = q; }\n", ex,
+                                 "alice.cu")
+    assert not b.ok and not b.compiled
+    assert (b.diagnostics[0].file, b.diagnostics[0].line) == ("alice.cu", 2)
+    assert "q" in b.diagnostics[0].message
+    b = build.compile_submission("__global__ void vector_add(const float* a, const float* b,"
+                                 " float* c, int n) {}\n", ex, "alice.cu")
+    assert b.compiled and not b.ok and "extern \"C\"" in b.problem
+    b = build.compile_submission("extern \"C\" __global__ void __launch_bounds__(128) "
+                                 "vector_add(const float* a, const float* b, float* c, int n)"
+                                 " {}\n", ex, "alice.cu")
+    assert "__launch_bounds__(128)" in b.problem
+
+
+def test_the_grid_rules_are_the_experiments_own():
+    tiled = catalog.get("tiled_matmul")
+    assert slots.geometry(tiled, (100, 7, 33)) == launch_geometry(
+        slots.Point("matmul", "tiled", {"m": 100, "k": 7, "n": 33, "tile": 16}))
+    assert slots.geometry(catalog.get("register_matmul"), (65, 1, 129)) == ((3, 2), (16, 16, 1))
+    assert slots.geometry(catalog.get("vector_add"), (1000, 256)) == ((4, 1), (256, 1, 1))
+    assert slots.geometry(catalog.get("transpose"), (33, 65)) == ((3, 2), (32, 8, 1))
+    assert slots.geometry(catalog.get("reduction"), (1025,)) == ((3, 1), (256, 1, 1))
+
+
+@pytest.mark.parametrize("ex", EXERCISES, ids=lambda e: e.name)
+def test_a_case_passes_its_reference_and_fails_the_poisoned_output(ex):
+    rng = np.random.default_rng(1)
+    case = slots.make_case(ex, rng, ex.check_sizes[1])
+    right = case.expected.astype(case.out.dtype).reshape(case.out.shape)
+    assert case.check(right, 1).passed
+    bad = np.full_like(case.out, np.nan if case.fill else 0)
+    assert not case.check(bad, 1).passed
+    w = slots.first_wrong(bad, case.expected, 10 * slots.tolerance(ex))
+    assert w is not None and w["index"] == [0] * len(w["index"])
+
+
+def test_fresh_inputs_every_case():
+    ex = catalog.get("vector_add")
+    rng = np.random.default_rng(0)
+    a, b = slots.make_case(ex, rng, (100, 32)), slots.make_case(ex, rng, (100, 32))
+    assert not np.array_equal(a.inputs[0], b.inputs[0])
+
+
+def test_a_reduction_that_skips_the_timed_launches_fails():
+    ex = catalog.get("reduction")
+    case = slots.make_case(ex, np.random.default_rng(2), (100_003,))
+    once = np.float32(case.expected[0])
+    assert case.check(np.array([once * 50], np.float32), 50).passed
+    assert not case.check(np.array([once], np.float32), 50).passed  # did nothing after 1
+    assert not case.check(np.array([once * 25], np.float32), 50).passed  # every other one
+
+
+def test_first_wrong_element_and_its_expected_value():
+    exp = np.arange(12, dtype=np.float64).reshape(3, 4)
+    out = exp.astype(np.float32)
+    out[1, 2] = 99
+    w = slots.first_wrong(out, exp, 1e-5)
+    assert w["index"] == [1, 2] and w["got"] == 99 and w["expected"] == 6
+    assert w["wrong"] == 1 and w["unwritten"] == 0
+    assert slots.first_wrong(exp, exp, 1e-5) is None
+
+
+def _verdict(status, **kw):
+    return {"student": kw.pop("student", "alice"), "exercise": "tiled_matmul",
+            "file": "alice.cu", "status": status, **kw}
+
+
+def test_feedback_of_a_wrong_result_names_the_element_and_the_hint():
+    check = {"passed": False, "error": math.inf, "tolerance": 1e-4, "metric": "rel_fro",
+             "detail": "unwritten (NaN) elements",
+             "first_wrong": {"index": [0, 0], "got": math.nan, "expected": 1.5,
+                             "unwritten": 15, "wrong": 15}}
+    ok = dict(check, passed=True, first_wrong=None)
+    text = feedback.render(_verdict("wrong", checks=[
+        {"size": [5, 7, 3], "check": check, "timed_check": ok, "launches": 1}]))
+    assert "C[0][0] = NaN: never written, expected 1.5" in text
+    assert "5×7 · 7×3" in text and "Next step:" in text
+    text = feedback.render(_verdict("wrong", checks=[
+        {"size": [5, 7, 3], "check": ok, "timed_check": check, "launches": 8}]))
+    assert "wrong after 8 timed launches" in text
+
+
+def test_feedback_of_a_compile_error_and_a_timeout():
+    d = {"file": "alice.cu", "line": 7, "severity": "error", "message": "expected a \";\"",
+         "source": "int i = 0"}
+    text = feedback.render(_verdict("compile_error", build={"diagnostics": [d]}))
+    assert "alice.cu:7: error: expected" in text and "int i = 0" in text
+    assert "killed" in feedback.render(_verdict("timeout", message="no answer"))
+
+
+def _timed(name, t, baseline="", status="ok", regs=32):
+    return {"student": name, "status": status, "baseline": baseline,
+            "timing": {"median_s": t, "gflops": 1.0 / t, "size": [64, 64, 64],
+                       "trials_s": [t] * 3} if status == "ok" else {},
+            "build": {"usage": {"registers": regs, "occupancy": 0.5, "threads": 256,
+                                 "limiter": "registers"}}}
+
+
+def test_leaderboard_ranks_correct_students_by_time_beside_the_baselines():
+    rows = classroom.leaderboard(
+        [_timed("slow", 2e-3), _timed("fast", 1e-3), _timed("broken", 0, status="wrong"),
+         _timed("hang", 0, status="timeout")],
+        [_timed("course: tiled", 1.5e-3, "course"), _timed("cuBLAS SGEMM", 5e-4, "cublas")])
+    names = [r["name"] for r in rows]
+    assert names[:4] == ["cuBLAS SGEMM", "fast", "course: tiled", "slow"]
+    assert names[4:] == ["broken", "hang"]
+    by = {r["name"]: r for r in rows}
+    assert by["fast"]["rank"] == 1 and by["slow"]["rank"] == 2
+    assert by["cuBLAS SGEMM"]["rank"] is None and by["broken"]["rank"] is None
+    assert by["fast"]["pct_cublas"] == pytest.approx(50)
+    assert by["slow"]["vs_course"] == pytest.approx(0.75)
+
+
+def test_class_report_pages_and_anonymous_view(tmp_path):
+    verdicts = [_timed("alice", 1e-3), _timed("bob", 0, status="crashed")]
+    index = classroom.write_report(verdicts, [_timed("course: tiled", 2e-3, "course")],
+                                   [{"name": "x y.cu", "why": "file name not allowed"}],
+                                   "tiled_matmul", tmp_path, salt="s")
+    html = index.read_text()
+    assert 'href="students/alice.html"' in html and "x y.cu" in html
+    anon = (tmp_path / "anonymous.html").read_text()
+    assert "alice" not in anon and "bob" not in anon
+    assert classroom.alias("alice", "s") in anon
+    assert (tmp_path / "students" / "bob.html").exists()
+    assert "alice" in (tmp_path / "leaderboard.csv").read_text()
+
+
+def test_guard_flags_work_outside_the_timed_events():
+    honest = [(1e-3, 1.05e-3, 2e-5, 10)] * 5
+    assert not guard.guard_summary(honest)["suspect"]
+    escaped = [(1e-3, 6e-3, 2e-5, 10)] * 5  # 5 ms of work the events did not see
+    s = guard.guard_summary(escaped)
+    assert s["suspect"] and s["wall_s"] > 5 * s["event_s"]
+
+
+def test_the_watchdog_kills_a_child_that_stops_answering():
+    code = (f"import time\nprint('{guard.HEARTBEAT}', flush=True)\n"
+            "print('hello', flush=True)\ntime.sleep(60)")
+    rc, lines, _err, killed = sandbox.watch([sys.executable, "-c", code], 0.5)
+    assert killed and rc != 0 and lines == ["hello"]
+    rc, _lines, _err, killed = sandbox.watch([sys.executable, "-c", "pass"], 5)
+    assert rc == 0 and not killed
