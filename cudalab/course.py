@@ -9,9 +9,13 @@ when loaded), a list of `lessons`:
   match    point (a point_id) or variant (its first ok row) + metric (a column of
            results.csv), times scale (s -> ms: 1000); or ratio: [point_a, point_b] = metric
            of point_a / metric of point_b; experiment: the folder's, unless named
-  check    words of the experiment's expected effect (expectations()) that states the lesson
-  why      one sentence, filled with this run's numbers (run_vars: each experiment's
-           course_vars); why_plain is used when one of those numbers is missing
+  check    the key of the lesson's claim that states it (its state is the table's
+           "seen here?")
+  why      why this GPU's number differs from the course's, in one of two forms:
+           claim: the key of a claim that measures the reason (its statement, state and
+           evidence are shown), or hypothesis: a reason this run cannot measure, worded as
+           one (no measured number), with test: what would test it
+  course_error  where the course itself is wrong: says (its words), fact, source
   k80      what cudalab's occupancy calculator says for the course's GPU (cc 3.7):
            occupancy_at: <block size> (in %) or api_block_size: true
 
@@ -30,10 +34,11 @@ import jsonschema
 import pandas as pd
 import yaml
 
-from cudalab import fmt
+from cudalab import claims, fmt
 from cudalab import occupancy as occ
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.base import Experiment
+from cudalab.experiments.lesson import ClaimResult
 
 COURSE_FILE = "course.yaml"  # in an experiment's folder
 COURSE_CC = "3.7"  # Tesla K80
@@ -53,7 +58,7 @@ SCHEMA = {
     "type": "object", "required": ["lessons"], "additionalProperties": False,
     "properties": {"lessons": {"type": "array", "minItems": 1, "items": {
         "type": "object", "additionalProperties": False,
-        "required": ["lesson", "order", "course", "match", "why", "why_plain"],
+        "required": ["lesson", "order", "course", "match", "why"],
         "properties": {
             "lesson": {"type": "string"},
             "order": {"type": "integer"},
@@ -62,8 +67,20 @@ SCHEMA = {
                        "properties": {"value": {"type": "number"}, "unit": {"type": "string"},
                                       "gpu": {"type": "string"}, "note": {"type": "string"}}},
             "match": _MATCH,
-            "check": {"type": "string"}, "why": {"type": "string"},
-            "why_plain": {"type": "string"},
+            "check": {"type": "string"}, "why_plain": {"type": "string"},
+            "why": {"oneOf": [
+                {"type": "string"},  # older entries (why_plain beside), until converted
+                {"type": "object", "additionalProperties": False, "required": ["claim"],
+                 "properties": {"claim": {"type": "string"}}},
+                {"type": "object", "additionalProperties": False,
+                 "required": ["hypothesis", "test"],
+                 "properties": {"hypothesis": {"type": "string"}, "test": {"type": "string"}}},
+            ]},
+            "course_error": {"type": "object", "additionalProperties": False,
+                             "required": ["says", "fact", "source"],
+                             "properties": {"says": {"type": "string"},
+                                           "fact": {"type": "string"},
+                                           "source": {"type": "string"}}},
             "k80": {"type": "object", "additionalProperties": False, "maxProperties": 1,
                     "properties": {"occupancy_at": {"type": "integer", "minimum": 1},
                                    "api_block_size": {"const": True}}},
@@ -128,20 +145,6 @@ def this_value(df: pd.DataFrame, match: dict[str, Any]) -> tuple[float | None, p
     return (v * match.get("scale", 1) if v is not None else None), row
 
 
-def run_vars(df: pd.DataFrame) -> dict[str, Any]:
-    """Numbers of this run a sentence may name (only those that exist): each experiment's
-    course_vars of its rows, and the GPU's name."""
-    out: dict[str, Any] = {}
-    for name, exp in REGISTRY.items():
-        rows = df[df["experiment"] == name] if len(df) else df
-        if len(rows):
-            out.update(exp.course_vars(rows))
-    gpus = df["gpu_name"].dropna() if "gpu_name" in df else []
-    if len(gpus):
-        out["gpu"] = gpus.iloc[0]
-    return out
-
-
 def k80_value(spec: dict[str, Any] | None, row: pd.Series | None) -> float | None:
     """cudalab's occupancy calculator on the course's K80, with the kernel's registers from
     this run (the same source compiled for another architecture may use a few more)."""
@@ -153,14 +156,35 @@ def k80_value(spec: dict[str, Any] | None, row: pd.Series | None) -> float | Non
     return float(occ.max_potential_block_size(COURSE_CC, regs)[1])
 
 
-def lesson_check(checks: dict[str, list[Any]], experiment: str, words: str | None) -> str:
-    """seen / not seen / n/a from the experiment's expected effect whose claim holds the words."""
-    if not words:
+def _claim(judged: dict[str, dict[str, ClaimResult]], experiment: str,
+           key: str | None) -> ClaimResult | None:
+    return judged.get(experiment, {}).get(key) if key else None
+
+
+def lesson_check(judged: dict[str, dict[str, ClaimResult]], experiment: str,
+                 key: str | None) -> str:
+    """The state of the lesson's claim ('' : the entry names none)."""
+    if not key:
         return ""
-    for e in checks.get(experiment, []):
-        if words in e.claim:
-            return {True: "seen", False: "not seen", None: "n/a"}[e.passed]
-    return "not checked in this run"
+    c = _claim(judged, experiment, key)
+    return c.state.value if c is not None else "not measured"
+
+
+def why_row(entry: dict[str, Any], judged: dict[str, dict[str, ClaimResult]],
+            experiment: str) -> dict[str, str]:
+    """The 'why they differ' cell: a measured reason (a claim judged on this run) or a
+    hypothesis with what would test it."""
+    why = entry["why"]
+    if isinstance(why, str):
+        return {"kind": "hypothesis", "statement": entry.get("why_plain", ""), "test": ""}
+    if "claim" in why:
+        c = _claim(judged, experiment, why["claim"])
+        if c is None:
+            return {"kind": "claim", "statement": why["claim"], "state": "not measured",
+                    "evidence": "not measured in this run"}
+        return {"kind": "claim", "statement": c.statement, "state": c.state.value,
+                "evidence": c.evidence}
+    return {"kind": "hypothesis", "statement": why["hypothesis"], "test": why["test"]}
 
 
 def show(v: float | None) -> str:
@@ -188,45 +212,30 @@ def texts(value: float | None, unit: str, ratio: float | None, k80: float | None
     }
 
 
-def _sentence(entry: dict[str, Any], names: dict[str, Any]) -> str:
-    try:
-        return entry["why"].format_map(names)
-    except (KeyError, ValueError, TypeError):
-        return entry["why_plain"]
-
-
 def course_table(df: pd.DataFrame, lessons: list[dict[str, Any]] | None = None,
                  ) -> list[dict[str, Any]]:
     """One row per lesson: the course's number, this GPU's, ratio (this / course), the
     lesson's check, cudalab's calculator on the K80 where it applies, and why they differ."""
     lessons = lessons if lessons is not None else load()
-    base = run_vars(df)
-    checks = {name: REGISTRY[name].expectations(sub)
-              for name, sub in df.groupby("experiment") if name in REGISTRY}
+    judged = {name: {c.key: c for c in claims.evaluate(name, df)}
+              for name in df["experiment"].unique() if name in REGISTRY} if len(df) else {}
     rows = []
     for entry in lessons:
         m, c = entry["match"], entry["course"]
         value, row = this_value(df, m)
-        names = dict(base, course=c["value"])
-        if row is not None and isinstance(row.get("cpu_model"), str):
-            names["cpu_model"] = row["cpu_model"]
-        if value is not None:
-            names.update(value=value, ratio=value / c["value"] if c["value"] else math.nan,
-                         change_pct=100 * (value - 1))
+        ratio = value / c["value"] if value is not None and c["value"] else None
         rows.append({
             "lesson": entry["lesson"], "experiment": m["experiment"],
             "course": c["value"], "unit": c["unit"], "course_gpu": c["gpu"],
             "course_note": c.get("note", ""), "this": value,
-            "ratio": names.get("ratio"), "k80_calc": k80_value(entry.get("k80"), row),
-            "check": lesson_check(checks, m["experiment"], entry.get("check")),
+            "ratio": ratio, "k80_calc": k80_value(entry.get("k80"), row),
+            "check": lesson_check(judged, m["experiment"], entry.get("check")),
             "text": {"course": show(c["value"]), "this": show(value),
-                     "ratio": show(names.get("ratio")),
-                     "k80_calc": show(k80_value(entry.get("k80"), row)),
-                     "course_q": fmt.quantity(c["value"], c["unit"]),
-                     **texts(value, c["unit"], names.get("ratio"),
-                             k80_value(entry.get("k80"), row), "k80" in entry)},
-            "why": _sentence(entry, names) if value is not None else
-            "not measured in this run (experiment or point not in the grid, or not ok)",
+                     "ratio": show(ratio),
+                     "k80_calc": show(k80_value(entry.get("k80"), row))},
+            "why": why_row(entry, judged, m["experiment"]),
+            "course_error": entry.get("course_error"),
+            "measured": value is not None,
         })
     return rows
 
