@@ -53,8 +53,9 @@ class Settings:
     # went from 4 to 14 of 20 points, their median sample CV from 10.7 % to 2.9 %.
     min_sample_sync_s: float = 2e-3
     cold_l2: bool = False
-    # Measurements of each point, each from scratch (cudalab.trials: the runner's loop).
-    trials: int = 1
+    # Measurements of each point, its device buffers moved to fresh allocations between
+    # them (cudalab.trials: the runner's loop).
+    trials: int = 3
 
     @classmethod
     def from_config(cls, block: dict[str, Any]) -> Settings:
@@ -195,6 +196,37 @@ def choose_timer(timer: Timer, asynchronous: bool) -> tuple[Timer, str]:
     return (q, "") if q is not None else (timer, f"queued timing unavailable: {why}")
 
 
+@dataclass
+class Trial:
+    """Which trial of a point is running (cudalab.trials) and the first trial's checks.
+
+    A later trial runs the same kernel on the same inputs, the device buffers' contents
+    copied to fresh allocations: its output is the first trial's, so the first trial's
+    Check stands for it and the check itself (a float64 comparison of up to 2^26 elements)
+    is not redone. Checks are matched by their order in the trial and by `key` (the check
+    function's code and the output's shape): a trial that calls them in another order
+    checks again."""
+
+    number: int = 0  # 0: the first trial, whose checks run and are kept
+    checks: list[tuple[Any, Any]] = field(default_factory=list)
+    reused: int = 0  # checks this trial took from the first
+    _call: int = 0
+
+    def begin(self, number: int) -> None:
+        self.number, self._call, self.reused = number, 0, 0
+
+    def check(self, key: Any, run: Callable[[], Any]) -> Any:
+        """run()'s Check on the first trial (kept); the kept one on later trials."""
+        i, self._call = self._call, self._call + 1
+        if self.number > 0 and i < len(self.checks) and self.checks[i][0] == key:
+            self.reused += 1
+            return self.checks[i][1]
+        result = run()
+        if self.number == 0:
+            self.checks.append((key, result))
+        return result
+
+
 class Harness:
     def __init__(
         self,
@@ -207,6 +239,7 @@ class Harness:
         self.observers = list(observers)
         self.flush_l2 = flush_l2
         self.profiler = profiler
+        self.trial: Trial | None = None  # set by cudalab.trials while a point has trials
 
     def measure(
         self,

@@ -49,6 +49,9 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "time_cv": ("float64", "coefficient of variation of the samples (std / mean)"),
     "time_trial_spread": ("float64", "spread of the trials' medians, (largest - smallest) / "
                           "median: the point's between-run noise (NaN with one trial)"),
+    "time_floor_s": ("float64", "the job's resolution floor, seconds: the larger trial-to-trial "
+                     "spread (range of the trial medians) of an empty and a tiny kernel timed "
+                     "as the points are (NaN: CPU points, one trial, or not measured)"),
     "time_min_s": ("float64", "fastest sample, seconds"),
     "time_mean_s": ("float64", "mean sample, seconds"),
     "n_throttled": ("Int64", "samples taken while the GPU was throttled (clock or reason): "
@@ -133,8 +136,8 @@ CEILING_COLUMNS = ("peak_fp32_gflops", "ceil_dram_gbps", "ceil_l2_gbps", "ceil_s
                    "pct_ceil_gbps", "pct_ceil_gflops", "suspect")
 # Columns a table written before them lacks: read back empty (an older reference stays
 # readable); every other column must be there.
-LATER_COLUMNS = (*CEILING_COLUMNS, "time_trial_spread", "cpu_threads", "blas",
-                 "python_executable", "loaded_modules", "nvcc_path")
+LATER_COLUMNS = (*CEILING_COLUMNS, "time_trial_spread", "time_floor_s", "cpu_threads",
+                 "blas", "python_executable", "loaded_modules", "nvcc_path")
 
 PROVENANCE_KEYS = [k for k in list(COLUMNS)[list(COLUMNS).index("gpu_name"):]]
 
@@ -406,6 +409,7 @@ def record_to_row(rec: dict[str, Any]) -> dict[str, Any]:
         "time_iqr_s": t.get("iqr", math.nan) if ok else math.nan,
         "time_cv": t.get("cv", math.nan) if ok else math.nan,
         "time_trial_spread": t.get("trial_spread", math.nan) if ok else math.nan,
+        "time_floor_s": (rec.get("floor") or {}).get("floor_s", math.nan) if ok else math.nan,
         "time_min_s": t.get("min", math.nan) if ok else math.nan,
         "time_mean_s": t.get("mean", math.nan) if ok else math.nan,
         "n_throttled": t.get("n_throttled"),

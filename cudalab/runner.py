@@ -124,6 +124,7 @@ class Job:
     statuses: dict[str, str] = field(default_factory=dict)
     phases: list[dict[str, Any]] = field(default_factory=list)
     ceilings: Ceilings | None = None  # measured once per GPU job (cudalab.ceilings)
+    floor: dict[str, Any] | None = None  # the resolution floor, once per GPU job with trials
     profile: dict[str, Any] = field(default_factory=dict)  # the ncu step's summary, if it ran
 
     @property
@@ -216,6 +217,7 @@ def run_experiment(config: dict[str, Any], name: str, results_dir: Path) -> dict
         with cpu_threads(job):
             _prepare(job, ctx)
             _measure_ceilings(job, ctx)
+            _measure_floor(job, ctx)
             _walk(job, ctx, t_job)
     finally:
         for src in job.sources:
@@ -357,6 +359,25 @@ def _measure_ceilings(job: Job, ctx: RunContext) -> None:
                            f"({job.ceilings.note})")
 
 
+def _measure_floor(job: Job, ctx: RunContext) -> None:
+    """The job's resolution floor (cudalab.trials.measure_floor), once per GPU job that
+    measures in trials and could prepare; it goes into every GPU record. A failure never
+    stops the job: the floor is NaN with the reason (compare then uses the class floors)."""
+    if job.gpu is None or job.blocked or job.settings.trials < 2:
+        return
+    t0 = time.time()
+    try:
+        job.floor = trials.measure_floor(job.gpu, ctx.harness)
+    except Exception as exc:  # noqa: BLE001 - the job goes on without a floor
+        job.floor = trials.not_measured_floor(f"{gpu_error_kind(exc)}: {exc}")
+    f = job.floor
+    log(f"{job.name}: resolution floor ({time.time() - t0:.1f} s): "
+        + (f"{f['floor_s'] * 1e9:.0f} ns (empty kernel {f['empty_s'] * 1e6:.2f} us, spread "
+           f"{f['empty_spread_s'] * 1e9:.0f} ns; tiny {f['tiny_s'] * 1e6:.2f} us, spread "
+           f"{f['tiny_spread_s'] * 1e9:.0f} ns; {f['trials']} trials)"
+           if math.isfinite(f["floor_s"]) else f"not measured ({f.get('note', '')})"))
+
+
 def _profile(job: Job, ctx: RunContext) -> None:
     """The ncu step (profile.ncu): after the timing walk and the telemetry, so no timing
     and no telemetry sample is taken while the profiler runs. It never stops the job: what
@@ -422,8 +443,9 @@ def _one_point(job: Job, ctx: RunContext, point: Point,
             if not old.get("cached"):
                 results.write_json_atomic(path, old | {"cached": True})
             return old, f"cached from {old['job_id']}"
+        cuda = job.gpu.cuda if point.gpu and job.gpu is not None else None
         result, trial_list = trials.measure_trials(lambda: job.exp.measure(ctx, point),
-                                                   ctx.harness)
+                                                   ctx.harness, ctx.cache, cuda)
     except Skipped as exc:  # an optional dependency is missing: no fault, no speed
         rec |= {"status": "skipped", "reason": str(exc), "t_end": time.time()}
         return _write(path, rec), f"skipped ({exc})"
@@ -434,6 +456,8 @@ def _one_point(job: Job, ctx: RunContext, point: Point,
                        no_check_reason=job.exp.no_check_reason)
     if rec.get("timing") and len(trial_list) > 1:
         rec["timing"] |= {"trials": trial_list, "trial_spread": trials.spread(trial_list)}
+    if point.gpu and job.floor is not None:
+        rec["floor"] = job.floor
     rec["t_end"] = time.time()
     _write(path, rec)
     job.phases.append({"point_id": point.point_id, "t_start": t0, "t_end": rec["t_end"],
@@ -486,6 +510,8 @@ def _write_manifest(job: Job, t_job: float) -> dict[str, Any]:
     if job.ceilings is not None:
         manifest |= {"ceilings": job.ceilings.values, "ceilings_note": job.ceilings.note,
                      "ceilings_detail": job.ceilings.detail}
+    if job.floor is not None:
+        manifest["floor"] = job.floor
     if job.profile:
         manifest["profile"] = {k: v for k, v in job.profile.items() if k != "line"}
     if job.gpu is not None:

@@ -429,7 +429,7 @@ def test_smoke_grid_through_the_runner_on_a_fake_gpu(tmp_path, monkeypatch):
     assert (df["status"] == "ok").all(), df[["point_id", "reason"]].to_string()
     assert len(df) == len(EXP.points(validate(dict(EXP.smoke))))
     builds = {k.source_file: None for k in gpu.kernels.values()}
-    assert builds == {"fast_math.cu": None}
+    assert builds == {"fast_math.cu": None, "floor.cu": None}  # floor.cu: the job's floor
     opts = {(tuple(k.options), tuple(k.defines)) for k in gpu.kernels.values()}
     assert opts == {(("-O3",), ()), (("-O3", "--use_fast_math"), ()),
                     (("-O3",), ("USE_INTRINSICS",))}

@@ -205,12 +205,13 @@ class Atomics(Experiment):
             racy = point.variant == "racy_counter" and s.min_sample_s > 0
             check, timing = self.verify_then_time(
                 ctx, launch, check_count, output=(c_d, counter), fill=0, asynchronous=True,
+                check_each_trial=True,
                 settings=replace(s, min_sample_s=max(s.min_sample_s, RACY_MIN_SAMPLE_S))
                 if racy else None)
             repeats = [count_once() for _ in range(RACY_REPEATS)] \
                 if point.variant == "racy_counter" else []
         finally:
-            c_d.free()
+            ctx.cache.retire(c_d)  # freed after the point's trials: each lands anew
         counted = seen["counted"]
         metrics = {
             "counted": counted, "expected": expected,
@@ -258,8 +259,7 @@ class Atomics(Experiment):
                 ctx, launch, check_sum, output=(o_d, out), fill=0,
                 asynchronous=True)
         finally:
-            x_d.free()
-            o_d.free()
+            ctx.cache.retire(x_d, o_d)  # freed after the point's trials: each lands anew
         got, err = float(out[0]), check.error
         metrics = {"sum": got, "ref_sum": ref, "rel_err": err, "abs_err": abs(got - ref),
                    "atomics_per_launch": n if point.variant == "atomic_sum" else grid[0]}

@@ -207,7 +207,8 @@ class Latency(Experiment):
             check = chaser.check()  # every launch, the timed ones too
             timed = chaser.timed(timing.throttled or [False] * timing.n)
         finally:
-            chaser.free()
+            # freed after the point's trials: each trial's chain lands somewhere new
+            ctx.cache.retire(chaser)
         metrics = {**launch_stats(timed, steps), "nodes": chain.n, "stride": stride,
                    "warm_steps": warm, "primed": prime, "steps": steps,
                    "l2_bytes": gpu.l2_bytes, "l1_bytes": l1_bytes(gpu.info["compute_capability"])}

@@ -474,8 +474,7 @@ class Matmul(Experiment):
                 phases, e2e = self._end_to_end(ctx, a, b, c, a_d, b_d, c_d, timing)
                 metrics |= e2e
         finally:
-            for d in (a_d, b_d, c_d):
-                d.free()
+            ctx.cache.retire(a_d, b_d, c_d)  # freed after the point's trials: each lands anew
         return Result(timing, flops, nbytes, check, metrics, phases, kernel, extra)
 
     def _end_to_end(self, ctx, a, b, c, a_d, b_d, c_d, timing):

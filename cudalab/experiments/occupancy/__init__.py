@@ -271,7 +271,8 @@ class Occupancy(Experiment):
     def _run_vec(self, ctx: RunContext, point: Point, func: Any, dyn: int):
         bs, n = point.params["block_size"], point.params["n"]
         a, b = self._vec_inputs(ctx, n)
-        ref = vec_reference(point.variant, a, b, bs)
+        # made where the check runs: a later trial takes the first one's check
+        ref = lambda: vec_reference(point.variant, a, b, bs)  # noqa: E731
         grid = (shared.grid_size(n, bs), 1)
         if point.variant == "vec_mul_regs":
             func.prepare("PPPif")
@@ -307,14 +308,14 @@ class Occupancy(Experiment):
             return lambda: func.prepared_call(grid, (t, t, 1), a_d, b_d, c_d, *dims,
                                               shared_size=dyn)
 
-        check, timing = self._run_checked(ctx, a, b, np.empty((n, n), np.float32), ref,
-                                          launcher)
+        check, timing = self._run_checked(ctx, a, b, np.empty((n, n), np.float32),
+                                          lambda: ref, launcher)
         return timing, check, 2.0 * n**3, 12.0 * n * n
 
     def _run_checked(self, ctx: RunContext, a: np.ndarray, b: np.ndarray, out: np.ndarray,
-                     ref: np.ndarray, launcher: Callable[..., Callable[[], None]]):
-        """Both inputs uploaded, launcher(a_d, b_d, c_d) checked into `out` against `ref`,
-        then timed (plain kernel launches: asynchronous); the device buffers freed."""
+                     ref: Callable[[], np.ndarray], launcher: Callable[..., Callable[[], None]]):
+        """Both inputs uploaded, launcher(a_d, b_d, c_d) checked into `out` against ref(),
+        then timed (plain kernel launches: asynchronous); the device buffers retired."""
         cuda = ctx.gpu.cuda
         a_d, b_d, c_d = (cuda.mem_alloc(x.nbytes) for x in (a, b, out))
         try:
@@ -322,11 +323,10 @@ class Occupancy(Experiment):
             cuda.memcpy_htod(b_d, b)
             return self.verify_then_time(
                 ctx, launcher(a_d, b_d, c_d),
-                lambda o: _fro_check(o, ref, ctx.block["tolerance"]),
+                lambda o: _fro_check(o, ref(), ctx.block["tolerance"]),
                 output=(c_d, out), asynchronous=True)
         finally:
-            for d in (a_d, b_d, c_d):
-                d.free()
+            ctx.cache.retire(a_d, b_d, c_d)  # freed after the point's trials: each lands anew
 
     # -- figures -----------------------------------------------------------------------
     def _frame(self, df: pd.DataFrame) -> pd.DataFrame:
