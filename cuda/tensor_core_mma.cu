@@ -1,6 +1,6 @@
 // Tensor cores through PTX: mma.sync.m16n8k16 fed by ldmatrix from shared memory, with the
 // tiles of A and B brought in by cp.async, STAGES deep. C[M x N] = A[M x K] * B[K x N],
-// row-major, A and B in fp16 (tc_mma_f16) or bf16 (tc_mma_bf16), FP32 accumulation, C in
+// row-major, A and B in fp16 (tc_mma_fp16) or bf16 (tc_mma_bf16), FP32 accumulation, C in
 // float32.
 //
 // Compile-time parameters (nvcc -D...); one module per combination:
@@ -188,7 +188,7 @@ __device__ __forceinline__ void mma_gemm(const uint16_t* __restrict__ A,
 }
 
 extern "C" __global__ void __launch_bounds__(NTHREADS)
-tc_mma_f16(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, float* __restrict__ C,
+tc_mma_fp16(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, float* __restrict__ C,
            int M, int N, int K)
 {
     mma_gemm<false>(A, B, C, M, N, K);

@@ -1,6 +1,6 @@
 // Tensor cores through WMMA (nvcuda::wmma), the first rung: C[M x N] = A[M x K] * B[K x N],
 // row-major, FP32 accumulation, C in float32.
-//   tc_wmma_f16    A, B in fp16 (16x16x16 fragments)
+//   tc_wmma_fp16   A, B in fp16 (16x16x16 fragments)
 //   tc_wmma_bf16   A, B in bf16 (16x16x16 fragments)
 //   tc_wmma_tf32   A, B in float32, rounded to tf32 on the fragments (16x16x8 fragments)
 // A block of 256 threads (8 warps, 2 along M x 4 along N) computes a 128 x 128 tile of C;
@@ -79,7 +79,7 @@ __device__ __forceinline__ void wmma_16bit(const T* __restrict__ A, const T* __r
 }
 
 extern "C" __global__ void __launch_bounds__(W_THREADS)
-tc_wmma_f16(const __half* __restrict__ A, const __half* __restrict__ B, float* __restrict__ C,
+tc_wmma_fp16(const __half* __restrict__ A, const __half* __restrict__ B, float* __restrict__ C,
             int M, int N, int K)
 {
     wmma_16bit<__half>(A, B, C, M, N, K);

@@ -137,11 +137,11 @@ def test_bad_blocks_are_refused(block, needle):
 
 def test_mma_geometry_and_compile_variants():
     t = kernels.DEFAULT_MMA_TILES[0]
-    assert kernels.mma_threads(t) == 256
-    assert kernels.mma_smem_bytes(t) == 3 * 2 * (128 * 40 + 32 * 264)
+    assert kernels.mma_threads(t) == 128
+    assert kernels.mma_smem_bytes(t) == 3 * 2 * (128 * 72 + 64 * 136)
     cvs = REGISTRY["tensor_cores"].compile_variants(None)
     assert len(cvs) == 2 * len(kernels.DEFAULT_MMA_TILES)
-    assert cvs[0].defines == {"BM": 128, "BN": 256, "BK": 32, "WM": 64, "WN": 64, "STAGES": 3}
+    assert cvs[0].defines == {"BM": 128, "BN": 128, "BK": 64, "WM": 64, "WN": 64, "STAGES": 3}
     assert cvs[0].dynamic_smem == kernels.mma_smem_bytes(t)
 
 

@@ -64,7 +64,7 @@ def test_a_kernel_fed_the_wrong_precision_fails_the_check():
     from cudalab.experiments.base import rel_fro_error
 
     assert not rel_fro_error(c, ref) <= numerics.check_tolerance(n)
-    good = gpu.compile("tensor_core_wmma.cu").function("tc_wmma_f16")
+    good = gpu.compile("tensor_core_wmma.cu").function("tc_wmma_fp16")
     good(a_d, b_d, c_d, np.int32(n), np.int32(n), np.int32(n), block=(256, 1, 1),
          grid=(n // 128, n // 128))
     c = cuda.from_device(c_d, (n, n), np.float32)

@@ -48,6 +48,34 @@ def probe_wgmma() -> str:
         return f"sm_90a probe failed: {type(exc).__name__}: {str(exc)[:300]}"
 
 
+def launch_once(tile: dict[str, int], n: int = 4096) -> None:
+    """One mma fp16 launch of `tile` and one cuBLAS fp16 GemmEx at n, for a profiler to
+    attach to (ncu -k regex:'tc_mma|gemm')."""
+    import numpy as np
+
+    from cudalab.experiments.base import Point
+    from cudalab.experiments.tensor_cores import cublas_ex, kernels, numerics
+    from cudalab.gpu import open_session
+
+    gpu = open_session()
+    cuda = gpu.cuda
+    rng = np.random.default_rng(0)
+    a = numerics.device_input(rng.uniform(-1, 1, (n, n)).astype(np.float32), "fp16")
+    a_d, b_d, c_d = cuda.to_device(a), cuda.to_device(a), cuda.mem_alloc(4 * n * n)
+    p = Point("tensor_cores", "mma", {"m": n, "k": n, "n": n, "precision": "fp16", **tile})
+    func = gpu.compile(kernels.kernel_source(p), kernels.kernel_defines(p)).function(
+        "tc_mma_fp16")
+    grid, block, smem = kernels.launch_geometry(p)
+    attr = cuda.function_attribute
+    func.set_attribute(attr.MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
+    func.set_attribute(attr.PREFERRED_SHARED_MEMORY_CARVEOUT, 100)
+    func(a_d, b_d, c_d, np.int32(n), np.int32(n), np.int32(n), block=block, grid=grid,
+         shared=smem)
+    launch, _, sync, _ = cublas_ex.gemm_ex_launcher(gpu, a_d, b_d, c_d, n, n, n, "fp16")
+    launch()
+    sync()
+
+
 def report(df: pd.DataFrame) -> list[str]:
     d = df[df["experiment"] == "tensor_cores"]
     lines = [f"{'prec':5} {'variant':7} {'TFLOP/s':>8} {'%cuBLAS':>8} {'%peak':>6} "
@@ -73,9 +101,16 @@ def report(df: pd.DataFrame) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("table")
+    ap.add_argument("table", nargs="?")
     ap.add_argument("--probe-wgmma", action="store_true")
+    ap.add_argument("--launch-once", metavar="BM,BN,BK,WM,WN,STAGES",
+                    help="launch this mma fp16 tile and cuBLAS fp16 once at 4096 (to profile)")
     a = ap.parse_args(argv)
+    if a.launch_once:
+        from cudalab.experiments.tensor_cores.kernels import MMA_KEYS
+
+        launch_once(dict(zip(MMA_KEYS, map(int, a.launch_once.split(",")))))
+        return 0
     print("\n".join(report(pd.read_csv(a.table))))
     if a.probe_wgmma:
         print(probe_wgmma())

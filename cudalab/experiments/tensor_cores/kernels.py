@@ -25,11 +25,11 @@ MMA_KEYS = ("bm", "bn", "bk", "wm", "wn", "stages")
 MMA_ENUMS = {"bm": [64, 128, 256], "bn": [64, 128, 256], "bk": [32, 64],
              "wm": [32, 64], "wn": [32, 64], "stages": [2, 3, 4, 5]}
 DEFAULT_MMA_TILES = [
-    {"bm": 128, "bn": 256, "bk": 32, "wm": 64, "wn": 64, "stages": 3},
-    {"bm": 128, "bn": 256, "bk": 32, "wm": 64, "wn": 64, "stages": 4},
-    {"bm": 256, "bn": 128, "bk": 32, "wm": 64, "wn": 64, "stages": 3},
-    {"bm": 128, "bn": 128, "bk": 32, "wm": 64, "wn": 32, "stages": 4},
     {"bm": 128, "bn": 128, "bk": 64, "wm": 64, "wn": 64, "stages": 3},
+    {"bm": 128, "bn": 128, "bk": 32, "wm": 64, "wn": 64, "stages": 4},
+    {"bm": 128, "bn": 256, "bk": 64, "wm": 64, "wn": 64, "stages": 3},
+    {"bm": 128, "bn": 128, "bk": 32, "wm": 64, "wn": 32, "stages": 4},
+    {"bm": 128, "bn": 256, "bk": 32, "wm": 64, "wn": 64, "stages": 4},
 ]
 MAX_SMEM_OPTIN = 227 * 1024  # bytes of shared memory a block may opt into on sm_90
 MAX_THREADS = 1024
