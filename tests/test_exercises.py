@@ -271,3 +271,88 @@ def test_the_watchdog_kills_a_child_that_stops_answering():
     assert killed and rc != 0 and lines == ["hello"]
     rc, _lines, _err, killed = sandbox.watch([sys.executable, "-c", "pass"], 5)
     assert rc == 0 and not killed
+
+
+class _Mem:
+    def __init__(self, n):
+        self.a = np.zeros(n, np.uint8)
+
+    def free(self):
+        pass
+
+
+class _Cuda:
+    """Device memory as numpy bytes: enough for the judge's poison, copy and check logic."""
+
+    def mem_alloc(self, n):
+        return _Mem(n)
+
+    def memcpy_htod(self, d, h):
+        d.a[:] = np.frombuffer(np.ascontiguousarray(h).tobytes(), np.uint8)
+
+    def memcpy_dtoh(self, h, d):
+        h.view(np.uint8).reshape(-1)[:] = d.a
+
+    def memset_d32(self, d, word, n):
+        d.a.view(np.uint32)[:n] = word
+
+
+class _Gpu:
+    cuda = _Cuda()
+
+    def synchronize(self):
+        pass
+
+    def event_timer(self):
+        from cudalab.harness import WallTimer
+
+        return WallTimer()
+
+
+class _VectorAdd:
+    """vector_add on the host; `cheat` picks how it games the timing."""
+
+    def __init__(self, cheat=""):
+        self.cheat, self.calls, self.seen = cheat, 0, set()
+
+    def prepared_call(self, grid, block, a, b, c, n):
+        self.calls += 1
+        av, bv, cv = (x.a.view(np.float32) for x in (a, b, c))
+        if self.cheat == "stops after the check" and self.calls > 2:
+            return
+        if self.cheat == "skips when the output looks right" and cv[0] == av[0] + bv[0]:
+            return
+        if self.cheat == "caches per input buffer" and id(a) in self.seen:
+            return
+        self.seen.add(id(a))
+        cv[:] = av + bv
+
+
+@pytest.mark.parametrize("cheat", ["", "stops after the check", "caches per input buffer"])
+def test_the_timed_launches_are_checked_so_skipping_work_fails(cheat, capsys):
+    from cudalab.exercises import judge
+    from cudalab.experiments.base import RunContext
+    from cudalab.harness import Harness
+
+    ctx = RunContext(_Gpu(), Harness(judge.MODES["check"][1]), np.random.default_rng(0),
+                     {}, {})
+    verdict = judge.run_cases(ctx, catalog.get("vector_add"), _VectorAdd(cheat), "check")
+    assert verdict["status"] == ("ok" if not cheat else "wrong")
+    if cheat:
+        assert verdict["checks"][-1]["check"]["passed"]  # right the first time
+        assert not verdict["checks"][-1]["timed_check"]["passed"]
+    assert guard.HEARTBEAT in capsys.readouterr().out
+
+
+def test_a_kernel_that_skips_a_right_looking_output_must_do_the_work(capsys):
+    from cudalab.exercises import judge
+    from cudalab.experiments.base import RunContext
+    from cudalab.harness import Harness
+
+    kernel = _VectorAdd("skips when the output looks right")
+    ctx = RunContext(_Gpu(), Harness(judge.MODES["check"][1]), np.random.default_rng(0),
+                     {}, {})
+    assert judge.run_cases(ctx, catalog.get("vector_add"), kernel, "check")["status"] == "ok"
+    # the output is poisoned before every sample: it never looks right, so every launch
+    # computes (a skip would leave NaN and fail the check of that sample)
+    capsys.readouterr()

@@ -36,11 +36,15 @@ class GuardedTimer:
     """A harness Timer wrapping the harness's own (and its queued variant)."""
 
     def __init__(self, inner: Any, synchronize: Callable[[], None],
-                 samples: list[tuple[float, float, float, int]] | None = None) -> None:
+                 samples: list[tuple[float, float, float, int]] | None = None,
+                 before: Callable[[], None] | None = None,
+                 after: Callable[[], None] | None = None) -> None:
         self.inner = inner
         self.name = inner.name
         self.synchronize = synchronize
         self.samples: list[tuple[float, float, float, int]] = [] if samples is None else samples
+        # outside the sample's events and wall clock: fresh inputs and output, a spot check
+        self.before, self.after = before, after
 
     @property
     def max_batch(self) -> int:
@@ -52,7 +56,7 @@ class GuardedTimer:
             return None, f"{self.inner.name} timer has no queued variant"
         timer, why = q()
         return (None, why) if timer is None else (
-            GuardedTimer(timer, self.synchronize, self.samples), "")
+            GuardedTimer(timer, self.synchronize, self.samples, self.before, self.after), "")
 
     def time(self, fn: Callable[[], Any], reps: int) -> float:
         calls = [0.0]
@@ -62,11 +66,15 @@ class GuardedTimer:
             fn()
             calls[0] += time.perf_counter() - t
 
+        if self.before is not None:
+            self.before()
         w0 = time.perf_counter()
         dt = self.inner.time(counted, reps)
         self.synchronize()
         wall = time.perf_counter() - w0
         self.samples.append((dt, wall, calls[0], reps))
+        if self.after is not None:
+            self.after()
         beat()
         return dt
 

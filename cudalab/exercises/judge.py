@@ -6,10 +6,11 @@ so a kernel that hangs or crashes takes only that process with it.
 
 Every size of the small grid, then the timed size `trials` times, goes through the slot's
 experiment's verify_then_time: fresh random inputs, the output poisoned, one launch checked
-against the CPU reference, then the harness's timing. The check callback poisons the output
-again before the timed launches start, and the output of the timed launches is checked too
-(a reduction's, which accumulates, against launches x the sum): a kernel that caches its
-output, notices repeated inputs or skips work after the first launch fails there.
+against the CPU reference, then the harness's timing, one launch per sample. Before every
+sample (outside its events) the output is poisoned again and one of a few input sets, each
+fresh and random, is picked at random; a few samples picked at random and the last one are
+copied back and checked. So a kernel that caches its output, skips work once it has passed
+the first check, or keys on repeated inputs it has seen fails, not only one that is wrong.
 """
 
 from __future__ import annotations
@@ -31,44 +32,60 @@ from cudalab.experiments import REGISTRY
 from cudalab.experiments.base import POISON_64_WORD, Check, RunContext
 from cudalab.harness import Harness, Settings
 
-# The small grid: each size is checked, then launched a few times and checked again.
+INPUT_SETS = 3  # input sets of a timed trial (fresh random inputs each)
+SPOT_CHECKS = 3  # timed samples per trial checked at random, besides the last
+
+# One launch per sample (no batching): each sample's output is poisoned before it and may be
+# checked after it, and each reads an input set picked at random.
 CHECK_SETTINGS = Settings(warmup=1, min_samples=2, max_samples=3, budget_s=0.01,
                           min_sample_s=0.0, min_sample_sync_s=0.0)
 MODES = {
-    "check": (2, Settings(warmup=1, min_samples=5, max_samples=50, budget_s=0.1)),
-    "class": (3, Settings(warmup=1, min_samples=10, max_samples=200, budget_s=0.5)),
+    "check": (2, Settings(warmup=1, min_samples=5, max_samples=50, budget_s=0.1,
+                          min_sample_s=0.0, min_sample_sync_s=0.0)),
+    "class": (3, Settings(warmup=1, min_samples=10, max_samples=200, budget_s=0.5,
+                          min_sample_s=0.0, min_sample_sync_s=0.0)),
     "sanitize": (0, CHECK_SETTINGS),  # under compute-sanitizer: the small grid, no timing
 }
 
 
 @dataclass
 class Slot:
-    """The kernel bound to one case's device buffers, with a count of its launches."""
+    """The kernel bound to the device buffers of a few cases of one size (input sets);
+    `current` is the set the next launch reads, `launches` counts the launches since the
+    output was last poisoned."""
 
-    case: slots.Case
+    cases: list[slots.Case]
     out_d: Any
     buffers: list[Any]
-    launch: Any
+    current: list[int]
     launches: list[int]
+    launch: Any
+
+    @property
+    def case(self) -> slots.Case:
+        return self.cases[self.current[0]]
 
 
-def bind(gpu: Any, ex: Exercise, func: Any, case: slots.Case) -> Slot:
+def bind(gpu: Any, ex: Exercise, func: Any, cases: list[slots.Case]) -> Slot:
     cuda = gpu.cuda
-    ins = []
-    for a in case.inputs:
-        ins.append(cuda.mem_alloc(max(a.nbytes, 1)))
-        cuda.memcpy_htod(ins[-1], a)
-    out_d = cuda.mem_alloc(case.out.nbytes)
-    ptrs = [out_d, *ins] if case.out_first else [*ins, out_d]
-    args = (*ptrs, *(np.int32(s) for s in case.scalars))
-    grid, block = slots.geometry(ex, case.size)
-    launches = [0]
+    out_d = cuda.mem_alloc(cases[0].out.nbytes)
+    buffers, arg_sets = [out_d], []
+    for case in cases:
+        ins = []
+        for a in case.inputs:
+            ins.append(cuda.mem_alloc(max(a.nbytes, 1)))
+            cuda.memcpy_htod(ins[-1], a)
+        buffers += ins
+        ptrs = [out_d, *ins] if case.out_first else [*ins, out_d]
+        arg_sets.append((*ptrs, *(np.int32(s) for s in case.scalars)))
+    grid, block = slots.geometry(ex, cases[0].size)
+    current, launches = [0], [0]
 
     def launch() -> None:
         launches[0] += 1
-        func.prepared_call(grid, block, *args)
+        func.prepared_call(grid, block, *arg_sets[current[0]])
 
-    return Slot(case, out_d, [*ins, out_d], launch, launches)
+    return Slot(cases, out_d, buffers, current, launches, launch)
 
 
 def poison(cuda: Any, device: Any, host: np.ndarray, fill: int) -> None:
@@ -79,37 +96,62 @@ def poison(cuda: Any, device: Any, host: np.ndarray, fill: int) -> None:
         cuda.memset_d32(device, fill, host.size)
 
 
+def fresh_output(gpu: Any, slot: Slot) -> None:
+    poison(gpu.cuda, slot.out_d, slot.case.out, slot.case.fill)
+    slot.launches[0] = 0
+
+
 def measure(ctx: RunContext, ex: Exercise, slot: Slot, settings: Settings,
             timer: Any = None, sync: Any = None) -> dict[str, Any]:
-    """One case through verify_then_time, then the timed launches' output checked."""
-    gpu, case = ctx.gpu, slot.case
+    """One size through verify_then_time (input set 0), then the timed samples: before
+    each, outside its events, a random input set is picked and the output poisoned; a few
+    samples picked at random are copied back and checked, and so is the last."""
+    gpu = ctx.gpu
     sync = sync or gpu.synchronize
     first: dict[str, Any] = {}
+    spot: dict[str, Any] = {"failed": None, "checked": 0}
+    p_spot = min(1.0, SPOT_CHECKS / max(settings.min_samples, 1))
 
     def synced() -> None:
         sync()
         beat()
 
     def check(host: np.ndarray) -> Check:
-        first["check"] = c = case.check(host, slot.launches[0])
-        first["wrong"] = None if c.passed else _wrong(ex, host, case, slot.launches[0])
-        poison(gpu.cuda, slot.out_d, case.out, case.fill)  # the timed launches write anew
-        slot.launches[0] = 0
+        first["check"] = c = slot.case.check(host, slot.launches[0])
+        first["wrong"] = None if c.passed else _wrong(ex, host, slot.case, slot.launches[0])
         return c
 
+    def before() -> None:
+        slot.current[0] = int(ctx.rng.integers(len(slot.cases)))
+        fresh_output(gpu, slot)
+
+    def after() -> None:
+        if spot["failed"] is None and spot["checked"] < SPOT_CHECKS \
+                and ctx.rng.random() < p_spot:
+            spot["checked"] += 1
+            spot["failed"] = _after_check(ex, slot, gpu)
+
     samples: list[tuple[float, float, float, int]] = []
-    guarded = GuardedTimer(timer or gpu.event_timer(), synced, samples)
+    guarded = GuardedTimer(timer or gpu.event_timer(), synced, samples, before, after)
     result, timing = REGISTRY[ex.experiment].verify_then_time(
-        ctx, slot.launch, check, output=(slot.out_d, case.out), fill=case.fill, timer=guarded,
-        sync=synced, asynchronous=True, settings=settings)
+        ctx, slot.launch, check, output=(slot.out_d, slot.case.out), fill=slot.case.fill,
+        timer=guarded, sync=synced, asynchronous=True, settings=settings)
     synced()
+    last = spot["failed"] or _after_check(ex, slot, gpu)
+    return {"size": list(slot.case.size), "check": _check_dict(result, first["wrong"]),
+            "timed_check": last or {"passed": True, "first_wrong": None},
+            "launches": len(samples), "spot_checks": spot["checked"],
+            "median_s": timing.stats()["median"], "timer": timing.timer,
+            "guard": guard_summary(samples)}
+
+
+def _after_check(ex: Exercise, slot: Slot, gpu: Any) -> dict[str, Any] | None:
+    """The output of the last timed sample, checked (None where right)."""
+    case, k = slot.case, max(slot.launches[0], 1)
+    gpu.synchronize()
     gpu.cuda.memcpy_dtoh(case.out, slot.out_d)
-    after = case.check(case.out, max(slot.launches[0], 1))
-    return {"size": list(case.size), "check": _check_dict(result, first["wrong"]),
-            "timed_check": _check_dict(after, None if after.passed else _wrong(
-                ex, case.out, case, max(slot.launches[0], 1))),
-            "launches": slot.launches[0], "median_s": timing.stats()["median"],
-            "timer": timing.timer, "guard": guard_summary(samples)}
+    c = case.check(case.out, k)
+    return None if c.passed else _check_dict(c, _wrong(ex, case.out, case, k))
 
 
 def _check_dict(c: Check, wrong: dict[str, Any] | None) -> dict[str, Any]:
@@ -134,7 +176,7 @@ def run_cases(ctx: RunContext, ex: Exercise, func: Any, mode: str,
     checks = []
     if not cublas:
         for size in ex.check_sizes:
-            slot = bind(ctx.gpu, ex, func, slots.make_case(ex, ctx.rng, size))
+            slot = bind(ctx.gpu, ex, func, _cases(ex, ctx, size, 2))
             try:
                 checks.append(measure(ctx, ex, slot, CHECK_SETTINGS))
             finally:
@@ -147,8 +189,8 @@ def run_cases(ctx: RunContext, ex: Exercise, func: Any, mode: str,
     size = ex.time_size if mode == "check" else ex.class_size
     done = []
     for _ in range(trials):
-        case = slots.make_case(ex, ctx.rng, size)
-        slot = bind(ctx.gpu, ex, func, case)
+        slot = bind(ctx.gpu, ex, func, _cases(ex, ctx, size, 1 if cublas else INPUT_SETS))
+        case = slot.cases[0]
         try:
             if cublas:
                 done.append(_cublas_trial(ctx, ex, slot, settings))
@@ -161,12 +203,17 @@ def run_cases(ctx: RunContext, ex: Exercise, func: Any, mode: str,
     return {"status": "ok", "checks": checks, "timing": summarize(done, case)}
 
 
+def _cases(ex: Exercise, ctx: RunContext, size: tuple[int, ...], n: int
+           ) -> list[slots.Case]:
+    return [slots.make_case(ex, ctx.rng, size) for _ in range(n)]
+
+
 def _cublas_trial(ctx: RunContext, ex: Exercise, slot: Slot, settings: Settings
                   ) -> dict[str, Any]:
     from cudalab.experiments.matmul.cublas import _cublas_launcher
 
     m, k, n = slot.case.size
-    a_d, b_d = slot.buffers[0], slot.buffers[1]
+    a_d, b_d = slot.buffers[1], slot.buffers[2]  # the output is buffers[0]
     launch, timer, sync, _extra = _cublas_launcher(ctx.gpu, a_d, b_d, slot.out_d, m, k, n,
                                                    ex.dtype)
     counted = slot.launches
