@@ -32,7 +32,8 @@ RUN_FIGURE = "run"
 # Points by memory level (bandwidth panel) and the ceilings' lines, darker than seaborn's
 # deep palette that colours the roofline's points, so no experiment shares a line's colour.
 LEVEL_COLORS = {"dram": "#4c72b0", "l2": "#dd8452", "": "0.55"}
-CEIL_COLORS = {"dram": "#1b2a49", "l2": "#a0522d", "fp32": "0.1"}
+CEIL_COLORS = {"dram": "#1b2a49", "l2": "#a0522d", "smem": "#2e7d32", "fp32": "0.1",
+               "fp64": "#6a1b9a"}
 LEVEL_MARKERS = {"dram": "o", "l2": "^", "": "s"}
 SUSPECT_COLOR = "#c0262d"
 # Label placement: offsets (points) tried around a point, nearest first.
@@ -71,6 +72,11 @@ class Ceilings:
     smem_peak: float = math.nan
     fp32_peak: float = math.nan
     l2_bytes: float = math.nan
+    # FP64 peaks: the CUDA cores' and the FP64 tensor cores' (sm_80, sm_90; DGEMM in cuBLAS)
+    fp64_peak: float = math.nan
+    fp64_tensor_peak: float = math.nan
+    # where dram_memcpy came from when the ceilings step did not record it
+    dram_memcpy_source: str = ""
 
     @property
     def measured(self) -> bool:
@@ -83,7 +89,12 @@ class Ceilings:
                           "l2": (self.l2, self.l2_peak)}.get(level, (math.nan, math.nan))
         return _pick(measured, peak)
 
-    def flops(self) -> tuple[float, str]:
+    def flops(self, dtype: str = "float32", tensor: bool = False) -> tuple[float, str]:
+        """(GFLOP/s, 'measured' | 'theoretical') of the roof a point of this dtype is judged
+        against: FP32 measured first; FP64 theoretical only (no FP64 ceiling is measured),
+        the tensor cores' where the point ran on them."""
+        if dtype == "float64":
+            return _pick(math.nan, self.fp64_tensor_peak if tensor else self.fp64_peak)
         return _pick(self.fp32, self.fp32_peak)
 
 
@@ -103,27 +114,101 @@ def ceilings_of(df: pd.DataFrame) -> Ceilings:
     if not math.isfinite(fp32_peak):
         fin = derived_fp32[np.isfinite(derived_fp32)]
         fp32_peak = float(fin.median()) if len(fin) else _first(df, "m_peak_fp32_gflops")
+    memcpy, source = _first(df, "ceil_dram_memcpy_gbps"), ""
+    if not math.isfinite(memcpy):
+        memcpy, source = _memcpy_point(df)
+    fp64, fp64_tc = _fp64_peaks(df)
     return Ceilings(
-        dram=_first(df, "ceil_dram_gbps"), dram_memcpy=_first(df, "ceil_dram_memcpy_gbps"),
+        dram=_first(df, "ceil_dram_gbps"), dram_memcpy=memcpy, dram_memcpy_source=source,
         l2=_first(df, "ceil_l2_gbps"), smem=_first(df, "ceil_smem_gbps"),
         fp32=_first(df, "ceil_fp32_gflops"),
         dram_peak=_first(df, "peak_mem_gbps", "m_peak_mem_gbps"),
-        l2_peak=_first(df, "peak_l2_gbps"), smem_peak=_first(df, "peak_smem_gbps"),
-        fp32_peak=fp32_peak, l2_bytes=_first(df, "l2_bytes", "m_l2_bytes"))
+        l2_peak=_first(df, "peak_l2_gbps"), smem_peak=_smem_peak(df),
+        fp32_peak=fp32_peak, l2_bytes=_first(df, "l2_bytes", "m_l2_bytes"),
+        fp64_peak=fp64, fp64_tensor_peak=fp64_tc)
+
+
+# Shared memory delivers one 4-byte word per bank per clock, 32 banks per SM (every compute
+# capability since Kepler's 32-bit mode): 128 bytes per clock per SM.
+SMEM_BYTES_PER_CLOCK = 32 * 4
+
+
+def _smem_peak(df: pd.DataFrame) -> float:
+    """The recorded shared-memory peak, else 32 banks x 4 bytes x SMs x SM clock."""
+    peak = _first(df, "peak_smem_gbps")
+    if math.isfinite(peak):
+        return peak
+    sms, mhz = _first(df, "m_sm_count"), _first(df, "m_sm_clock_mhz")
+    return SMEM_BYTES_PER_CLOCK * sms * mhz * 1e6 / 1e9
+
+
+def _memcpy_point(df: pd.DataFrame) -> tuple[float, str]:
+    """cudaMemcpy device-to-device measured as a point (coalescing's memcpy at its largest
+    DRAM-sized copy) where the ceilings step did not record it; (NaN, '') if none."""
+    if "variant" not in df or "experiment" not in df:
+        return math.nan, ""
+    m = df[(df["experiment"] == "coalescing") & (df["variant"] == "memcpy")
+           & (df["status"].astype(str) == "ok")]
+    m = m[_num(m, "gbps") > 0]
+    if m.empty:
+        return math.nan, ""
+    ws = _num(m, "working_set_bytes").fillna(_num(m, "bytes"))
+    row = m.loc[ws.idxmax()]
+    return float(row["gbps"]), f"coalescing's {row['point_id']} point"
+
+
+def _fp64_peaks(df: pd.DataFrame) -> tuple[float, float]:
+    """(CUDA-core FP64 peak, FP64 tensor-core peak) from the float64 points' own peaks
+    (m_peak_fp64_gflops: cuBLAS DGEMM is judged against the tensor cores where the chip
+    has them, kernels against the CUDA cores)."""
+    peak = _num(df, "m_peak_fp64_gflops")
+    if not np.isfinite(peak).any():
+        return math.nan, math.nan
+    cublas = (df["variant"].astype(str) == "cublas" if "variant" in df
+              else pd.Series(False, index=df.index))
+    cores, tc = peak[~cublas & np.isfinite(peak)], peak[cublas & np.isfinite(peak)]
+    fp64 = float(cores.iloc[0]) if len(cores) else math.nan
+    fp64_tc = float(tc.iloc[0]) if len(tc) else math.nan
+    if math.isfinite(fp64_tc) and fp64_tc == fp64:
+        fp64_tc = math.nan  # no tensor path: cuBLAS is judged against the cores too
+    return fp64, fp64_tc
+
+
+def row_roof(r: pd.Series, c: Ceilings) -> tuple[float, str, str]:
+    """(GFLOP/s, kind, name) of the roof a point is judged against: its own dtype's."""
+    dtype = str(r.get("p_dtype") or "float32")
+    if dtype == "float64":
+        own = _f(r.get("m_peak_fp64_gflops"))
+        tensor = (str(r.get("variant")) == "cublas" and math.isfinite(c.fp64_tensor_peak))
+        name = "FP64 tensor-core" if tensor else "FP64"
+        if math.isfinite(own):
+            return own, "theoretical", name
+        return (*c.flops("float64", tensor), name)
+    return (*c.flops(), "FP32")
 
 
 def ceilings_rows(c: Ceilings) -> list[dict[str, str]]:
     """The ceilings table of the report: one row per level, measured beside theoretical."""
-    def row(level: str, measured: float, peak: float, unit: Any) -> dict[str, str]:
+    def row(level: str, measured: float, peak: float, unit: Any,
+            no_peak: str = "no formula") -> dict[str, str]:
         return {"level": level, "measured": unit(measured) or "not measured",
-                "theoretical": unit(peak) or "no formula"}
-    return [row("DRAM (best of D2D memcpy and a streaming copy)", c.dram, c.dram_peak,
+                "theoretical": unit(peak) or no_peak}
+    memcpy = ("DRAM, cudaMemcpy D2D alone" + (f" (from {c.dram_memcpy_source})"
+                                              if c.dram_memcpy_source else ""))
+    rows = [row("DRAM (best of D2D memcpy and a streaming copy)", c.dram, c.dram_peak,
                 fmt.bandwidth),
-            row("DRAM, cudaMemcpy D2D alone", c.dram_memcpy, math.nan, fmt.bandwidth),
+            row(memcpy, c.dram_memcpy, math.nan, fmt.bandwidth, "see DRAM above"),
             row(f"L2 (hot, working set <= half of {fmt.nbytes(c.l2_bytes) or 'L2'})", c.l2,
-                c.l2_peak, fmt.bandwidth),
-            row("shared memory", c.smem, c.smem_peak, fmt.bandwidth),
-            row("FP32 (FMA)", c.fp32, c.fp32_peak, fmt.flop_rate)]
+                c.l2_peak, fmt.bandwidth, "no public formula (slice count and width vary)"),
+            row("shared memory (32 banks x 4 bytes x SMs x SM clock)", c.smem, c.smem_peak,
+                fmt.bandwidth, "SM count or clock not recorded"),
+            row("FP32 (FMA on the CUDA cores)", c.fp32, c.fp32_peak, fmt.flop_rate)]
+    if math.isfinite(c.fp64_peak):
+        rows.append(row("FP64 (FMA on the CUDA cores)", math.nan, c.fp64_peak, fmt.flop_rate))
+    if math.isfinite(c.fp64_tensor_peak):
+        rows.append(row("FP64 tensor cores (DGEMM)", math.nan, c.fp64_tensor_peak,
+                        fmt.flop_rate))
+    return rows
 
 
 # -- memory levels and suspect numbers -------------------------------------------------------
@@ -172,6 +257,13 @@ def annotate(df: pd.DataFrame, c: Ceilings | None = None) -> pd.DataFrame:
     flops = _num(out, "flops")
     nbytes = _num(out, "bytes")
     out["intensity"] = np.where((flops > 0) & (nbytes > 0), flops / nbytes, np.nan)
+    # every point against the roof of its own dtype (FP64 points against an FP64 peak)
+    roofs = [row_roof(r, c) for _, r in out.iterrows()]
+    out["roof_gflops"] = [r[0] for r in roofs]
+    out["roof_name"] = [r[2] for r in roofs]
+    f64 = (out["p_dtype"].astype(str) == "float64" if "p_dtype" in out
+           else pd.Series(False, index=out.index))
+    out.loc[f64, "pct_ceil_gflops"] = 100 * _num(out, "gflops")[f64] / out["roof_gflops"][f64]
     why = [_suspect_why(r, c) for _, r in out.iterrows()]
     given = (out["suspect"].map(_truthy) if _filled(out, "suspect")
              else pd.Series(False, out.index))
@@ -231,9 +323,9 @@ def _suspect_why(r: pd.Series, c: Ceilings) -> str:
                        f"{kind} {name} ceiling {fmt.bandwidth(ref)}"
                        + _l2_hint(r, c, level, name))
     gflops = _f(r.get("gflops"))
-    ref, kind = c.flops()
+    ref, kind, name = row_roof(r, c)
     if math.isfinite(gflops) and math.isfinite(ref) and gflops > ref:
-        out.append(f"{fmt.flop_rate(gflops)} is above the {kind} FP32 ceiling "
+        out.append(f"{fmt.flop_rate(gflops)} is above the {kind} {name} ceiling "
                    f"{fmt.flop_rate(ref)}: the declared flop count is too high or the "
                    "timing is wrong")
     return "; ".join(out)
@@ -324,15 +416,17 @@ def highlights(points: pd.DataFrame) -> list[tuple[pd.Series, str]]:
 def _name(row: pd.Series, among: pd.DataFrame) -> str:
     """The variant plus the parameters that tell it apart from the others shown with it."""
     same = among[among["variant"] == row["variant"]]
-    keys = [c for c in among.columns if c.startswith("p_") and not fmt.missing(row.get(c))
-            and same[c].nunique() > 1]
-    return " ".join([str(row["variant"])] + [f"{k[2:]}={fmt.param(row[k])}" for k in keys])
+    keys = [c for c in among.columns if c.startswith("p_") and c != "p_dtype"
+            and not fmt.missing(row.get(c)) and same[c].nunique() > 1]
+    dtype = " (FP64)" if str(row.get("p_dtype")) == "float64" else ""
+    return " ".join([str(row["variant"])]
+                    + [f"{k[2:]}={fmt.param(row[k])}" for k in keys]) + dtype
 
 
 # -- drawing ---------------------------------------------------------------------------------
 def draw(df: pd.DataFrame, experiment: str | None = None) -> Any:
     """The roofline figure of a run (experiment None) or of one experiment; None when it
-    has no point to place. Left: the roofline; right: the copies' GB/s per memory level."""
+    has no point to place. Top: the roofline; bottom: the copies' GB/s per memory level."""
     import matplotlib.pyplot as plt
 
     df = annotate(df)
@@ -394,10 +488,12 @@ def _draw_roof(ax: Any, pts: pd.DataFrame, c: Ceilings, by: str) -> None:
                 cap = roofv if math.isfinite(roofv) else np.inf
                 handles += ax.plot(xs, np.minimum(value * xs, cap), ls=ls, color=color,
                                    lw=1.6, label=f"{level} {kind}: {fmt.bandwidth(value)}")
-    for value, ls, kind in ((c.fp32, "-", "measured"), (c.fp32_peak, "--", "theoretical")):
-        if math.isfinite(value):
-            handles.append(ax.axhline(value, ls=ls, color=CEIL_COLORS["fp32"], lw=1.6,
-                                      label=f"FP32 {kind}: {fmt.flop_rate(value)}"))
+    handles += _flat_roofs(ax, pts, c)
+    if math.isfinite(c.smem):  # the measured shared-memory slope: what tiles can feed
+        cap = c.fp32 if math.isfinite(c.fp32) else np.inf
+        handles += ax.plot(xs, np.minimum(c.smem * xs, cap), ls="-", lw=1.2,
+                           color=CEIL_COLORS["smem"],
+                           label=f"shared memory measured: {fmt.bandwidth(c.smem)}")
     keys = sorted(pts[by].astype(str).unique())
     colors = _palette(keys)
     from matplotlib.lines import Line2D
@@ -413,6 +509,12 @@ def _draw_roof(ax: Any, pts: pd.DataFrame, c: Ceilings, by: str) -> None:
     if (pts["memory_level"] == "l2").any():
         handles.append(Line2D([], [], ls="", marker="^", color="0.4",
                               label="triangle: L2-resident (hot, fits L2)"))
+    dram = c.dram if math.isfinite(c.dram) else c.dram_peak
+    fed = pts[pts["gflops"].astype(float) > dram * pts["intensity"].astype(float)]
+    if len(fed):  # above the DRAM slope: the declared bytes came (mostly) from a cache
+        handles.append(ax.scatter(fed["intensity"], fed["gflops"], s=46, facecolor="none",
+                                  edgecolor="0.15", linewidth=0.8, zorder=4,
+                                  label="ringed: above the DRAM slope, fed by a cache"))
     bad = pts[pts["suspect"]]
     if len(bad):
         handles.append(ax.scatter(bad["intensity"], bad["gflops"], s=70, facecolor="none",
@@ -428,6 +530,23 @@ def _draw_roof(ax: Any, pts: pd.DataFrame, c: Ceilings, by: str) -> None:
     ax.set_title("points with a FLOP count", fontsize=10)
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=7.5,
               frameon=False)
+
+
+def _flat_roofs(ax: Any, pts: pd.DataFrame, c: Ceilings) -> list[Any]:
+    """The flat roofs of the dtypes the points have: FP32 (measured and theoretical), and
+    FP64 (CUDA cores, tensor cores) only where float64 points are drawn."""
+    out = []
+    for value, ls, kind in ((c.fp32, "-", "measured"), (c.fp32_peak, "--", "theoretical")):
+        if math.isfinite(value):
+            out.append(ax.axhline(value, ls=ls, color=CEIL_COLORS["fp32"], lw=1.6,
+                                  label=f"FP32 {kind}: {fmt.flop_rate(value)}"))
+    has64 = "p_dtype" in pts and (pts["p_dtype"].astype(str) == "float64").any()
+    for value, ls, name in ((c.fp64_peak, ":", "FP64 CUDA cores"),
+                            (c.fp64_tensor_peak, "-.", "FP64 tensor cores")):
+        if has64 and math.isfinite(value):
+            out.append(ax.axhline(value, ls=ls, color=CEIL_COLORS["fp64"], lw=1.4,
+                                  label=f"{name} theoretical: {fmt.flop_rate(value)}"))
+    return out
 
 
 def _log_ticks(ax: Any) -> None:
@@ -529,14 +648,17 @@ def caption(df: pd.DataFrame, experiment: str | None = None) -> str:
     parts = []
     if len(roof):
         parts.append(
-            f"Left: {len(roof)} GPU points with a FLOP count at their arithmetic intensity "
+            f"{'Top' if len(bw) else 'The figure'}: {len(roof)} GPU points with a FLOP count "
+            "at their arithmetic intensity "
             "(the flops and bytes each experiment declares: the compulsory traffic, so a "
             "point above the DRAM slope was fed by a cache) against achieved GFLOP/s, both "
             "axes log. The labelled points are the best and the worst of each experiment "
-            "at its largest problem.")
+            "at its largest problem; ringed points sit above the DRAM slope, fed by a cache. "
+            "Each point's dtype has its roof: FP32, and FP64 where float64 points are "
+            "drawn.")
     if len(bw):
         parts.append(
-            f"{'Right' if len(roof) else 'The figure'}: {len(bw)} points without flops "
+            f"{'Bottom' if len(roof) else 'The figure'}: {len(bw)} points without flops "
             "(copies, transposes, stencils counted in bytes) as achieved GB/s per "
             f"{'experiment' if experiment is None else 'variant'}, coloured by memory level "
             "(L2 where the working set fits L2 and L2 was not flushed).")

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cudalab import figcheck, figures, results, roofline
+from cudalab import figcheck, figures, fmt, results, roofline
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "reports" / "reference" / "NVIDIA-H100-80GB-HBM3" / "results.csv"
@@ -272,3 +272,41 @@ def test_draw_all_writes_png_and_svg(tmp_path):
     for name in out:
         for ext in ("png", "svg"):
             assert (tmp_path / "_roofline" / f"{name}.{ext}").stat().st_size > 1000
+
+
+# -- roofs per precision, the ceilings the run measured elsewhere -----------------------------
+def test_each_point_is_judged_against_the_roof_of_its_dtype():
+    """cuBLAS DGEMM at 4096 on the H100: against the FP64 tensor-core peak (94 %), never
+    the FP32 ceiling; SGEMM against the FP32 ceiling."""
+    df = results.read_table(REFERENCE)
+    a = roofline.annotate(df)
+    cub = a[(a["experiment"] == "matmul") & (a["variant"] == "cublas") & (a["p_n"] == 4096)]
+    d = cub[cub["p_dtype"] == "float64"].iloc[0]
+    s = cub[cub["p_dtype"] != "float64"].iloc[0]
+    assert d["roof_name"] == "FP64 tensor-core"
+    assert d["pct_ceil_gflops"] == pytest.approx(94.08, abs=0.01)
+    assert s["roof_name"] == "FP32" and s["roof_gflops"] == pytest.approx(63462.6, abs=0.1)
+    naive64 = a[(a["variant"] == "naive") & (a["p_dtype"] == "float64")].iloc[0]
+    assert naive64["roof_name"] == "FP64" and naive64["roof_gflops"] == pytest.approx(33454.08)
+
+
+def test_ceilings_measured_elsewhere_in_the_run_and_the_shared_memory_formula():
+    c = roofline.ceilings_of(results.read_table(REFERENCE))
+    # coalescing's memcpy point measured cudaMemcpy D2D: never "not measured"
+    assert c.dram_memcpy == pytest.approx(2979.97, abs=0.01)
+    assert "memcpy" in c.dram_memcpy_source
+    # 32 banks x 4 bytes x 132 SMs x 1.98 GHz
+    assert c.smem_peak == pytest.approx(32 * 4 * 132 * 1.98, rel=1e-9)
+    rows = {r["level"].split(" (")[0]: r for r in roofline.ceilings_rows(c)}
+    assert rows["DRAM, cudaMemcpy D2D alone"]["measured"] == fmt.bandwidth(c.dram_memcpy)
+    assert rows["shared memory"]["theoretical"] == fmt.bandwidth(c.smem_peak)
+    assert rows["FP64 tensor cores"]["theoretical"] == fmt.flop_rate(66908.16)
+    assert rows["FP64"]["measured"] == "not measured"
+
+
+def test_the_roofline_caption_names_its_panels_by_place():
+    df = results.read_table(REFERENCE)
+    both = roofline.caption(df)
+    assert both.startswith("Top:") and "Bottom:" in both and "Left" not in both
+    one = roofline.caption(df, "matmul")
+    assert one.startswith("The figure:") and "Top" not in one and "Right" not in one
