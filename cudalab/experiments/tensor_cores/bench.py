@@ -78,6 +78,8 @@ def launch_once(tile: dict[str, int], n: int = 4096) -> None:
 
 def report(df: pd.DataFrame) -> list[str]:
     d = df[df["experiment"] == "tensor_cores"]
+    if "p_precision" not in d or d.empty:
+        return ["no tensor_cores rows in the table"]
     lines = [f"{'prec':5} {'variant':7} {'TFLOP/s':>8} {'%cuBLAS':>8} {'%peak':>6} "
              f"{'err_input':>10} {'err_check':>10} {'tol':>8}  tile"]
     for r in summary_rows(d):

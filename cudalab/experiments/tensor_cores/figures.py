@@ -121,7 +121,8 @@ def _plot_knob(b: pd.DataFrame):
                    marker=markers.get(r["variant"], "x"), s=60,
                    label=f"{r['p_precision']} {VARIANT_LABEL[r['variant']]}")
     for prec in sorted(set(b["p_precision"]), key=ORDER.index):
-        ax.axvline(expected_input_error(prec), color=colors[prec], ls=":", lw=1)
+        if expected_input_error(prec) > 0:  # fp32 inputs are not rounded
+            ax.axvline(expected_input_error(prec), color=colors[prec], ls=":", lw=1)
     ax.set(xscale="log", yscale="log", xlabel="relative error against the float64 product of "
            "the unrounded inputs (log)", ylabel="TFLOP/s (log)",
            title=f"Precision is a knob: speed against error at {_size(b)}")
