@@ -181,6 +181,10 @@ def test_claims_without_the_points():
     nm = _table()
     nm.loc[nm["p_precision"] == "tf32", "status"] = "not_measured"
     assert lesson.tf32_faster_than_fp32(nm)[0] == lesson.NOT_MEASURED
+    bf16_only = pd.concat([_table().iloc[:4], pd.DataFrame(
+        [_row("wmma", "bf16", 170, 2e-3), _row("mma", "bf16", 300, 2e-3)])])
+    state, ev = lesson.mma_faster_than_wmma(bf16_only)
+    assert state == lesson.SEEN and ev.startswith("bf16"), ev
     failed = _table()
     failed.loc[0, "status"] = "failed"
     assert lesson.every_point_correct(failed)[0] == lesson.NOT_SEEN

@@ -133,14 +133,15 @@ def fp32_far_more_accurate(df: pd.DataFrame) -> State:
 
 
 def mma_faster_than_wmma(df: pd.DataFrame) -> State:
-    if (miss := _missing(df, [("mma", "fp16"), ("wmma", "fp16")])) is not None:
-        return miss
+    """The best mma.sync tile beats WMMA, in fp16 (else bf16: the same two kernels)."""
     b = _best_at_largest(df)
-    if ("mma", "fp16") not in b or ("wmma", "fp16") not in b:
-        return NOT_MEASURED, "mma and wmma fp16 not both measured at the largest size"
-    m, w = b[("mma", "fp16")], b[("wmma", "fp16")]
+    prec = next((p for p in ("fp16", "bf16") if ("mma", p) in b and ("wmma", p) in b), None)
+    if prec is None:
+        miss = _missing(df, [("mma", "fp16"), ("wmma", "fp16")])
+        return miss or (NOT_MEASURED, "mma and wmma not both measured at the largest size")
+    m, w = b[("mma", prec)], b[("wmma", prec)]
     return (SEEN if m["gflops"] > w["gflops"] else NOT_SEEN,
-            f"fp16 at {_size(m)}: best mma.sync {m['gflops'] / 1e3:.1f}, WMMA "
+            f"{prec} at {_size(m)}: best mma.sync {m['gflops'] / 1e3:.1f}, WMMA "
             f"{w['gflops'] / 1e3:.1f} TFLOP/s")
 
 
