@@ -21,17 +21,27 @@ no ratio, never "slower" or "faster". A point either side left not measured (a r
 GPU records its GPU points so, with no timing) gets the verdict "not measured": never slower
 or faster, and never a reason for --fail-on-slower.
 
-Between-run noise. The samples' spread is the noise within one process; it cannot see what
-moves between processes and machines. So every point also has a class, from its timer:
-- "kernel" (launches queued behind a held stream): GPU time. Kernels of 2-5 us move by
-  0.2-0.5 us from one process to the next (where their buffers land: two H100 runs of the
-  same code), so the bar is also at least FLOOR_S / the shorter time;
-- "host-synchronous" (plain events around work the host issues call by call: pageable
-  copies, multi-stream pipelines) and "host" (the host clock: CPU references): their time
-  is mostly host work (host memory, the host's memcpy, BLAS threads), which moved by up to
-  1.7x between two runs of unchanged code. Beyond the bar they are "unstable", with that
-  reason, and never gate --fail-on-slower.
-The comparison lists every point that is not "same" grouped by class, with its reason.
+Between-run noise (docs/noise.md). The samples' spread is the noise within one process; it
+cannot see what moves between processes and machines. So a point is timed in trials (3 by
+default, its device buffers moved to fresh allocations between them: cudalab.trials), each
+GPU job measures its resolution floor (the trial-to-trial spread of an empty and a tiny
+kernel, seconds), and every point has a class, from its timer: "kernel" (launches queued
+behind a held stream: GPU time), "host-synchronous" (plain events around work the host
+issues call by call: pageable copies, multi-stream pipelines) and "host" (the host clock:
+CPU references). The bar is
+
+    max(threshold, the samples' combined noise, k x the combined trial spread, the floor)
+
+with each side's trial spread (largest - smallest trial median) / median combined as
+sqrt(a^2 + b^2), and the floor the two jobs' combined resolution floor over the shorter
+time. A side measured without trials (a record from before trials, or measurement.trials 1)
+has neither: the pair is judged with the class floors (CLASS_FLOORS: 0.5 us for a kernel,
+which moved by 0.2-0.5 us between processes at 2-5 us; 40 % and 75 % of the time for host
+work, which moved by up to 1.3x and 1.7x between two runs of unchanged code), and the
+output says how many points were. A host-bound point beyond its bar is "unstable", with the
+reason, and never gates --fail-on-slower. The comparison lists every point that is not
+"same" grouped by class, each with the term that set its bar. choose_k() (tools/choose_k.py)
+picks k from two runs of unchanged code and a planted slowdown.
 """
 
 from __future__ import annotations
@@ -57,7 +67,7 @@ CLASS_OF_METHOD = {"cuda_event_queued": "kernel", "cuda_event": "host-synchronou
                    "perf_counter": "host"}
 HOST_CLASSES = ("host-synchronous", "host")
 CLASS_REASON = {
-    "kernel": "GPU kernel time, beyond max(threshold, the samples' noise, {floor:g} us)",
+    "kernel": "GPU kernel time: gates --fail-on-slower",
     "host-synchronous": "host-issued work (pageable copies, streams issued call by call): "
                         "host memory and scheduling move it between runs; never gates",
     "host": "host work (CPU reference: BLAS threads, host memory): moves between runs and "
@@ -66,12 +76,34 @@ CLASS_REASON = {
 # The smallest difference a kernel's time can show between two processes: 2-5 us kernels
 # moved by 0.2-0.5 us between two runs of unchanged code on H100s.
 FLOOR_S = 0.5e-6
-# How many trial spreads a difference must exceed (each side's trial spread is the range of
-# its trials' medians).
-K_TRIALS = 1.0
+# Per class, the floor of a pair that has no trials on some side: (seconds, fraction of the
+# shorter time). Kernels: FLOOR_S; host work moved by up to 1.3x (pageable copies, streams)
+# and 1.7x (the numpy reference at one BLAS thread) between two runs of unchanged code.
+CLASS_FLOORS = {"kernel": (FLOOR_S, 0.0), "host-synchronous": (0.0, 0.40),
+                "host": (0.0, 0.75)}
+# How many combined trial spreads a difference must exceed (each side's spread is the range
+# of its trial medians over their median). Chosen with tools/choose_k.py: docs/noise.md.
+K_TRIALS = 2.0
+# Whether the class floors also apply where both sides have trials (they always apply where
+# one side has none).
+CLASS_FLOORS_ALWAYS = False
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The verdict's between-run terms: k and whether the class floors always apply."""
+
+    k: float = K_TRIALS
+    class_floors_always: bool = CLASS_FLOORS_ALWAYS
+
+
+DEFAULT_RULE = Rule()
+# The term that set a point's bar, in the order the max takes them.
+BAR_TERMS = ("threshold", "samples' noise", "k x trial spread", "resolution floor",
+             "class floor")
 NOT_MEASURED = "not_measured"  # the status of a GPU point of a run without a GPU
 POINT_COLS = ["experiment", "point_id", "variant", "gpu", "status", "median_s", "noise",
-              "n_samples", "method", "trial_spread"]
+              "n_samples", "method", "trial_spread", "floor_s"]
 # What compare needs of a raw record and of a results table (older schemas lack some); a
 # timed record (status ok) also needs its timing: the others (not measured, skipped, failed)
 # have none to compare.
@@ -111,7 +143,8 @@ def _record_row(rec: dict[str, Any]) -> dict[str, Any]:
             "variant": rec["variant"], "gpu": (rec["provenance"] or {}).get("gpu_name") or "",
             "status": rec["status"], "median_s": med, "noise": noise,
             "n_samples": int(samples.size), "method": str(t.get("timer") or ""),
-            "trial_spread": float(t.get("trial_spread", math.nan))}
+            "trial_spread": float(t.get("trial_spread", math.nan)),
+            "floor_s": float((rec.get("floor") or {}).get("floor_s", math.nan))}
 
 
 def _from_records(folder: Path, files: list[Path]) -> pd.DataFrame:
@@ -158,6 +191,7 @@ def table_points(df: pd.DataFrame, source: str) -> pd.DataFrame:
                    if "timer" in df else ""),
         "trial_spread": (df["time_trial_spread"].astype(float)
                          if "time_trial_spread" in df else math.nan),
+        "floor_s": df["time_floor_s"].astype(float) if "time_floor_s" in df else math.nan,
     })[POINT_COLS].reset_index(drop=True)
 
 
@@ -211,15 +245,32 @@ def point_class(method: pd.Series) -> pd.Series:
     return method.map(lambda m: CLASS_OF_METHOD.get(m, "kernel" if m else ""))
 
 
-def verdicts(ratio: pd.Series, noise: pd.Series, threshold: float,
-             shorter_s: pd.Series | None = None, cls: pd.Series | None = None) -> pd.Series:
-    """faster / slower / same for time ratios (this / baseline) given the combined noise;
-    a kernel's bar is at least FLOOR_S of its shorter time, and a host-bound point beyond
-    its bar is "unstable"."""
-    bar = np.maximum(threshold, noise.fillna(0.0))
-    if shorter_s is not None:
-        floor = (FLOOR_S / shorter_s).where(shorter_s > 0, 0.0).fillna(0.0)
-        bar = np.maximum(bar, floor)
+def bars(m: pd.DataFrame, threshold: float, cls: pd.Series,
+         rule: Rule = DEFAULT_RULE) -> tuple[pd.Series, pd.Series, pd.Series]:
+    """(bar, the term that set it, whether both sides have trials) of merged point pairs
+    (compare_pair's columns: noise, trial_spread, floor_s and median_s, each also _base)."""
+    shorter = np.minimum(m["median_s"], m["median_s_base"])
+    both = m["trial_spread"].notna() & m["trial_spread_base"].notna()
+    spread = np.sqrt(m["trial_spread"] ** 2 + m["trial_spread_base"] ** 2)
+    floor = np.sqrt(m["floor_s"] ** 2 + m["floor_s_base"] ** 2) / shorter
+    cfloor_s = cls.map(lambda c: CLASS_FLOORS.get(c, (0.0, 0.0))[0])
+    cfloor_rel = cls.map(lambda c: CLASS_FLOORS.get(c, (0.0, 0.0))[1])
+    # the class floor: where a side has no trials, where asked, and for a kernel whose job
+    # measured no floor
+    use_class = ~both | rule.class_floors_always | ((cls == "kernel") & floor.isna())
+    terms = pd.DataFrame({
+        "threshold": pd.Series(threshold, index=m.index, dtype=float),
+        "samples' noise": np.sqrt(m["noise"].fillna(0) ** 2 + m["noise_base"].fillna(0) ** 2),
+        "k x trial spread": (rule.k * spread).where(both, 0.0),
+        "resolution floor": floor.where(both, 0.0),
+        "class floor": np.maximum(cfloor_s / shorter, cfloor_rel).where(use_class, 0.0),
+    })[list(BAR_TERMS)].astype(float).fillna(0.0)
+    return terms.max(axis=1), terms.idxmax(axis=1), both
+
+
+def verdicts(ratio: pd.Series, bar: pd.Series, cls: pd.Series | None = None) -> pd.Series:
+    """faster / slower / same for time ratios (this / baseline) against the bar; a
+    host-bound point beyond its bar is "unstable"."""
     out = pd.Series(np.where(ratio > 1 + bar, "slower",
                              np.where(ratio < 1 / (1 + bar), "faster", "same")),
                     index=ratio.index)
@@ -229,22 +280,20 @@ def verdicts(ratio: pd.Series, noise: pd.Series, threshold: float,
     return out
 
 
-def compare_pair(base: Run, run: Run, threshold: float = DEFAULT_THRESHOLD) -> pd.DataFrame:
-    """One row per point of either side: times, ratio (this / baseline), noise, verdict."""
+def compare_pair(base: Run, run: Run, threshold: float = DEFAULT_THRESHOLD,
+                 rule: Rule = DEFAULT_RULE) -> pd.DataFrame:
+    """One row per point of either side: times, ratio (this / baseline), noise, bar and the
+    term that set it, verdict."""
     keys = ["experiment", "point_id"]
     m = base.points.merge(run.points, on=keys, how="outer", suffixes=("_base", ""),
                           indicator=True)
     m["variant"] = m["variant"].fillna(m["variant_base"])
     ratio = m["median_s"] / m["median_s_base"]
-    # each side's noise: its samples' spread, or its trials' where larger (between runs)
-    side = np.maximum(m["noise"].fillna(0), K_TRIALS * m["trial_spread"].fillna(0))
-    side_base = np.maximum(m["noise_base"].fillna(0),
-                           K_TRIALS * m["trial_spread_base"].fillna(0))
-    noise = np.sqrt(side_base ** 2 + side ** 2)
+    noise = np.sqrt(m["noise_base"].fillna(0) ** 2 + m["noise"].fillna(0) ** 2)
     method, method_base = m["method"].fillna(""), m["method_base"].fillna("")
     cls = point_class(method.where(method != "", method_base))
-    shorter = np.minimum(m["median_s"], m["median_s_base"])
-    verdict = verdicts(ratio, noise, threshold, shorter, cls)
+    bar, bar_from, trials_both = bars(m, threshold, cls, rule)
+    verdict = verdicts(ratio, bar, cls)
     timed = ratio.notna() & np.isfinite(ratio)
     both_ok = (m["status_base"] == "ok") & (m["status"] == "ok")
     other = timed & (method != "") & (method_base != "") & (method != method_base)
@@ -263,17 +312,19 @@ def compare_pair(base: Run, run: Run, threshold: float = DEFAULT_THRESHOLD) -> p
         "baseline_s": m["median_s_base"], "this_s": m["median_s"],
         "ratio": ratio.where(timed), "noise": noise.where(timed), "verdict": verdict,
         "baseline_method": method_base, "method": method, "class": cls,
-        "trials": m["trial_spread"].notna() & m["trial_spread_base"].notna(),
+        "trials": trials_both, "baseline_trial_spread": m["trial_spread_base"],
+        "trial_spread": m["trial_spread"], "baseline_floor_s": m["floor_s_base"],
+        "floor_s": m["floor_s"], "bar": bar.where(timed), "bar_from": bar_from.where(timed),
     })
     return out.sort_values(keys, kind="stable").reset_index(drop=True)
 
 
-def compare_runs(base: Run, runs: list[Run],
-                 threshold: float = DEFAULT_THRESHOLD) -> pd.DataFrame:
+def compare_runs(base: Run, runs: list[Run], threshold: float = DEFAULT_THRESHOLD,
+                 rule: Rule = DEFAULT_RULE) -> pd.DataFrame:
     """Every run against the baseline; a run sharing no point with it is bad input."""
     frames = []
     for run in runs:
-        c = compare_pair(base, run, threshold)
+        c = compare_pair(base, run, threshold, rule)
         if shares_a_point(c):
             frames.append(c)
             continue
@@ -327,8 +378,9 @@ def _fmt_row(r: Any, with_run: bool) -> list[str]:
     noise = f"{100 * r.noise:.1f}%" if pd.notna(r.noise) else ""
     verdict = (f"other method ({r.baseline_method} / {r.method})"
                if r.verdict == "other method" else r.verdict)
+    bar = f"{100 * r.bar:.1f}%" if pd.notna(r.bar) else ""
     return [r.point_id, *([r.run] if with_run else []), fmt_seconds(r.baseline_s),
-            fmt_seconds(r.this_s), ratio, noise, verdict]
+            fmt_seconds(r.this_s), ratio, noise, bar, verdict]
 
 
 def text_table(rows: list[list[str]], head: list[str]) -> str:
@@ -337,18 +389,21 @@ def text_table(rows: list[list[str]], head: list[str]) -> str:
     return "\n".join("  ".join(f"{x:<{w}}" for x, w in zip(r, widths)).rstrip() for r in lines)
 
 
-def format_text(cmp: pd.DataFrame, detail_runs: int = 5) -> str:
+def format_text(cmp: pd.DataFrame, detail_runs: int = 5, rule: Rule = DEFAULT_RULE) -> str:
     """A table per experiment (every point when few runs are compared, else only the points
-    that are not "same"), then the verdict counts per run."""
+    that are not "same"), the verdict counts per run, then the points that are not "same"
+    grouped by class with what set their bar."""
     n_runs = cmp["run"].nunique()
     few = n_runs <= detail_runs
     head = ["point", *(["run"] if n_runs > 1 else []), "baseline", "this", "ratio", "noise",
-            "verdict"]
+            "bar", "verdict"]
     out = [f"baseline: {cmp['baseline'].iloc[0]}"
            + (f" ({cmp['baseline_gpu'].iloc[0]})" if cmp["baseline_gpu"].iloc[0] else ""),
            *([f"this: {cmp['run'].iloc[0]} ({cmp['gpu'].iloc[0]})"] if n_runs == 1 else []),
            "ratio = this time / baseline time (> 1: slower); noise = combined spread of the "
-           "samples"]
+           "samples; bar = max(threshold, noise, k x combined trial spread, resolution floor)"
+           f" with k = {rule.k:g}, or the class floor where a side has no trials"
+           + (" (class floors always)" if rule.class_floors_always else "")]
     for exp, sub in cmp.groupby("experiment", sort=True):
         shown = sub if few else sub[sub["verdict"] != "same"]
         out.append(f"\n== {exp}: {len(sub)} comparison(s)"
@@ -362,30 +417,76 @@ def format_text(cmp: pd.DataFrame, detail_runs: int = 5) -> str:
             for _, r in s.iterrows()]
     out.append(text_table(rows, ["run", "gpu", *VERDICTS, "worst ratio"]))
     out += by_class(cmp)
-    timed = cmp[cmp["ratio"].notna()]
-    if len(timed) and not timed["trials"].all():
-        out.append(f"{int((~timed['trials']).sum())} of {len(timed)} timed comparison(s) "
-                   "have a side measured without trials (recorded before trials, or "
-                   "measurement.trials 1): judged by the samples' noise and the per-class "
-                   f"floors alone ({FLOOR_S * 1e6:g} us for a kernel)")
+    if note := no_trials_note(cmp):
+        out.append(note)
     if note := not_measured_note(cmp):
         out.append(note)
     return "\n".join(out)
 
 
-def by_class(cmp: pd.DataFrame) -> list[str]:
-    """The points that moved (slower, faster, unstable), grouped by class with the reason."""
-    moved = cmp[cmp["verdict"].isin(["slower", "faster", "unstable"])]
-    out = [f"\n== not 'same', by class: {len(moved)} of "
+def class_floors_text() -> str:
+    """'0.5 us for a kernel, 40 % for host-synchronous, 75 % for host'."""
+    return ", ".join((f"{s * 1e6:g} us" if s else f"{100 * r:g} %") + f" for {c}"
+                     for c, (s, r) in CLASS_FLOORS.items())
+
+
+def no_trials_note(cmp: pd.DataFrame) -> str:
+    """Which timed comparisons were judged with the class floors (a side without trials)."""
+    timed = cmp[cmp["ratio"].notna()]
+    old = int((~timed["trials"].astype(bool)).sum())
+    if not old:
+        return ""
+    return (f"{old} of {len(timed)} timed comparison(s) have a side measured without trials "
+            "(recorded before trials, or measurement.trials 1): no between-trial spread and "
+            "no resolution floor, so they were judged by the samples' noise and the class "
+            f"floors ({class_floors_text()})")
+
+
+def point_reason(r: Any) -> str:
+    """'1.124x > 1 + bar 6.3 % (k x trial spread)': why a point is not 'same'."""
+    side = ">" if r.ratio > 1 else "<"
+    edge = "1 + bar" if r.ratio > 1 else "1 / (1 + bar)"
+    return f"{r.ratio:.3f}x {side} {edge}, bar {100 * r.bar:.1f} % ({r.bar_from})"
+
+
+def moved(cmp: pd.DataFrame) -> pd.DataFrame:
+    """The timed points that are not 'same' (slower, faster, unstable)."""
+    return cmp[cmp["verdict"].isin(["slower", "faster", "unstable"])]
+
+
+def class_groups(cmp: pd.DataFrame, per_class: int = 12) -> list[dict[str, Any]]:
+    """The points that moved (slower, faster, unstable) grouped by class: the class's
+    reason, its verdict counts and ratio range, and up to `per_class` points, each with
+    what set its bar (the report's block and the text output)."""
+    out = []
+    for cls, sub in moved(cmp).groupby("class", sort=True):
+        sub = sub.sort_values(["experiment", "point_id", "baseline"])
+        out.append({
+            "class": cls, "reason": CLASS_REASON[cls], "n": len(sub),
+            "counts": ", ".join(f"{n} {v}" for v, n in sub["verdict"].value_counts().items()),
+            "ratios": f"{sub['ratio'].min():.2f}-{sub['ratio'].max():.2f}x",
+            "rows": [{"experiment": r.experiment, "point": r.point_id, "baseline": r.baseline,
+                      "run": r.run, "ratio": f"{r.ratio:.3f}", "verdict": r.verdict,
+                      "why": point_reason(r)} for r in sub.head(per_class).itertuples()],
+            "more": max(0, len(sub) - per_class)})
+    return out
+
+
+def by_class(cmp: pd.DataFrame, per_class: int = 12) -> list[str]:
+    """class_groups as text: one line per class, one per point with what set its bar."""
+    out = [f"\n== not 'same', by class: {len(moved(cmp))} of "
            f"{int(cmp['ratio'].notna().sum())} timed point(s) =="]
-    for cls, sub in moved.groupby("class", sort=True):
-        counts = ", ".join(f"{n} {v}" for v, n in sub["verdict"].value_counts().items())
-        out.append(f"{cls}: {len(sub)} ({counts}; ratios {sub['ratio'].min():.2f}-"
-                   f"{sub['ratio'].max():.2f}x): "
-                   f"{CLASS_REASON[cls].format(floor=FLOOR_S * 1e6)}")
-        for exp, g in sub.groupby("experiment", sort=True):
-            out.append(f"  {exp}: " + ", ".join(g["point_id"].head(8))
-                       + (f" (+{len(g) - 8} more)" if len(g) > 8 else ""))
+    multi = cmp["run"].nunique() > 1
+    for g in class_groups(cmp, per_class):
+        out.append(f"{g['class']}: {g['n']} ({g['counts']}; ratios {g['ratios']}): "
+                   f"{g['reason']}")
+        width = max(len(f"{r['experiment']}/{r['point']}") for r in g["rows"])
+        for r in g["rows"]:
+            name = f"{r['experiment']}/{r['point']}"
+            out.append(f"  {name:<{width}}  {r['verdict']:<8}  {r['why']}"
+                       + (f"  [{r['run']}]" if multi else ""))
+        if g["more"]:
+            out.append(f"  ... {g['more']} more (--csv has them all)")
     return out
 
 
@@ -404,7 +505,7 @@ def print_course(folders: list[str]) -> int:
 
 def run_command(folders: list[str], baseline: str | None, threshold: float,
                 csv: str | None, fail_on_slower: bool, detail_runs: int = 5,
-                course: bool = False) -> int:
+                course: bool = False, rule: Rule = DEFAULT_RULE) -> int:
     """`cudalab compare`: 0 done, 1 a point is slower and --fail-on-slower, 2 bad input."""
     if course:
         return print_course(([baseline] if baseline else []) + folders)
@@ -418,17 +519,19 @@ def run_command(folders: list[str], baseline: str | None, threshold: float,
     if not base_runs or not runs:
         raise CompareError("give at least two result folders (the first is the baseline), "
                            "or --baseline FOLDER and one more")
-    cmp = compare_runs(base_runs[0], runs, threshold)
-    print(format_text(cmp, detail_runs))
+    cmp = compare_runs(base_runs[0], runs, threshold, rule)
+    print(format_text(cmp, detail_runs, rule))
     if csv:
         Path(csv).parent.mkdir(parents=True, exist_ok=True)
         cmp.to_csv(csv, index=False)
         print(f"\nwrote {csv} ({len(cmp)} rows)")
     slower = cmp[cmp["verdict"] == "slower"]
     if fail_on_slower and len(slower):
-        print(f"\nFAIL: {len(slower)} point(s) slower than the baseline by more than "
-              f"max({100 * threshold:g} %, noise), e.g. {slower.iloc[0]['experiment']}/"
-              f"{slower.iloc[0]['point_id']} ({slower.iloc[0]['ratio']:.3f}x the time)")
+        first = slower.iloc[0]
+        print(f"\nFAIL: {len(slower)} kernel point(s) slower than the baseline by more than "
+              f"their bar, e.g. {first['experiment']}/{first['point_id']} "
+              f"({first['ratio']:.3f}x the time; bar {100 * first['bar']:.1f} %, "
+              f"{first['bar_from']})")
         return 1
     return 0
 
@@ -510,8 +613,9 @@ def _section_rows(sub: pd.DataFrame, max_rows: int) -> list[dict[str, Any]]:
     rows = sub.sort_values(["point_id", "baseline"]).head(max_rows)
     return [{"point": r.point_id, "baseline": r.baseline,
              "baseline_time": fmt_seconds(r.baseline_s), "this_time": fmt_seconds(r.this_s),
-             "ratio": f"{r.ratio:.3f}" if pd.notna(r.ratio) else "", "verdict": r.verdict}
-            for r in rows.itertuples()]
+             "ratio": f"{r.ratio:.3f}" if pd.notna(r.ratio) else "",
+             "bar": f"{100 * r.bar:.1f} % ({r.bar_from})" if pd.notna(r.bar) else "",
+             "verdict": r.verdict} for r in rows.itertuples()]
 
 
 def report_context(df: pd.DataFrame, config: dict[str, Any]) -> dict[str, Any]:
@@ -535,5 +639,10 @@ def report_context(df: pd.DataFrame, config: dict[str, Any]) -> dict[str, Any]:
                          "figure": ratio_figure(sub, exp) if timed else None}
     ctx["comparison"] = {"this": this.label, "gpu": this.gpu,
                          "summary": verdict_summary(cmp), "sections": sections,
-                         "threshold": DEFAULT_THRESHOLD}
+                         "threshold": DEFAULT_THRESHOLD, "k": DEFAULT_RULE.k,
+                         "class_floors": class_floors_text(),
+                         "by_class": class_groups(cmp, max_rows),
+                         "n_moved": len(moved(cmp)),
+                         "n_timed": int(cmp["ratio"].notna().sum()),
+                         "no_trials": no_trials_note(cmp)}
     return ctx

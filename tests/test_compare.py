@@ -4,6 +4,7 @@ chosen points scaled, records removed or aged), through the real command line.""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -257,37 +258,92 @@ def test_course_beside_several_runs(base, tmp_path, capsys):
     assert "Traceback" not in _error(capsys, "--course", tmp_path / "missing")
 
 
-def _points(rows: list[tuple[str, str, float, str]]) -> compare.Run:
-    df = pd.DataFrame([{"experiment": e, "point_id": pid, "variant": pid.split("-")[0],
-                        "gpu": "G", "status": "ok", "median_s": t, "noise": 0.002,
-                        "n_samples": 10, "method": m} for e, pid, t, m in rows],
-                      columns=compare.POINT_COLS)
+def _points(rows: list[tuple], spread: float = math.nan, floor_s: float = math.nan
+            ) -> compare.Run:
+    """A run of (experiment, point, time, timer[, trial spread]) rows; `spread` and
+    `floor_s` for every row that gives none (NaN: measured without trials)."""
+    df = pd.DataFrame([{"experiment": r[0], "point_id": r[1], "variant": r[1].split("-")[0],
+                        "gpu": "G", "status": "ok", "median_s": r[2], "noise": 0.002,
+                        "n_samples": 10, "method": r[3],
+                        "trial_spread": r[4] if len(r) > 4 else spread, "floor_s": floor_s}
+                       for r in rows], columns=compare.POINT_COLS)
     return compare.Run("x", Path("x"), "G", df)
 
 
 KERNEL, EVENTS, HOST = "cuda_event_queued", "cuda_event", "perf_counter"
 
 
-def test_between_run_floors_and_classes():
-    """A 2 us kernel moving by 0.3 us (15 %) is within the between-process floor; a 100 us
-    kernel 10 % slower is slower; host work 1.5x slower is unstable, never slower."""
+def test_without_trials_the_class_floors_judge():
+    """Records from before trials: a 2 us kernel moving by 0.3 us (15 %) is within the
+    kernel floor (0.5 us), a 100 us kernel 10 % slower is slower; host work within 75 %
+    (host) or 40 % (host-synchronous) of its time is same, beyond it unstable; the output
+    says these points were judged by the class floors."""
     base = _points([("k", "short-a", 2e-6, KERNEL), ("k", "long-a", 100e-6, KERNEL),
                     ("k", "long-b", 100e-6, KERNEL), ("c", "cpu-a", 1e-3, HOST),
-                    ("t", "pageable-a", 1e-3, EVENTS)])
+                    ("c", "cpu-b", 1e-3, HOST), ("t", "pageable-a", 1e-3, EVENTS),
+                    ("t", "pageable-b", 1e-3, EVENTS)])
     run = _points([("k", "short-a", 2.3e-6, KERNEL), ("k", "long-a", 110e-6, KERNEL),
                    ("k", "long-b", 104e-6, KERNEL), ("c", "cpu-a", 1.5e-3, HOST),
-                   ("t", "pageable-a", 0.6e-3, EVENTS)])
+                   ("c", "cpu-b", 2e-3, HOST), ("t", "pageable-a", 0.6e-3, EVENTS),
+                   ("t", "pageable-b", 1.3e-3, EVENTS)])
     cmp = compare.compare_pair(base, run).set_index("point_id")
     assert cmp.loc["short-a", "verdict"] == "same"
+    assert cmp.loc["short-a", "bar_from"] == "class floor"
+    assert cmp.loc["short-a", "bar"] == pytest.approx(0.5e-6 / 2e-6)
     assert cmp.loc["long-a", "verdict"] == "slower"
+    assert cmp.loc["long-a", "bar_from"] == "threshold"
     assert cmp.loc["long-b", "verdict"] == "same"
-    assert cmp.loc["cpu-a", "verdict"] == "unstable" and cmp.loc["cpu-a", "class"] == "host"
+    assert cmp.loc["cpu-a", "verdict"] == "same" and cmp.loc["cpu-a", "class"] == "host"
+    assert cmp.loc["cpu-b", "verdict"] == "unstable"
     assert cmp.loc["pageable-a", "verdict"] == "unstable"
     assert cmp.loc["pageable-a", "class"] == "host-synchronous"
+    assert cmp.loc["pageable-b", "verdict"] == "same"
+    assert not cmp["trials"].any()
     text = compare.format_text(cmp.reset_index())
     grouped = text[text.index("by class"):]
-    assert "kernel: 1 (1 slower" in grouped and "long-a" in grouped
-    assert "host: 1 (1 unstable" in grouped and "host-synchronous: 1 (1 unstable" in grouped
+    assert "kernel: 1 (1 slower" in grouped and "host: 1 (1 unstable" in grouped
+    assert "host-synchronous: 1 (1 unstable" in grouped
+    assert "k/long-a" in grouped and "1.100x > 1 + bar, bar 5.0 % (threshold)" in grouped
+    assert ("7 of 7 timed comparison(s) have a side measured without trials" in text
+            and "0.5 us for kernel, 40 % for host-synchronous, 75 % for host" in text)
+
+
+def test_with_trials_the_spread_and_the_floor_judge():
+    """Both sides in trials: no class floor, so a 2 us kernel 15 % slower whose trials
+    agree within 1 % is slower (bar: k x trial spread, or the floor of 100 ns over 2 us);
+    a 100 us kernel whose trials spread by 8 % is same at 1.10x; host work beyond
+    k x its spread is unstable."""
+    base = _points([("k", "short-a", 2e-6, KERNEL, 0.01), ("k", "short-b", 2e-6, KERNEL, 0.01),
+                    ("k", "long-a", 100e-6, KERNEL, 0.08), ("c", "cpu-a", 1e-3, HOST, 0.02)],
+                   floor_s=70e-9)
+    run = _points([("k", "short-a", 2.3e-6, KERNEL, 0.01), ("k", "short-b", 2.1e-6, KERNEL, 0.01),
+                   ("k", "long-a", 110e-6, KERNEL, 0.01), ("c", "cpu-a", 1.3e-3, HOST, 0.02)],
+                  floor_s=70e-9)
+    rule = compare.Rule(k=2.0)
+    cmp = compare.compare_pair(base, run, rule=rule).set_index("point_id")
+    assert cmp["trials"].all()
+    assert cmp.loc["short-a", "verdict"] == "slower"
+    assert cmp.loc["short-a", "bar_from"] == "threshold"
+    assert cmp.loc["short-b", "verdict"] == "same"  # 5 % is the threshold
+    assert cmp.loc["long-a", "verdict"] == "same"
+    assert cmp.loc["long-a", "bar_from"] == "k x trial spread"
+    assert cmp.loc["long-a", "bar"] == pytest.approx(2 * math.hypot(0.08, 0.01))
+    assert cmp.loc["cpu-a", "verdict"] == "unstable"
+    # a floor above the rest sets the bar: 1 us of floor over 2 us
+    wide = compare.compare_pair(_points([("k", "short-a", 2e-6, KERNEL, 0.01)], floor_s=0.7e-6),
+                                _points([("k", "short-a", 2.3e-6, KERNEL, 0.01)],
+                                        floor_s=0.7e-6), rule=rule).iloc[0]
+    assert wide["verdict"] == "same" and wide["bar_from"] == "resolution floor"
+    assert wide["bar"] == pytest.approx(math.hypot(0.7e-6, 0.7e-6) / 2e-6)
+    # where asked, the class floors apply with trials too; a kernel whose job measured no
+    # floor takes its class floor
+    always = compare.compare_pair(base, run, rule=compare.Rule(k=2.0, class_floors_always=True))
+    assert always.set_index("point_id").loc["short-a", "verdict"] == "same"
+    nofloor = compare.compare_pair(_points([("k", "short-a", 2e-6, KERNEL, 0.01)]),
+                                   _points([("k", "short-a", 2.3e-6, KERNEL, 0.01)]),
+                                   rule=rule).iloc[0]
+    assert nofloor["verdict"] == "same" and nofloor["bar_from"] == "class floor"
+    assert "have a side measured without trials" not in compare.format_text(cmp.reset_index())
 
 
 def test_unstable_never_fails_the_gate(tmp_path, capsys):

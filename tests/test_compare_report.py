@@ -1,5 +1,6 @@
-"""The report's comparison blocks (issue 9): the course table at the top, baselines beside
-this run, a GPU-model sweep compared with itself; rendered from the real H100 reference."""
+"""The report's comparison blocks: the course table at the top, baselines beside this run
+(the points that moved grouped by class), a GPU-model sweep compared with itself; rendered
+from the real H100 reference."""
 
 from __future__ import annotations
 
@@ -73,6 +74,22 @@ def test_baselines_in_the_report(h100, slower_copy, tmp_path):
     sec = sec[:sec.index("</section>")]
     assert "Beside the baselines" in sec and sec.count("data:image/png;base64,") >= 1
     assert re.search(rf"{QUIET}</td><td>{re.escape(str(slower_copy))}</td>.*?faster", sec, re.S)
+
+
+def test_the_points_that_moved_are_grouped_by_class_with_their_reason(h100, slower_copy,
+                                                                     tmp_path):
+    ctx = compare.report_context(h100, _config(baselines=[str(slower_copy)]))["comparison"]
+    [g] = ctx["by_class"]
+    assert g["class"] == "kernel" and g["n"] == 1 and g["counts"] == "1 faster"
+    [row] = g["rows"]
+    assert row["point"] == QUIET and row["verdict"] == "faster"
+    assert row["why"].startswith("0.833x < 1 / (1 + bar), bar ")
+    # the reference has no trials: the note says how those points were judged
+    assert "measured without trials" in ctx["no_trials"] and ctx["n_moved"] == 1
+    html = _render(h100, _config(baselines=[str(slower_copy)]), tmp_path)
+    block = html[html.index("Not the same, by class"):]
+    assert "1 of " in block[:80] and QUIET in block and "class floors" in block
+    assert "<th>unstable</th>" in html
 
 
 def test_bad_baseline_is_named_without_traceback(h100, tmp_path, capsys):
