@@ -159,6 +159,14 @@ def _figures(name: str, exp: Any, figures_dir: Path) -> list[dict[str, str]]:
     return figs
 
 
+def main_figure(exp: Any, figures: list[dict[str, str]]) -> dict[str, str] | None:
+    """The one figure of the lesson's handout page: the experiment's slide figure where it
+    names one (slide_figure = (figure name, axes)), else its first drawn figure."""
+    want = (getattr(exp, "slide_figure", None) or ("",))[0]
+    named = [f for f in figures if f["name"] == want]
+    return (named or figures or [None])[0]
+
+
 def _roofline_figure(rooflines: dict[str, dict[str, str]], name: str) -> dict[str, str] | None:
     fig = rooflines.get(name)
     if fig is None or not Path(fig["png"]).exists():
@@ -175,9 +183,10 @@ def _section(name: str, exp: Any, sub: pd.DataFrame, figures_dir: Path, max_rows
     cols = _param_cols(sub) + TABLE_COLS + _metric_cols(sub)
     summary = exp.summary_table(sub)
     judged = claims.evaluate(name, df)
+    figs = _figures(name, exp, figures_dir)
     return {
         "name": name, "title": exp.title, "caption": exp.caption,
-        "figures": _figures(name, exp, figures_dir),
+        "figures": figs, "main_figure": main_figure(exp, figs),
         # every claim of the lesson in one of four states; a claim not seen is a place
         # where this GPU contradicts the lesson, flagged with its evidence
         "claims": judged,
@@ -278,6 +287,8 @@ def render(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any], out: Pat
     rooflines = roofline.draw_all(df, figures_dir) if len(df) else {}
     ctx = build_context(df, figures_dir, config, telemetry, raw_href, summary, rooflines)
     ctx.update(compare_context(df, config))  # course table + baselines (compare.py)
+    for s in ctx["sections"]:  # each lesson's handout page shows its course numbers
+        s["course_rows"] = [r for r in ctx["course_rows"] if r["experiment"] == s["name"]]
     page = env.get_template("report.html.j2").render(**ctx)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from cudalab import config as cfg
-from cudalab import figures, report, results
+from cudalab import figures, fmt, report, results
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -158,7 +158,7 @@ def test_every_experiment_has_try_this_and_questions_that_are_valid_configs():
     for name, exp in REGISTRY.items():
         assert 2 <= len(exp.try_this) <= 3, name
         assert 2 <= len(exp.questions) <= 3, name
-        for change, expect in exp.try_this:
+        for change, expect, *_ in exp.try_this:
             assert len(expect) > 40, (name, change)  # what to expect, and why
             cfg.validate(_apply_change(base, change))  # raises ConfigError if not valid
         assert all(q.endswith("?") or q.endswith(".") for q in exp.questions), name
@@ -286,17 +286,17 @@ def test_reference_report_without_the_new_columns(tmp_path):
     config = cfg.validate({"experiments": {n: {} for n in ["matmul", "coalescing", "sobel",
                                                            "vector_add", "device_query"]}})
     page = report.render(df, tmp_path, config, tmp_path / "r.html").read_text()
-    assert '<section id="roofline">' in page and 'alt="roofline of the run"' in page
+    assert '<section id="roofline"' in page and 'alt="roofline of the run"' in page
     for name in ("matmul", "coalescing", "sobel", "vector_add"):
         assert f'alt="{name}: roofline"' in page, name
     assert "No ceilings were measured for this run" in page
-    assert "<td>not measured</td><td>3,352 GB/s</td>" in page  # DRAM: theoretical only
+    assert f"<td>not measured</td><td>{fmt.bandwidth(3352.32)}</td>" in page  # theoretical
     # the list of measurements to distrust, and the marker in coalescing's table
     distrust = page[page.index('id="distrust"'):]
     assert "transpose_padded-size2048" in distrust[:3000]
     assert "32 MiB fits the 50 MiB L2" in distrust[:3000]
     assert page.count('<tr class="st-ok suspect">') == 1
-    assert "3,837 GB/s <span class=\"suspect-mark\"" in page
+    assert f"{fmt.bandwidth(3836.9)} <span class=\"suspect-mark\"" in page
     # memory levels beside GB/s; hot runs said so
     assert "<th>level</th>" in page and "<td>l2</td>" in page and "<td>dram</td>" in page
     assert "Bandwidth measured hot: L2 not flushed" in page
@@ -304,7 +304,7 @@ def test_reference_report_without_the_new_columns(tmp_path):
     assert "served by the L1 and L2 caches" in page
     # every claim holds on the H100 but the course's "shared tiles win" for sobel
     assert page.count("This run contradicts the lesson") == 1
-    sobel = page[page.index('<section id="sobel">'):]
+    sobel = page[page.index('<section id="sobel"'):]
     assert "This run contradicts the lesson" in sobel
 
 
@@ -339,7 +339,8 @@ def test_report_from_a_table_with_every_new_column(tmp_path):
     ctx = report.build_context(df, tmp_path, config)
     assert ctx["roofline"]["measured"]
     rows = {r["level"].split(" ")[0]: r for r in ctx["roofline"]["ceilings"]}
-    assert rows["DRAM"]["measured"] == "3,000 GB/s" and rows["L2"]["measured"] == "9,000 GB/s"
+    assert rows["DRAM"]["measured"] == fmt.bandwidth(3000)
+    assert rows["L2"]["measured"] == fmt.bandwidth(9000)
     # against its level: the L2-resident transpose is no longer suspect, DRAM copies above
     # the (made-up) 3,000 GB/s are
     flagged = {d["point_id"] for d in ctx["roofline"]["distrust"]}
@@ -349,19 +350,20 @@ def test_report_from_a_table_with_every_new_column(tmp_path):
     assert "<th>% ceiling of level</th>" in page and "<th>% FP32 ceiling</th>" in page
     assert "Solid lines: ceilings measured on this GPU" in page
     assert "(Nsight Compute: L2 hit rate 91 %)" in page
-    assert "measured DRAM ceiling 3,000 GB/s could feed it 750 GFLOP/s" in page
+    assert (f"measured DRAM ceiling {fmt.bandwidth(3000)} could feed it "
+            f"{fmt.flop_rate(750)}") in page
 
 
 def test_a_contradicted_caption_claim_is_shown_under_the_caption(tmp_path):
     df = results.read_table(OLD_TABLE)
     df = df[df["experiment"].isin(["sobel", "device_query"])].copy()
     config = cfg.validate({"experiments": {"sobel": {}}})
-    far = "contradicts the lesson:</b>\n    <span class=\"claim-statement\">far from"
+    far = "contradicts the lesson:</b> <span class=\"claim-statement\">far from"
     page = report.render(df, tmp_path, config, tmp_path / "r.html").read_text()
     assert far not in page  # 18 % of DRAM: far from it, as claimed
     df["gbps"] = df["gbps"] * 4  # now close to the bandwidth: the claim fails
     page = report.render(df, tmp_path, config, tmp_path / "r.html").read_text()
-    sobel = page[page.index('<section id="sobel">'):]
+    sobel = page[page.index('<section id="sobel"'):]
     warn = sobel.index(far)
-    assert sobel.index('<p class="caption">') < warn
-    assert "of the theoretical DRAM ceiling 3,352 GB/s (far: below 60%)" in sobel[warn:warn + 500]
+    assert sobel.index('<p class="caption prose"') < warn
+    assert f"of the theoretical DRAM ceiling {fmt.bandwidth(3352.32)}" in sobel[warn:warn + 500]
