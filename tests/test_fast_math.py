@@ -1,5 +1,5 @@
 """CPU tests of the fast_math experiment: config, grid, the float64 reference, the error
-metrics, the Guide-derived error bounds, expectations and the figure.
+metrics, the Guide-derived error bounds, the lesson's claims and the figure.
 
 Every results frame below is SYNTHETIC TEST DATA: records fabricated from a simple
 model, never measurements.
@@ -14,8 +14,8 @@ import matplotlib
 import numpy as np
 import pytest
 
+from cudalab import claims, fmt, results
 from cudalab import config as cfg
-from cudalab import results
 from cudalab.config import ConfigError
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.base import Point
@@ -223,26 +223,50 @@ def test_synthetic_frame_is_a_valid_table():
     assert {"m_max_abs_err", "m_max_rel_err", "m_speedup", "p_iterations"} <= set(df.columns)
 
 
-def test_expectations_pass_on_plausible_synthetic_data():
-    ex = EXP.expectations(synthetic_frame())
-    assert len(ex) == 3
-    assert all(e.passed for e in ex), [(e.claim, e.evidence) for e in ex]
-    assert "24/24" in ex[0].evidence
-    assert "fast_math: 4.00x" in ex[1].evidence and "256 iterations" in ex[1].evidence
-    assert "precise 1.5e-07" in ex[2].evidence and "intrinsics 8e-07" in ex[2].evidence
+def _claims(df):
+    got = {r.key: r for r in claims.evaluate(NAME, df)}
+    got.update({r.key: r for r in claims.evaluate_try_this(NAME, df) if r is not None})
+    return got
 
 
-def test_expectations_fail_when_the_data_says_so():
-    ex = EXP.expectations(synthetic_frame(fast_speedup=0.9, fast_err=1e-7,
-                                          wrong=(("intrinsics", 1 << 20, 16),)))
-    assert [e.passed for e in ex] == [False, False, False]
-    assert "23/24" in ex[0].evidence
+def test_claims_seen_on_plausible_synthetic_data():
+    ex = _claims(synthetic_frame())
+    assert len(ex) == 6
+    main = ["correct", "fast_gain", "less_accurate", "smaller_gain_at_one"]
+    assert all(ex[k].passed for k in main), [(k, ex[k].evidence) for k in main]
+    assert "24/24" in ex["correct"].evidence
+    assert f"fast_math: {fmt.ratio(4.0)}" in ex["fast_gain"].evidence
+    assert "256 iterations" in ex["fast_gain"].evidence
+    assert f"precise {fmt.error(1.5e-7)}" in ex["less_accurate"].evidence
+    assert f"intrinsics {fmt.error(8e-7)}" in ex["less_accurate"].evidence
+    # memory-bound at 1 iteration in this model: no gain there, as the Try-this asks
+    assert ex["one_iteration_no_gain"].passed is True
 
 
-def test_expectations_need_the_variants_they_compare():
+def test_claims_not_seen_when_the_data_says_so():
+    ex = _claims(synthetic_frame(fast_speedup=0.9, fast_err=1e-7,
+                                 wrong=(("intrinsics", 1 << 20, 16),)))
+    assert [ex[k].passed for k in ("correct", "fast_gain", "less_accurate")] == [
+        False, False, False]
+    assert "23/24" in ex["correct"].evidence
+
+
+def test_a_gain_at_one_iteration_contradicts_the_memory_bound_prediction():
+    """The kernel is not memory-bound at 1 iteration where the precise functions cost
+    more than the memory traffic: the Try-this prediction is then not seen."""
     df = synthetic_frame()
-    ex = EXP.expectations(df[df["variant"] == "precise"])
-    assert len(ex) == 1
+    one = (df["p_iterations"] == 1) & (df["variant"] == "precise")
+    df.loc[one, "time_median_s"] *= 1.4
+    ex = _claims(df)
+    assert ex["one_iteration_no_gain"].passed is False
+    assert fmt.ratio(1.4) in ex["one_iteration_no_gain"].evidence
+
+
+def test_claims_need_the_variants_they_compare():
+    df = synthetic_frame()
+    ex = _claims(df[df["variant"] == "precise"])
+    assert ex["correct"].passed is True
+    assert all(r.passed is None for k, r in ex.items() if k != "correct")
 
 
 def test_plot_time_and_error_side_by_side():
@@ -441,7 +465,7 @@ def test_smoke_grid_through_the_runner_on_a_fake_gpu(tmp_path, monkeypatch):
     assert df["gflops"].notna().all() and df["gbps"].notna().all()
     assert set(df["m_checked"]) == {1000, 4096}  # n = 65536 checks a 4096-sample subset
     assert EXP.plot("time_error", df) is not None
-    assert len(EXP.expectations(df)) == 3
+    assert len(claims.evaluate(NAME, df)) == 4
 
 
 def test_unwritten_outputs_fail_the_check(tmp_path, monkeypatch):

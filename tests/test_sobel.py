@@ -1,5 +1,5 @@
 """CPU tests of the sobel experiment: config, grid, the numpy reference against a slow
-explicit loop, the pixel comparison, expectations and the figure.
+explicit loop, the pixel comparison, the lesson's claims and the figure.
 
 Every results frame below is SYNTHETIC TEST DATA: records fabricated from a simple
 bandwidth model, never measurements.
@@ -14,8 +14,8 @@ import matplotlib
 import numpy as np
 import pytest
 
+from cudalab import claims, results
 from cudalab import config as cfg
-from cudalab import results
 from cudalab.config import ConfigError
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.base import Point
@@ -206,29 +206,45 @@ def test_synthetic_frame_is_a_valid_table():
     assert df["gbps"].notna().all()
 
 
-def test_expectations_pass_on_plausible_synthetic_data():
-    ex = EXP.expectations(synthetic_frame())
-    assert len(ex) == 3  # exact, shared vs global, constant vs global
-    assert all(e.passed for e in ex), [(e.claim, e.evidence) for e in ex]
-    assert "27/27" in ex[0].evidence
-    assert "shared is 1.09x the speed of global at 8192x8192" in ex[1].evidence
-    assert "course expectation" in ex[1].claim and "L1" in ex[1].claim
+def _claims(df):
+    return {r.key: r for r in claims.evaluate(NAME, df)}
 
 
-def test_expectations_fail_when_the_data_says_so():
-    ex = EXP.expectations(synthetic_frame(shared_speedup=0.8,
-                                          wrong=(("shared", 512, 16, 16),)))
-    assert ex[0].passed is False and "26/27" in ex[0].evidence
-    assert ex[1].passed is False and "shared is 0.81x" in ex[1].evidence
+def test_claims_seen_on_plausible_synthetic_data():
+    ex = _claims(synthetic_frame())
+    assert list(ex) == ["correct", "far_from_bandwidth", "shared_not_slower",
+                        "constant_free", "wide_blocks"]
+    ex.pop("far_from_bandwidth")  # no DRAM ceiling in a synthetic table: not measured
+    assert all(e.passed for e in ex.values()), [(e.claim, e.evidence) for e in ex.values()]
+    assert "27/27" in ex["correct"].evidence
+    assert ("shared runs at 1.09× the speed of global at 8192 x 8192"
+            in ex["shared_not_slower"].evidence)
+    assert "course expectation" in ex["shared_not_slower"].claim
+    assert "global 32 x 8" in ex["wide_blocks"].evidence
+
+
+def test_claims_not_seen_when_the_data_says_so():
+    ex = _claims(synthetic_frame(shared_speedup=0.8, wrong=(("shared", 512, 16, 16),)))
+    assert ex["correct"].passed is False and "26/27" in ex["correct"].evidence
+    assert ex["shared_not_slower"].passed is False
+    assert "shared runs at 0.809×" in ex["shared_not_slower"].evidence
     # within 5 %: "not slower"
-    assert EXP.expectations(synthetic_frame(shared_speedup=0.97))[1].passed is True
+    assert _claims(synthetic_frame(shared_speedup=0.97))["shared_not_slower"].passed is True
 
 
-def test_expectations_without_shared_say_less():
+def test_narrow_blocks_winning_contradicts_the_wide_block_claim():
     df = synthetic_frame()
-    ex = EXP.expectations(df[df["variant"] != "shared"])
-    assert len(ex) == 2 and "constant" in ex[1].claim
-    assert len(EXP.expectations(df[df["variant"] == "global"])) == 1
+    narrow = df["p_bx"] == 16
+    df.loc[narrow, "time_median_s"] /= 1.2
+    assert _claims(df)["wide_blocks"].passed is False
+
+
+def test_claims_without_shared_say_less():
+    df = synthetic_frame()
+    ex = _claims(df[df["variant"] != "shared"])
+    assert ex["shared_not_slower"].passed is None and ex["constant_free"].passed is True
+    ex = _claims(df[df["variant"] == "global"])
+    assert ex["shared_not_slower"].passed is None and ex["constant_free"].passed is None
 
 
 def test_plot_draws_one_panel_per_size_with_units():
@@ -301,7 +317,7 @@ def test_smoke_grid_through_the_runner_on_a_fake_gpu(tmp_path, monkeypatch):
     row = df[(df["p_height"] == 37) & (df["p_width"] == 50)].iloc[0]
     assert row["bytes"] == 2 * 37 * 50
     assert EXP.plot("gbps", df) is not None
-    assert len(EXP.expectations(df)) == 3  # exact, shared vs global, constant vs global
+    assert len(claims.evaluate(NAME, df)) == 5
 
 
 def test_constant_weights_must_reach_the_device(tmp_path, monkeypatch):
