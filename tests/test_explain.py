@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cudalab import claims, explain, results, roofline
+from cudalab import claims, explain, fmt, results, roofline
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.coalescing import lesson as coalescing_lesson
 from cudalab.experiments.fast_math import lesson as fast_math_lesson
@@ -149,14 +149,15 @@ def coalescing() -> pd.DataFrame:
 def test_coalescing_share_of_the_copy_ceiling_leaves_out_l2_points():
     df = roofline.annotate(coalescing())
     s = coalescing_lesson.coalescing_vs_ceiling(df, roofline.ceilings_of(df))
-    assert s == ("Against the measured DRAM ceiling 3,000 GB/s (DRAM-resident points): "
-                 "copy 80 %, stride 10–77 %, transpose_padded 90 %.")
+    assert s == (f"Against the measured DRAM ceiling {fmt.bandwidth(3000)} (DRAM-resident "
+                 "points): copy 80 %, stride 10–77 %, transpose_padded 90 %.")
 
 
 def test_transpose_above_the_dram_ceiling_is_called_l2_resident():
     df = roofline.annotate(coalescing())
     s = coalescing_lesson.coalescing_transpose_l2(df, roofline.ceilings_of(df))
-    assert "transpose_padded at 2048² (3,800 GB/s, working set 32 MiB, L2-resident)" in s
+    assert (f"transpose_padded at 2048² ({fmt.bandwidth(3800)}, working set 32 MiB, "
+            "L2-resident)") in s
     assert "fits the 50 MiB L2" in s and "8192" not in s
     below = df[df["p_size"] != 2048]
     assert coalescing_lesson.coalescing_transpose_l2(below, roofline.ceilings_of(df)) is None
@@ -212,11 +213,12 @@ def test_claims_supported_and_contradicted():
     slow = matmul()
     slow.loc[slow["variant"] == "cublas", "gflops"] = 1000.0
     assert _verdict("matmul", slow) == [False]
-    assert _verdict("coalescing", coalescing()) == [None]  # no offset points
+    flat_key = ["offset_flat"]
+    assert _by_key("coalescing", coalescing(), flat_key) == [None]  # no offset points
     flat = table([pt("coalescing", "offset", 1 / 2300, p_offset=o) for o in range(3)])
-    assert _verdict("coalescing", flat) == [True]
+    assert _by_key("coalescing", flat, flat_key) == [True]
     flat.loc[1, "gbps"] = 1000.0
-    assert _verdict("coalescing", flat) == [False]
+    assert _by_key("coalescing", flat, flat_key) == [False]
 
 
 def test_occupancy_claim_smallest_full_block_is_slower():

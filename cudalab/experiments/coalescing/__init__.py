@@ -29,10 +29,10 @@ import numpy as np
 import pandas as pd
 
 from cudalab.experiments import base, shared
-from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
+from cudalab.experiments.base import Check, Experiment, Point, Result, block_schema
 from cudalab.experiments.coalescing import lesson
-from cudalab.experiments.lesson import ClaimResult
-from cudalab.experiments.shared import all_correct, peak_line, peak_of, size_label
+from cudalab.experiments.coalescing.lesson import memcpy_gbps_at
+from cudalab.experiments.shared import peak_line, peak_of, size_label
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -43,7 +43,7 @@ VARIANTS = COPY_VARIANTS + TRANSPOSE_VARIANTS
 TRANSPOSE_LABEL = {"transpose_naive": "naive", "transpose_tiled": "shared-memory tile",
                    "transpose_padded": "shared-memory tile + 1 padding",
                    "memcpy": "cudaMemcpy (same bytes)"}
-TILE, BLOCK_ROWS = 32, 8  # transpose tile edge and thread rows per block
+TILE, BLOCK_ROWS = lesson.TILE, 8  # transpose tile edge and thread rows per block
 KERNEL_NAME = {"copy": "copy_coalesced", "copy_vec4": "copy_vec4", "offset": "copy_offset",
                "stride": "copy_stride", **{v: v for v in TRANSPOSE_VARIANTS}}
 MAX_N = 1 << 29  # 2 GiB per array
@@ -92,16 +92,21 @@ class Coalescing(Experiment):
         "neighbouring floats, 4 sectors (128 bytes) serve the whole warp and every byte is "
         "used. GB/s here counts only the bytes the kernel asks for (8 per element), so it "
         "drops when the hardware must move more than that. Look for: the offset curve "
-        "almost flat (a shifted start costs one extra sector per warp; caches absorb much "
-        "of it on recent GPUs, dips at offsets that are not multiples of 8 floats), the "
-        "stride curve falling steeply from stride 1 to 8 (each warp touches up to 32 "
-        "sectors, using 4 bytes of each 32) and staying low beyond, and, for the "
-        "transpose, the shared-memory tile beating the naive kernel (whose writes are "
-        "strided), with the padded tile (32 x 33) at least as fast as the unpadded one "
+        "almost flat (a shifted start makes each warp touch one more sector, but its "
+        "neighbour reads that sector too and a cache serves the second read); the stride "
+        "curve falling steeply as each warp touches more sectors while using 4 bytes of "
+        "each, then flat at its worst once every element needs a DRAM fetch of its own; "
+        "and, for the transpose, the shared-memory tile beating the naive kernel (whose "
+        "writes are strided), with the padded tile (32 x 33) faster than the unpadded one "
         "(whose column reads hit the same shared-memory bank 32 times). cudaMemcpy of the "
-        "same bytes is the ceiling: a good copy kernel (float4 accesses) comes within 10 % "
-        "of it, and m_pct_of_memcpy says how far each access pattern stays below it."
+        "same bytes is the ceiling a copy is compared with: a good copy kernel (float4 "
+        "accesses) comes close to it, and m_pct_of_memcpy says how far each access pattern "
+        "stays below it. Where the run profiled the kernels, the DRAM bytes and bank "
+        "conflicts they counted show why. The claims below judge each of these on this run."
     )
+    sources = {
+        "33": "the padded tile's row: 32 floats + 1 of padding (cuda/coalescing.cu)",
+    }
     schema = block_schema({
             "n": {
                 "type": "integer", "minimum": 1024, "maximum": MAX_N, "default": 1 << 26,
@@ -148,18 +153,12 @@ class Coalescing(Experiment):
     }
 
     # -- teaching (report) ----------------------------------------------------------------
-    try_this = [
-        ("measurement.cold_l2: true", "little changes at 2^26 floats (256 MiB per array "
-         "does not fit L2), which shows these numbers are DRAM traffic"),
-        ("coalescing.strides: [1, 2, 4, 8, 16, 32, 64]", "beyond 32 floats every element "
-         "already costs a whole 32-byte sector: the curve flattens at its worst"),
-        ("coalescing.transpose_sizes: [1024, 1025]", "an edge no tile divides: the bounds "
-         "checks cost little, but the padded and unpadded tiles still differ"),
-    ]
+    try_this = lesson.TRY_THIS
     questions = [
         "A warp reads 32 consecutive floats: how many 32-byte sectors is that, and how many "
         "at stride 2 and stride 32?",
-        "Why does an offset of 1 cost so little on this GPU?",
+        "What does an offset of 1 cost on this GPU, and where does the extra sector each "
+        "warp touches come from?",
         "In the naive transpose, is it the reads or the writes that are not coalesced, and "
         "how does the shared tile fix that?",
     ]
@@ -347,7 +346,7 @@ class Coalescing(Experiment):
             if len(copy):
                 ax.axhline(copy["gbps"].iloc[0], color="C2", lw=1.5,
                            label=f"coalesced copy ({copy['gbps'].iloc[0]:.0f} GB/s)")
-            memcpy = _memcpy_gbps_at(d, n=int(sub["p_n"].iloc[0]))
+            memcpy = memcpy_gbps_at(d, n=int(sub["p_n"].iloc[0]))
             if math.isfinite(memcpy):
                 ax.axhline(memcpy, color="C3", lw=1.5, ls="-.",
                            label=f"cudaMemcpy device to device ({memcpy:.0f} GB/s)")
@@ -398,72 +397,6 @@ class Coalescing(Experiment):
             return fig
         raise KeyError(name)
 
-    def expectations(self, df: pd.DataFrame) -> list[ClaimResult]:
-        out = [all_correct(df)]
-        d = self._frame(df)
-        if d.empty:
-            return out
-        base = _gbps_at(d, "offset", 0)
-        base_name = "offset 0"
-        if not math.isfinite(base):
-            base, base_name = _gbps_at(d, "copy"), "copy"
-        if not math.isfinite(base):
-            base, base_name = _gbps_at(d, "stride", 1), "stride 1"
-        strides = d[d["variant"] == "stride"]
-        if math.isfinite(base) and len(strides):
-            smax = 32 if 32 in set(strides["p_stride"].astype(int)) else int(
-                strides["p_stride"].max())
-            if smax > 1:
-                g = _gbps_at(d, "stride", smax)
-                out.append(Expectation(
-                    f"coalesced reads ({base_name}) are at least {STRIDE_GAIN:g}x faster "
-                    f"than stride {smax}", bool(base >= STRIDE_GAIN * g),
-                    f"{base:.0f} vs {g:.0f} GB/s ({base / g:.1f}x)"))
-        s1, s2 = _gbps_at(d, "stride", 1), _gbps_at(d, "stride", 2)
-        if math.isfinite(s1) and math.isfinite(s2):
-            out.append(Expectation(
-                "stride 2 already loses bandwidth (at least 10%) against stride 1",
-                bool(s2 < 0.9 * s1), f"{s2:.0f} vs {s1:.0f} GB/s ({100 * s2 / s1:.0f}%)"))
-        tr = d[d["variant"].isin(TRANSPOSE_VARIANTS)]
-        if len(tr):
-            big = tr[tr["p_size"] == tr["p_size"].max()].set_index("variant")["gbps"]
-            size = int(tr["p_size"].max())
-            tiled = big.get("transpose_padded", big.get("transpose_tiled"))
-            if "transpose_naive" in big and tiled is not None:
-                which = "padded" if "transpose_padded" in big else "unpadded"
-                r = tiled / big["transpose_naive"]
-                out.append(Expectation(
-                    f"the shared-memory tiled transpose ({which}) is at least "
-                    f"{TRANSPOSE_GAIN:g}x faster than the naive one at the largest size",
-                    bool(r >= TRANSPOSE_GAIN),
-                    f"{tiled:.0f} vs {big['transpose_naive']:.0f} GB/s ({r:.2f}x) at "
-                    f"{size} x {size}" + (f"; unpadded tile {big['transpose_tiled']:.0f} GB/s"
-                                         if "transpose_tiled" in big and which == "padded"
-                                         else "")))
-            if "transpose_padded" in big and "transpose_tiled" in big:
-                r = big["transpose_padded"] / big["transpose_tiled"]
-                out.append(Expectation(
-                    f"the padded tile is more than {PADDING_GAIN:g}x faster than the "
-                    "unpadded one (its column reads conflict in shared memory)",
-                    bool(r > PADDING_GAIN),
-                    f"{big['transpose_padded']:.0f} vs {big['transpose_tiled']:.0f} GB/s "
-                    f"({r:.2f}x) at {size} x {size}"))
-        out += _memcpy_expectation(d)
-        peak = peak_of(d)
-        copy = _gbps_at(d, "copy")
-        if math.isfinite(peak) and math.isfinite(copy):
-            out.append(Expectation(
-                "the coalesced copy reaches at least 60% of the theoretical DRAM bandwidth",
-                bool(copy >= 0.6 * peak), f"{copy:.0f} GB/s = {100 * copy / peak:.0f}% of "
-                f"{peak:.0f} GB/s"))
-        return out
-
-
-STRIDE_GAIN = 2.0  # coalesced vs stride 32 (a sector per element)
-MEMCPY_SHARE = 0.9  # the best copy kernel against cudaMemcpy of the same bytes
-TRANSPOSE_GAIN = 1.5  # tiled vs naive transpose
-PADDING_GAIN = 1.1  # padded vs unpadded transpose tile
-
 
 def _gbps(nbytes: float, timing: Any) -> float:
     """GB/s of the median sample."""
@@ -476,38 +409,3 @@ def mismatches(out: np.ndarray, expected: np.ndarray) -> int:
     o = np.ascontiguousarray(out, dtype=np.float32).view(np.uint32)
     e = np.ascontiguousarray(expected, dtype=np.float32).view(np.uint32)
     return int(np.count_nonzero(o != e))
-
-
-def _memcpy_gbps_at(d: pd.DataFrame, n: int | None = None, size: int | None = None
-                    ) -> float:
-    """GB/s of the memcpy row of copies of n floats, or of a size x size transpose."""
-    col, value = ("p_n", n) if n is not None else ("p_size", size)
-    if col not in d:
-        return math.nan
-    sub = d[(d["variant"] == "memcpy") & (pd.to_numeric(d[col], errors="coerce") == value)]
-    return float(sub["gbps"].iloc[0]) if len(sub) else math.nan
-
-
-def _memcpy_expectation(d: pd.DataFrame) -> list[ClaimResult]:
-    """The best copy kernel (copy, copy_vec4) against cudaMemcpy of the same n floats."""
-    copies = d[d["variant"].isin(["copy", "copy_vec4"])]
-    if copies.empty:
-        return []
-    best = copies.loc[copies["gbps"].idxmax()]
-    memcpy = _memcpy_gbps_at(d, n=int(best["p_n"]))
-    if not math.isfinite(memcpy):
-        return []
-    share = best["gbps"] / memcpy
-    return [Expectation(
-        f"the best copy kernel reaches at least {100 * MEMCPY_SHARE:.0f}% of cudaMemcpy "
-        "device to device of the same bytes", bool(share >= MEMCPY_SHARE),
-        f"{best['variant']} {best['gbps']:.0f} GB/s = {100 * share:.0f}% of cudaMemcpy "
-        f"{memcpy:.0f} GB/s at n = {size_label(best['p_n'])} floats")]
-
-
-def _gbps_at(d: pd.DataFrame, variant: str, value: int | None = None) -> float:
-    sub = d[d["variant"] == variant]
-    if value is not None and len(sub):
-        col = f"p_{variant}"
-        sub = sub[sub[col].astype("int64") == value] if col in sub else sub[:0]
-    return float(sub["gbps"].iloc[0]) if len(sub) else math.nan
