@@ -363,3 +363,73 @@ def test_unstable_never_fails_the_gate(tmp_path, capsys):
     assert cli.main(["compare", str(folders[0]), str(folders[1]), "--fail-on-slower"]) == 0
     assert cli.main(["compare", str(folders[0]), str(folders[2]), "--fail-on-slower"]) == 1
     capsys.readouterr()
+
+
+def _trial_run(rows: list[tuple[str, str, float]], name: str) -> compare.Run:
+    """Kernel points timed in trials that agree within 2 %, on a job with a 20 ns floor."""
+    df = pd.DataFrame([{"experiment": e, "point_id": pid, "variant": "v", "gpu": "G",
+                        "status": "ok", "median_s": t, "noise": 0.002, "n_samples": 10,
+                        "method": KERNEL, "trial_spread": 0.02, "floor_s": 20e-9}
+                       for e, pid, t in rows], columns=compare.POINT_COLS)
+    return compare.Run(name, Path(name), "G", df)
+
+
+def _choose_k_runs():
+    """100 kernel points; the unchanged rerun moves 3 of them by 6 %; the planted run makes
+    the 10 points of experiment 'v' 15 % slower."""
+    pts = [("v" if i < 10 else "w", f"p{i}", 10e-6 * (1 + i)) for i in range(100)]
+    base = _trial_run(pts, "a")
+    same = _trial_run([(e, p, t * (1.06 if i in (20, 40, 60) else 1.0))
+                       for i, (e, p, t) in enumerate(pts)], "b")
+    planted = _trial_run([(e, p, t * (1.15 if e == "v" else 1.0)) for e, p, t in pts], "p")
+    return base, same, planted
+
+
+def test_choose_k_finds_the_k_that_passes_unchanged_code_and_catches_the_plant():
+    base, same, planted = _choose_k_runs()
+    table = compare.choose_k(base, same, planted, ks=(0.0, 1.0, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0))
+    t = table[~table["class_floors_always"]].set_index("k")
+    # 6 % against a bar of max(5 %, k x 2.8 %): not 'same' up to k = 2, same from 2.5
+    assert t.loc[2.0, "not_same"] == 3 and t.loc[2.0, "slower"] == 3 and not t.loc[2.0, "ok"]
+    assert t.loc[2.5, "not_same"] == 0 and t.loc[2.5, "ok"]
+    # 15 % is caught while k x 2.8 % stays below it: k <= 5
+    assert (t["planted"] == 10).all() and t.loc[5.0, "caught"] == 10 and t.loc[5.0, "ok"]
+    assert t.loc[6.0, "caught"] == 0 and not t.loc[6.0, "ok"]
+    assert t.loc[0.0, "other_slower"] == 0 and t.loc[0.0, "planted_exit"] == 1
+    rule, why = compare.recommend_k(table)
+    assert rule == compare.Rule(4.0, False) and "from 2.5 to 5" in why
+
+
+def test_choose_k_without_a_candidate_says_what_is_closest():
+    base, same, _ = _choose_k_runs()
+    rule, why = compare.recommend_k(compare.choose_k(base, same, ks=(0.0, 1.0)))
+    assert rule is None and "the fewest not 'same' is 3.0 %" in why
+
+
+def test_the_choose_k_tool_on_result_folders(tmp_path, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("choose_k", ROOT / "tools" / "choose_k.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    folders = {}
+    for run in _choose_k_runs():
+        for r in run.points.itertuples():
+            raw = tmp_path / run.label / "raw" / r.experiment
+            raw.mkdir(parents=True, exist_ok=True)
+            samples = [r.median_s] * 10
+            rec = {"schema_version": results.SCHEMA_VERSION, "experiment": r.experiment,
+                   "variant": r.variant, "point_id": r.point_id, "status": "ok",
+                   "provenance": {"gpu_name": "G"}, "floor": {"floor_s": r.floor_s},
+                   "timing": {"samples_s": samples, "timer": KERNEL,
+                              "trial_spread": r.trial_spread}}
+            (raw / f"{r.point_id}.json").write_text(json.dumps(rec))
+        folders[run.label] = tmp_path / run.label
+    rc = tool.main([str(folders["a"]), str(folders["b"]), "--planted", str(folders["p"]),
+                    "--ks", "1", "3", "8", "--csv", str(tmp_path / "k.csv")])
+    out = capsys.readouterr().out
+    assert rc == 0 and "k = 3: every k from 3 to 3" in out
+    assert "Set K_TRIALS = 3 and CLASS_FLOORS_ALWAYS = False" in out
+    assert len(pd.read_csv(tmp_path / "k.csv")) == 6
+    assert tool.main([str(folders["a"]), str(folders["b"]), "--ks", "0"]) == 1
+    assert tool.main([str(tmp_path / "missing"), str(folders["b"])]) == 2
