@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cudalab import claims, config, report, results
+from cudalab import claims, config, report, results, roofline
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.base import Experiment
 from cudalab.experiments.lesson import Claim, State
@@ -92,8 +92,30 @@ def test_the_flip_turns_the_verdict_over(refs, name, key):
         after = _state(name, key, flipped)
         want = State.NOT_SEEN if before.state is State.SEEN else State.SEEN
         assert after.state is want, (label, before, after)
+        if claim in REGISTRY[name].claims:  # what the report's section renders, flipped too
+            rendered = {c.key: c.state for c in _section_claims(name, flipped)}
+            assert rendered[key] is want, (label, key, rendered.get(key))
         turned.append(label)
     assert turned, f"{name}:{key} is judged on no reference: nothing shows it can flip"
+
+
+def _section_claims(name: str, df: pd.DataFrame) -> list[claims.ClaimResult]:
+    """The claims the report's section of `name` renders (data-state in its HTML)."""
+    full = roofline.annotate(df)
+    sec = report._section(name, REGISTRY[name], full[full["experiment"] == name],
+                          Path("/nonexistent"), 10, "raw", full, {})
+    return sec["claims"]
+
+
+def test_the_rendered_states_are_the_judged_ones(refs, tmp_path):
+    """The HTML's data-state of every claim is the state the audit judges."""
+    df = refs["H100"]
+    page = _render(df, tmp_path)
+    shown = dict(re.findall(r'<li data-claim="([^"]+)" data-state="([^"]+)"', page))
+    judged = {f"{n}:{c.key}": c.state.value for n in REGISTRY
+              for c in claims.evaluate(n, df)}
+    assert shown and shown == {k: v for k, v in judged.items() if k in shown}
+    assert set(judged) <= set(shown), set(judged) - set(shown)
 
 
 # -- prose states no measured number ---------------------------------------------------------
