@@ -14,14 +14,15 @@ import matplotlib
 import numpy as np
 import pytest
 
+from cudalab import claims, fmt, results
 from cudalab import config as cfg
-from cudalab import results
 from cudalab.config import ConfigError
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.streams import (
     CHUNK_ALIGN,
     busy_spans,
     chunk_bounds,
+    lesson,
     map_reference,
     pipeline_model,
     timeline_rows,
@@ -198,18 +199,44 @@ def test_busy_spans_queue_each_kind_of_operation():
     assert all(r[2] <= r[3] <= r[4] for r in spans)
 
 
-# -- expectations and figures on SYNTHETIC frames ---------------------------------------------
-def test_expectations_pass_on_plausible_synthetic_data():
-    ex = EXP.expectations(synthetic_frame())
-    assert len(ex) == 4
-    assert all(e.passed for e in ex), [(e.claim, e.evidence) for e in ex]
-    assert "5 iterations" in ex[1].evidence and "50 iterations" in ex[1].evidence
+# -- claims and figures on SYNTHETIC frames ---------------------------------------------------
+def _claims(df):
+    return {r.key: r for r in claims.evaluate(NAME, df)}
 
 
-def test_expectations_fail_without_overlap():
-    ex = EXP.expectations(synthetic_frame(slow_streams=True, wrong={("streams", 5, 2)}))
-    assert ex[0].passed is False
-    assert ex[1].passed is False and ex[2].passed is False
+def test_claims_seen_on_plausible_synthetic_data():
+    ex = _claims(synthetic_frame())
+    assert set(ex) == {"correct", "beats_serial", "stage_balance", "one_stream_no_gain",
+                       "timeline_overlaps"}
+    assert all(e.passed for e in ex.values()), [(k, e.evidence) for k, e in ex.items()]
+    ev = ex["stage_balance"].evidence
+    assert "5 iterations" in ev and "50 iterations" in ev
+    # 5 iterations: (5 + 1 + 5.2) / 5.2 ms bound the speedup
+    assert f"bound {fmt.ratio(11.2 / 5.2)}" in ev
+    [hides] = claims.evaluate_try_this(NAME, synthetic_frame())[:1]
+    assert hides.passed and "50 iterations" in hides.evidence and "5 iterations" not in \
+        hides.evidence  # the kernel is the slowest stage at 50 iterations only
+
+
+def test_claims_not_seen_without_overlap():
+    ex = _claims(synthetic_frame(slow_streams=True, wrong={("streams", 5, 2)}))
+    assert ex["correct"].passed is False
+    assert ex["beats_serial"].passed is False and ex["stage_balance"].passed is False
+
+
+def test_a_pipeline_faster_than_its_stages_allow_is_not_the_stage_balance():
+    df = synthetic_frame()
+    fast = (df["variant"] == "streams") & (df["p_nstreams"] == 16)
+    df.loc[fast, "time_median_s"] /= 2  # half of the slowest stage alone: impossible
+    assert _claims(df)["stage_balance"].passed is False
+
+
+def test_timeline_overlap_share():
+    tl = timeline_rows(simulated_marks(5.0, 1.0, 5.2, 4))
+    share = lesson.overlap_share(tl)
+    assert 0.5 < share < 0.7
+    assert lesson.overlap_share(lesson.serialised(tl)) == 0
+    assert lesson.overlap_share(timeline_rows(simulated_marks(5.0, 1.0, 5.2, 1))) == 0
 
 
 def test_timeline_survives_the_csv_and_is_drawn(tmp_path):

@@ -35,15 +35,15 @@ import numpy as np
 import pandas as pd
 
 from cudalab.experiments import base, shared
-from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
-from cudalab.experiments.lesson import ClaimResult
-from cudalab.experiments.shared import all_correct, size_label
+from cudalab.experiments.base import Check, Experiment, Point, Result, block_schema
+from cudalab.experiments.shared import size_label
+from cudalab.experiments.streams import lesson
+from cudalab.experiments.streams.lesson import OPS, busy_spans
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
 
 STREAM_COUNTS = [1, 2, 4, 8, 16, 32]
-OPS = ["H2D", "kernel", "D2H"]
 CHUNK_ALIGN = 256  # chunk starts on 1 KiB boundaries: coalesced kernel accesses, DMA-friendly
 
 
@@ -83,24 +83,10 @@ def timeline_rows(marks: list[list[float]]) -> list[list[Any]]:
     return rows
 
 
-def busy_spans(timeline: list[list[Any]]) -> list[list[Any]]:
-    """[[stream, op, ready_ms, run_ms, end_ms], ...]: an event before an operation fires when
-    its stream gets there, not when the operation starts, so a copy queued behind another
-    stream's copy seems to start early. Assuming each kind of operation runs one at a time in
-    issue order (one copy engine per direction; a kernel over a large chunk fills the GPU),
-    it runs from max(ready, end of the previous operation of its kind)."""
-    last = dict.fromkeys(OPS, 0.0)
-    out = []
-    for s, op, t0, t1 in sorted(timeline, key=lambda r: (r[0], OPS.index(r[1]))):
-        run = min(max(t0, last[op]), t1)
-        last[op] = max(last[op], t1)
-        out.append([s, op, t0, run, t1])
-    return out
-
-
 class Streams(Experiment):
     name = "streams"
     order = 50
+    explanations, claims = lesson.EXPLANATIONS, lesson.CLAIMS
     title = "CUDA streams: overlapping copies with computation"
     noise = {v: ("every sample is a pipeline of pinned copies over PCIe, which crosses the "
                  "host's root complex that other devices and guests share: bursts of slower "
@@ -110,16 +96,19 @@ class Streams(Experiment):
         "the result back: the copy engines and the SMs take turns and each waits for the "
         "others. Split into chunks on k streams, the H2D copy of chunk 2 runs while the kernel "
         "works on chunk 1 and the D2H copy returns chunk 0. The best possible time is the "
-        "slowest of the three stages (ideal, dotted); k equal chunks predict sum / k + (k - 1) "
-        "/ k x slowest (dashed). Look for: every run with 2 or more streams beating the serial "
-        "one, the time approaching the ideal as k grows (when the copies dominate it stays "
-        "somewhat above: H2D and D2H at the same time share the PCIe link and host memory), one"
-        " stream being no faster than serial, and in the timeline the bars of different streams"
-        " overlapping in time. The `iterations` knob sets how much math each element gets, i.e."
-        " whether the copies or the kernel are the slowest stage. In the timeline, events mark "
-        "when a stream reached an operation and when it finished; faint bars are time an "
-        "operation was queued behind the same kind of operation of another stream (one copy "
-        "engine per direction), solid bars when it ran."
+        "slowest of the three stages (ideal, dotted), so the serial time over the slowest "
+        "stage, (H2D + kernel + D2H) / slowest, bounds the speedup however many streams or "
+        "copy engines there are; k equal chunks predict sum / k + (k - 1) / k x slowest "
+        "(dashed). Look for: every run with 2 or more streams beating the serial one, the "
+        "best of them close to the bound the stages set (when the copies dominate it stays "
+        "somewhat further: H2D and D2H at the same time share the PCIe link and host "
+        "memory), one stream being no faster than serial, and in the timeline the bars of "
+        "different streams overlapping in time. The `iterations` knob sets how much math "
+        "each element gets, i.e. whether the copies or the kernel are the slowest stage. In "
+        "the timeline, events mark when a stream reached an operation and when it finished; "
+        "faint bars are time an operation was queued behind the same kind of operation of "
+        "another stream (one copy engine per direction), solid bars when it ran. The claims "
+        "below judge each of these on this run."
     )
     # its bytes cross PCIe: the times are compared with the serial program and the ideal
     vs_device_peak = False
@@ -176,15 +165,7 @@ class Streams(Experiment):
     }
 
     # -- teaching (report) ----------------------------------------------------------------
-    try_this = [
-        ("streams.iterations: [500]", "a longer kernel: the kernel becomes the slowest "
-         "stage, the copies hide behind it and the speedup of many streams approaches "
-         "(H2D + kernel + D2H) / kernel"),
-        ("streams.streams: [1, 2, 4]", "2 streams already overlap copy with compute; with "
-         "4, H2D, kernel and D2H of different chunks can all run at once"),
-        ("streams.n: 1048576", "small chunks: each stage lasts microseconds, launch and "
-         "synchronisation costs dominate and the speedup shrinks"),
-    ]
+    try_this = lesson.TRY_THIS
     questions = [
         "Why is the ideal time the slowest of H2D, kernel and D2H alone, not their sum "
         "divided by the number of streams?",
@@ -451,42 +432,6 @@ class Streams(Experiment):
                      x=0.4)
         fig.tight_layout(rect=(0, 0, 1, 0.95))
         return fig
-
-    def expectations(self, df: pd.DataFrame) -> list[ClaimResult]:
-        out = [all_correct(df)]
-        d = self._frame(df)
-        if d.empty:
-            return out
-        beat, close, one = [], [], []
-        for it, sub in d.groupby("iterations"):
-            ser = sub[sub["variant"] == "serial"]["time_ms"]
-            st = sub[sub["variant"] == "streams"].set_index("nstreams")["time_ms"]
-            ideal = pd.to_numeric(sub["m_ideal_s"], errors="coerce").median() * 1e3
-            if len(ser) and len(st[st.index >= 2]):
-                multi = st[st.index >= 2]
-                beat.append((it, bool((multi < ser.iloc[0]).all()),
-                             ", ".join(f"{k}: {ser.iloc[0] / v:.2f}x" for k, v in multi.items())))
-            if len(st) and math.isfinite(ideal):
-                r = st.min() / ideal
-                close.append((it, bool(r <= 1.35),
-                              f"best {st.min():.2f} ms ({int(st.idxmin())} streams) = "
-                              f"{r:.2f} x ideal {ideal:.2f} ms"))
-            if len(ser) and 1 in st.index:
-                r = st[1] / ser.iloc[0]
-                one.append((it, bool(r >= 0.95), f"1 stream / serial = {r:.2f}"))
-        for claim, items in (
-            ("with 2 or more streams the pipeline beats the serial program (speedup by "
-             "stream count)", beat),
-            ("with enough streams the pipeline gets within 35% of the ideal "
-             "(the slowest of H2D, kernel, D2H alone)", close),
-            ("one stream is no faster than the serial program (nothing to overlap; 5% noise "
-             "allowed)", one),
-        ):
-            if items:
-                out.append(Expectation(claim, all(ok for _, ok, _ in items),
-                                       "; ".join(f"{it} iterations: {ev}"
-                                                 for it, _, ev in items)))
-        return out
 
 
 def _enqueuer(cuda: Any, func: Any, plan: list[tuple[Any, int, int]], bufs: dict[str, Any],
