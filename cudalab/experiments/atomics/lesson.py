@@ -1,0 +1,204 @@
+"""The atomics lesson: its claims, each a predicate over this run's table with its threshold
+and the data change that turns it over. Every number in a sentence comes from the table;
+the only constants are the named thresholds below."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from cudalab import fmt
+from cudalab.experiments.base import NOT_MEASURED, not_measured_evidence
+from cudalab.experiments.lesson import (
+    Claim,
+    Judgement,
+    TryThis,
+    col,
+    judged,
+    no_data,
+    ok,
+    slower,
+    with_value,
+)
+
+if TYPE_CHECKING:
+    from cudalab.roofline import Ceilings
+
+SUMS = ("atomic_sum", "reduce_sum")
+WARP = 32
+# "Far below the expected count": the racy counter keeps under this share of the increments
+# (each warp adds at most one and warps overlap, so any launch of more than a few warps
+# stays far under it).
+RACY_FAR = 0.5
+# The tree reduction is at least this much faster than per-element atomics at the largest n
+# (n serialised atomics on one address against n / (2 block) of them).
+REDUCE_GAIN = 10.0
+
+
+def _measured(d: pd.DataFrame, variant: str) -> pd.DataFrame:
+    v = d[d["variant"] == variant]
+    return v[v["status"].astype(str) != NOT_MEASURED]
+
+
+def _launch(r: pd.Series) -> str:
+    return f"{int(r['p_grid'])} x {int(r['p_block'])}"
+
+
+def racy_runs(racy: pd.DataFrame) -> dict[str, list[int]]:
+    """'grid x block (expected N)' -> counts: the checked count, then its repeats
+    (m_racy_repeats, JSON); launches without repeats are left out."""
+    out: dict[str, list[int]] = {}
+    if "m_racy_repeats" not in racy:
+        return out
+    for _, r in racy.dropna(subset=["m_racy_repeats", "m_counted"]).iterrows():
+        counts = [int(r["m_counted"])] + [int(c) for c in json.loads(r["m_racy_repeats"])]
+        out[f"{_launch(r)} (expected {fmt.integer(r['m_expected'])})"] = counts
+    return out
+
+
+# -- claims ----------------------------------------------------------------------------------
+def _atomic_exact(d: pd.DataFrame, c: Ceilings) -> Judgement:
+    atom = _measured(d, "atomic_counter")
+    if atom.empty:
+        return no_data("no atomic counter launch measured")
+    counted, expected = col(atom, "m_counted"), col(atom, "m_expected")
+    exact = atom[(atom["status"].astype(str) == "ok") & (counted == expected)]
+    shown = counted.notna() & expected.notna()
+    return judged(len(exact) == len(atom),
+                  f"{len(exact)}/{len(atom)} launches exact"
+                  + (f" (counted {fmt.integer(counted[shown].iloc[0])} of "
+                     f"{fmt.integer(expected[shown].iloc[0])})" if shown.any() else ""))
+
+
+def _racy(d: pd.DataFrame) -> pd.DataFrame:
+    racy = _measured(d, "racy_counter")
+    return racy[col(racy, "m_counted").notna() & col(racy, "m_expected").notna()]
+
+
+def _racy_far_below(d: pd.DataFrame, c: Ceilings) -> Judgement:
+    racy = _racy(d)
+    if racy.empty:
+        return no_data("no racy counter launch measured")
+    share = col(racy, "m_counted") / col(racy, "m_expected")
+    return judged(bool((share < RACY_FAR).all()), "; ".join(
+        f"{_launch(r)}: counted {fmt.integer(r['m_counted'])} of "
+        f"{fmt.integer(r['m_expected'])}" for _, r in racy.iterrows()))
+
+
+def _racy_per_warp(d: pd.DataFrame, c: Ceilings) -> Judgement:
+    racy = _racy(d)
+    if racy.empty:
+        return no_data("no racy counter launch measured")
+    warps = col(racy, "p_grid") * -(-col(racy, "p_block") // WARP)
+    over = racy[col(racy, "m_counted") > warps]
+    return judged(over.empty, "; ".join(
+        f"{_launch(r)}: counted {fmt.integer(r['m_counted'])}, {fmt.integer(w)} warps"
+        for (_, r), w in zip(racy.iterrows(), warps)))
+
+
+def _racy_varies(d: pd.DataFrame, c: Ceilings) -> Judgement:
+    runs = racy_runs(_measured(d, "racy_counter"))
+    if not runs:
+        return no_data("no racy counter launch with repeats")
+    varies = [lab for lab, counts in runs.items() if len(set(counts)) >= 2]
+    return judged(len(varies) == len(runs), "; ".join(
+        f"{lab}: " + ", ".join(fmt.integer(x) for x in counts) for lab, counts in runs.items()))
+
+
+def _sums_ok(d: pd.DataFrame, c: Ceilings) -> Judgement:
+    sums = d[d["variant"].isin(SUMS)]
+    done = sums[sums["status"].astype(str) != NOT_MEASURED]
+    if done.empty:
+        return no_data(not_measured_evidence(sums, "sum") if len(sums) else "no sum in this run")
+    bad = done[done["status"].astype(str) != "ok"]
+    return judged(bad.empty, f"{len(done) - len(bad)}/{len(done)} sums within tolerance"
+                  + (f"; not ok: {', '.join(bad['point_id'].astype(str).head(5))}"
+                     if len(bad) else ""))
+
+
+def _largest_sums(d: pd.DataFrame) -> pd.DataFrame:
+    s = ok(d[d["variant"].isin(SUMS)])
+    return s[col(s, "p_n") == col(s, "p_n").max()].set_index("variant")
+
+
+def _reduce_faster(d: pd.DataFrame, c: Ceilings) -> Judgement:
+    big = _largest_sums(d)
+    t = col(big, "time_median_s")
+    if not set(SUMS) <= set(t.dropna().index):
+        return no_data("both sums not timed at the largest n")
+    r = t["atomic_sum"] / t["reduce_sum"]
+    return judged(r >= REDUCE_GAIN,
+                  f"reduction {fmt.seconds(t['reduce_sum'])}, atomics "
+                  f"{fmt.seconds(t['atomic_sum'])}: {fmt.ratio(r)} at n = "
+                  f"{fmt.integer(col(big, 'p_n').iloc[0])}")
+
+
+def _reduce_accurate(d: pd.DataFrame, c: Ceilings) -> Judgement:
+    big = _largest_sums(d)
+    e = col(big, "error")
+    if not set(SUMS) <= set(e.dropna().index):
+        return no_data("both sums not checked at the largest n")
+    return judged(e["reduce_sum"] <= e["atomic_sum"],
+                  f"relative error {fmt.error(e['reduce_sum'])} (reduction) vs "
+                  f"{fmt.error(e['atomic_sum'])} (atomics) at n = "
+                  f"{fmt.integer(col(big, 'p_n').iloc[0])}")
+
+
+# -- flips -----------------------------------------------------------------------------------
+def _variant(name: str):  # noqa: ANN202 - a mask for a flip
+    return lambda d: d["variant"] == name
+
+
+def _racy_counts_all(d: pd.DataFrame) -> pd.DataFrame:
+    """The race lost nothing: the racy count is the expected count."""
+    d = d.copy()
+    racy = d["variant"] == "racy_counter"
+    d.loc[racy, "m_counted"] = col(d, "m_expected")[racy]
+    return d
+
+
+def _racy_same_every_run(d: pd.DataFrame) -> pd.DataFrame:
+    d = with_value(d, _variant("racy_counter"), "m_racy_repeats", "[5, 5, 5, 5, 5]")
+    return with_value(d, _variant("racy_counter"), "m_counted", 5)
+
+
+def _smallest_reduce(d: pd.DataFrame) -> pd.Series:
+    return (d["variant"] == "reduce_sum") & (col(d, "p_n") == col(d, "p_n").min())
+
+
+CLAIMS = (
+    Claim("the atomicAdd counter counts every increment exactly", _atomic_exact,
+          lambda d: with_value(d, _variant("atomic_counter"), "m_counted", 1_000_000),
+          "atomic_exact"),
+    Claim(f"the racy counter keeps under {RACY_FAR:.0%} of the increments: read, add and "
+          "write back are three steps, and threads that read the same value overwrite each "
+          "other's increments", _racy_far_below, _racy_counts_all, "racy_loses"),
+    Claim("the racy counter's count changes between repeats of the same launch (at least "
+          "2 different counts over the check and its repeats)", _racy_varies,
+          _racy_same_every_run, "racy_varies"),
+    Claim("both float sums are within the stated tolerance of the float64 sum", _sums_ok,
+          lambda d: with_value(d, _smallest_reduce, "status", "wrong"), "sums_within_tolerance"),
+    Claim(f"the tree reduction is at least {REDUCE_GAIN:g}x faster than per-element atomics "
+          "at the largest n", _reduce_faster,
+          lambda d: slower(d, _variant("reduce_sum"), 60.0), "reduce_faster"),
+    Claim("the tree reduction is at least as accurate as per-element atomics (largest n)",
+          _reduce_accurate, lambda d: with_value(d, _variant("reduce_sum"), "error", 1e-3),
+          "reduce_accurate"),
+)
+TRY_THIS = [
+    TryThis("atomics.counter_launches: [[1, 32], [1, 1024], [1024, 1024]]", "one warp: the "
+            "racy count is 1 (its 32 threads read 0 together and all write 1); one block: a "
+            "few more; many blocks: still far below the expected count. Judged on every "
+            "racy launch of the run: a warp adds at most one",
+            Claim("every racy launch counts at most one increment per warp (the 32 threads "
+                  "of a warp read the counter together)", _racy_per_warp, _racy_counts_all,
+                  "racy_at_most_one_per_warp")),
+    TryThis("atomics.sum_block: 1024", "bigger blocks in the reduction: fewer atomics (one "
+            "per block) and a deeper tree; the time should change little and the error stay "
+            "small"),
+    TryThis("atomics.sum_sizes: [1000]", "a tiny sum: both kernels take microseconds, and "
+            "the reduction's advantage shrinks because the launch itself is a large share "
+            "of both times"),
+]
