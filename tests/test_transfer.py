@@ -12,11 +12,12 @@ import matplotlib
 import numpy as np
 import pytest
 
+from cudalab import claims, explain, fmt, results
 from cudalab import config as cfg
-from cudalab import results
 from cudalab.config import ConfigError
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.base import RunContext
+from cudalab.experiments.lesson import State
 from cudalab.experiments.transfer import link_metrics, pcie_gbps, sizes
 from cudalab.harness import Harness, Settings
 
@@ -158,29 +159,50 @@ def test_link_is_read_from_the_nvml_observer_or_marked_unavailable():
     assert EXP._link(ctx)["pcie_link"].startswith("PCIe Gen5 x16")
 
 
-# -- expectations and figures on SYNTHETIC frames ---------------------------------------------
-def test_expectations_pass_on_plausible_synthetic_data():
-    ex = EXP.expectations(synthetic_frame())
-    assert len(ex) == 5
-    assert all(e.passed for e in ex), [(e.claim, e.evidence) for e in ex]
-    h2d = next(e for e in ex if "H2D" in e.claim)
+# -- claims and figures on SYNTHETIC frames ---------------------------------------------------
+def _claims(df):
+    return {r.key: r for r in claims.evaluate(NAME, df)}
+
+
+def test_claims_seen_on_plausible_synthetic_data():
+    ex = _claims(synthetic_frame())
+    assert set(ex) == {"correct", "pinned_faster_h2d", "pinned_faster_d2h", "pinned_near_link",
+                       "small_latency_bound", "pinned_levels_off"}
+    assert all(e.passed for e in ex.values()), [(k, e.evidence) for k, e in ex.items()]
+    h2d = ex["pinned_faster_h2d"]
     assert "1 GiB" in h2d.evidence and "PCIe Gen5 x16" in h2d.evidence
+    assert "H2D: " in ex["pinned_near_link"].evidence and "D2H: " in \
+        ex["pinned_near_link"].evidence
 
 
-def test_expectations_fail_when_pageable_wins_or_a_byte_changed():
+def test_claims_not_seen_when_pageable_wins_or_a_byte_changed():
     model = dict(MODEL)
     model[("pageable", "d2h")] = (15e-6, 60.0)
-    ex = EXP.expectations(synthetic_frame(model, bad={("pinned", "h2d", 4096)}))
-    assert ex[0].passed is False and "39/40" in ex[0].evidence
-    d2h = next(e for e in ex if "D2H" in e.claim)
-    assert d2h.passed is False
-    assert next(e for e in ex if "H2D" in e.claim).passed is True
+    ex = _claims(synthetic_frame(model, bad={("pinned", "h2d", 4096)}))
+    assert ex["correct"].passed is False and "39/40" in ex["correct"].evidence
+    assert ex["pinned_faster_d2h"].passed is False
+    assert ex["pinned_faster_h2d"].passed is True
 
 
-def test_expectation_without_link_is_undecided():
-    ex = EXP.expectations(synthetic_frame(link={}))
-    link = next(e for e in ex if "theoretical" in e.claim)
-    assert link.passed is None and "unavailable" in link.evidence
+def test_a_slow_link_or_a_late_plateau_is_not_seen():
+    model = dict(MODEL)
+    model[("pinned", "d2h")] = (200e-6, 40.0)  # 63 % of the link, 4 MiB at a third of it
+    ex = _claims(synthetic_frame(model))
+    assert ex["pinned_near_link"].passed is False
+    assert ex["pinned_levels_off"].passed is False
+    assert "D2H: " in ex["pinned_levels_off"].evidence
+
+
+def test_claim_without_link_is_not_measured():
+    ex = _claims(synthetic_frame(link={}))
+    assert ex["pinned_near_link"].state is State.NOT_MEASURED
+    assert "PCIe link" in ex["pinned_near_link"].evidence
+
+
+def test_the_fixed_cost_of_a_copy():
+    df = synthetic_frame()
+    s = " ".join(explain.explain(NAME, df))
+    assert f"A copy of 4 KiB takes {fmt.seconds(8e-6 + 4096 / 55e9)} (pinned H2D)" in s
 
 
 def test_link_survives_the_csv(tmp_path):
@@ -188,8 +210,8 @@ def test_link_survives_the_csv(tmp_path):
     results.write_table(df, tmp_path / "results.csv")
     back = results.read_table(tmp_path / "results.csv")
     assert back["m_pcie_link"].iloc[0].startswith("PCIe Gen5 x16")
-    assert [e.passed for e in EXP.expectations(back)] == [e.passed
-                                                          for e in EXP.expectations(df)]
+    assert [e.state for e in claims.evaluate(NAME, back)] == [
+        e.state for e in claims.evaluate(NAME, df)]
 
 
 @pytest.mark.parametrize("link", [None, {}])

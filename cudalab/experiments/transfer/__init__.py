@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from cudalab.experiments import base, shared
-from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
-from cudalab.experiments.lesson import ClaimResult
+from cudalab.experiments import shared
+from cudalab.experiments.base import Check, Experiment, Point, Result, block_schema
 from cudalab.experiments.shared import bytes_label
+from cudalab.experiments.transfer import lesson
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -88,6 +88,7 @@ def link_metrics(facts: dict[str, Any], unavailable: str = "") -> dict[str, Any]
 class Transfer(Experiment):
     name = "transfer"
     order = 40
+    explanations, claims = lesson.EXPLANATIONS, lesson.CLAIMS
     title = "Host-device transfers: pageable against pinned memory over PCIe"
     vs_device_peak = False  # bytes cross PCIe: compared with the link instead
     noise = {
@@ -105,9 +106,10 @@ class Transfer(Experiment):
         "From ordinary (pageable) host memory the driver first copies the data into a "
         "pinned staging buffer, piece by piece, and DMAs from there; page-locked (pinned) "
         "memory is DMA'd directly. Look for: small copies far below the link's bandwidth "
-        "(each copy has a fixed cost of several microseconds), the curves rising with size "
-        "and levelling off from a few MiB on, and pinned memory clearly faster than "
-        "pageable for large copies in both directions, getting close to the link's limit."
+        "(each copy has a fixed cost of microseconds, which the fact below measures), the "
+        "curves rising with size and levelling off from a few MiB on, and pinned memory "
+        "clearly faster than pageable for large copies in both directions, getting close "
+        "to the link's limit. The claims below judge each of these on this run."
     )
     schema = block_schema({
             "min_bytes": {
@@ -140,17 +142,12 @@ class Transfer(Experiment):
     }
 
     # -- teaching (report) ----------------------------------------------------------------
-    try_this = [
-        ("transfer.step: 2", "twice as many sizes: see where the curves bend, from "
-         "latency-bound (time flat) to bandwidth-bound (GB/s flat)"),
-        ("transfer.memory: [pageable]", "only pageable copies: the driver stages each copy "
-         "through its own pinned buffer, so the CPU's memcpy speed and not the PCIe link "
-         "sets the rate"),
-    ]
+    try_this = lesson.TRY_THIS
     questions = [
         "Why is a pageable copy slower than a pinned one, although the same bytes cross "
         "the same link?",
-        "A 4 KiB copy moves at well under 1 GB/s: what dominates its time?",
+        "The smallest copies move at a small fraction of the link's bandwidth: what "
+        "dominates their time?",
         "The link's theoretical rate is per direction: what would you expect from H2D and "
         "D2H at the same time?",
     ]
@@ -270,7 +267,7 @@ class Transfer(Experiment):
         dirs = [x for x in DIRECTIONS if x in set(d["direction"])]
         fig, axes = plt.subplots(1, len(dirs), figsize=(5.5 * len(dirs), 4.8), sharey=True,
                                  squeeze=False)
-        link, theo = _link_of(d)
+        link, theo = lesson.link(d)
         palette = dict(zip(MEMORY, sns.color_palette("deep", len(MEMORY))))
         ticks = sorted(d["size"].unique())
         if len(ticks) > 7:  # labels of 7 sizes fit a panel's width unrotated
@@ -292,64 +289,3 @@ class Transfer(Experiment):
         fig.suptitle(f"Host-device copy bandwidth: {link}", fontsize=11)
         fig.tight_layout()
         return fig
-
-    def expectations(self, df: pd.DataFrame) -> list[ClaimResult]:
-        out = [base.all_ok("every copied byte arrives unchanged (host -> device -> host)",
-                           df, "round trips exact")]
-        d = self._frame(df)
-        if d.empty:
-            return out
-        link, theo = _link_of(d)
-        for direction in DIRECTIONS:
-            sub = d[d["direction"] == direction]
-            both = sub.groupby("size")["memory"].nunique()
-            both = both[both == len(MEMORY)]
-            if both.empty:
-                continue
-            s = int(both.index.max())
-            at = sub[sub["size"] == s].set_index("memory")["gbps"]
-            r = at["pinned"] / at["pageable"]
-            out.append(Expectation(
-                f"pinned memory is at least {PINNED_GAIN:g}x faster than pageable for the "
-                f"largest {direction.upper()} copies", bool(r >= PINNED_GAIN),
-                f"{at['pinned']:.1f} vs {at['pageable']:.1f} GB/s ({r:.2f}x) at "
-                f"{bytes_label(s)}; link: {link}"))
-        pinned = d[d["memory"] == "pinned"]
-        if not pinned.empty:
-            s = int(pinned["size"].max())
-            best = pinned[pinned["size"] == s]["gbps"].max()
-            if math.isfinite(theo):
-                frac = best / theo
-                out.append(Expectation(
-                    "large pinned copies reach at least half the PCIe link's theoretical "
-                    "bandwidth", bool(frac >= 0.5),
-                    f"{best:.1f} GB/s = {100 * frac:.0f}% of {theo:.1f} GB/s at "
-                    f"{bytes_label(s)}; link: {link}"))
-            else:
-                out.append(Expectation(
-                    "large pinned copies reach at least half the PCIe link's theoretical "
-                    "bandwidth", None, f"{best:.1f} GB/s at {bytes_label(s)}; link: {link}"))
-            small = pinned[pinned["size"] == pinned["size"].min()]
-            if int(small["size"].iloc[0]) < s:
-                r = small["gbps"].max() / best
-                out.append(Expectation(
-                    "the smallest copies are latency-bound: under a quarter of the large-copy "
-                    "bandwidth", bool(r < 0.25),
-                    f"{small['gbps'].max():.2f} GB/s at {bytes_label(small['size'].iloc[0])} "
-                    f"({small['time_median_s'].min() * 1e6:.1f} µs a copy) = {100 * r:.0f}% "
-                    f"of {best:.1f} GB/s at {bytes_label(s)}"))
-        return out
-
-
-PINNED_GAIN = 1.5  # pinned vs pageable at the largest size (pageable adds a staging copy)
-
-
-def _link_of(d: pd.DataFrame) -> tuple[str, float]:
-    """The PCIe link text and theoretical GB/s of the largest pinned copy (else any row)."""
-    if "m_pcie_link" not in d or d["m_pcie_link"].isna().all():
-        return "PCIe link unavailable (not recorded)", math.nan
-    rows = d.dropna(subset=["m_pcie_link"]).sort_values(["memory", "size"])
-    pinned = rows[rows["memory"] == "pinned"]
-    row = (pinned if len(pinned) else rows).iloc[-1]
-    theo = pd.to_numeric(pd.Series([row.get("m_pcie_theoretical_gbps")]), errors="coerce")[0]
-    return str(row["m_pcie_link"]), float(theo) if pd.notna(theo) else math.nan
