@@ -58,6 +58,8 @@ def measure_trials(measure: Callable[[], Result], harness: Harness,
     state = Trial()
     harness.settings = trial_settings(whole) if n > 1 else whole
     harness.trial = state if n > 1 else None
+    if cache is not None:
+        cache.holding = n > 1
     done: list[Result] = []
     info: list[dict[str, Any]] = []
     try:
@@ -77,6 +79,7 @@ def measure_trials(measure: Callable[[], Result], harness: Harness,
         harness.settings = whole
         harness.trial = None
         if cache is not None:
+            cache.holding = False
             cache.release_retired()
     order = sorted(range(len(done)), key=lambda i: done[i].timing.stats()["median"])
     return done[order[len(order) // 2]], summaries(done, info)

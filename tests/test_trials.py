@@ -189,6 +189,7 @@ class FakeCuda:
 def test_the_cache_moves_every_device_buffer_new_before_free():
     cuda = FakeCuda()
     cache = JobCache()
+    cache.holding = True  # as during a point's trials
     a, b, c = (cuda.mem_alloc(64) for _ in range(3))
     cuda.memcpy_htod(a, np.arange(16, dtype=np.float32))
     host = np.ones(4)
@@ -209,6 +210,7 @@ def test_the_cache_moves_every_device_buffer_new_before_free():
 def test_a_buffer_without_room_for_a_second_copy_stays_in_place():
     cuda = FakeCuda(capacity=192)
     cache = JobCache()
+    cache.holding = True
     a, b = cuda.mem_alloc(64), cuda.mem_alloc(64)
     cache["a"], cache["b"] = a, b
     # a moves into the free 64 bytes; b finds none, frees a's old copy (retired) and moves
@@ -217,6 +219,16 @@ def test_a_buffer_without_room_for_a_second_copy_stays_in_place():
     big = JobCache()
     big["x"] = cuda.mem_alloc(64)  # 192 of 192 in use: no room at all
     assert big.replace_device(cuda) == (0, 1)
+
+
+def test_outside_a_points_trials_retiring_frees_at_once():
+    """The profiler's child and scripts call measure() without the trials' loop: nothing
+    retired may pile up there."""
+    cuda = FakeCuda()
+    cache = JobCache()
+    a = cuda.mem_alloc(64)
+    cache.retire(a)
+    assert a.freed and cuda.used == 0
 
 
 class Placing(Experiment):

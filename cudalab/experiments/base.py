@@ -184,12 +184,15 @@ class JobCache(dict[Any, Any]):
     trial sees another placement (DRAM pages, L2 slices) while the host inputs and CPU
     references stay: replace_device() moves every cached device allocation, and retire()
     keeps an allocation a measurement made itself alive until the point's trials end
-    (release_retired), so the next trial's allocations cannot land on it again."""
+    (release_retired), so the next trial's allocations cannot land on it again. Outside a
+    point's trials (`holding` False: one trial, the profiler's child, a script calling
+    measure()) retire() frees at once."""
 
     def __init__(self) -> None:
         super().__init__()
         self._slots: dict[str, Any] = {}
         self._retired: list[Any] = []
+        self.holding = False  # set by cudalab.trials while a point's trials run
 
     def keep(self, key: Any, make: Callable[[], Any]) -> Any:
         if key not in self:
@@ -210,6 +213,8 @@ class JobCache(dict[Any, Any]):
         """Free these (device allocations, or objects with free()) when the point's trials
         end, not now: a later trial's allocations then land elsewhere."""
         self._retired.extend(values)
+        if not self.holding:
+            self.release_retired()
 
     def release_retired(self) -> None:
         retired, self._retired = self._retired, []
