@@ -1,6 +1,6 @@
 """device_query on the CPU: config rules, the single grid point, measure() against a fake
 driver shaped like an H100 SXM (so the table check, the peaks and the clock fallback are
-exercised without a GPU), the deviceQuery-style HTML table, expectations, and the figure
+exercised without a GPU), the deviceQuery-style HTML table, the claims, and the figure
 set (none: the report shows the table).
 
 On a GPU the generic smoke test (tests/gpu/test_experiments_gpu.py) runs the real query."""
@@ -11,12 +11,12 @@ from types import SimpleNamespace
 
 import pytest
 
+from cudalab import claims, devicespec, figures, results
 from cudalab import config as cfg
-from cudalab import devicespec, figures, results
 from cudalab import occupancy as occ
 from cudalab.experiments import REGISTRY
 from cudalab.experiments import device_query as dq
-from cudalab.experiments.base import Point, RunContext
+from cudalab.experiments.base import Experiment, Point, RunContext
 from cudalab.harness import Harness, Settings
 
 EXP = REGISTRY["device_query"]
@@ -169,15 +169,20 @@ def test_summary_table_and_expectations(monkeypatch):
                    "<th>Concurrent copy and kernel execution: copy engines</th><td>3</td>",
                    "<th>ECC enabled</th><td>yes</td>", "<th>PCIe link width (max)</th>"):
         assert needle in page, needle
-    ex = EXP.expectations(df)
-    assert [e.passed for e in ex] == [True, True]
-    assert "3.35 TB/s" in ex[1].evidence
+    ex = {r.key: r for r in claims.evaluate("device_query", df)}
+    assert [e.passed for e in ex.values()] == [True, True]
+    assert "3.35 TB/s" in ex["peaks_computed"].evidence
 
 
-def test_expectations_flag_a_wrong_table(monkeypatch):
+def test_claims_flag_a_wrong_table(monkeypatch):
     df = results.build_table(_records(monkeypatch, attrs=H100 | {"WARP_SIZE": 64}))
-    ex = EXP.expectations(df)
-    assert ex[0].passed is False and "warp_size: table 32, device 64" in ex[0].evidence
+    ex = {r.key: r for r in claims.evaluate("device_query", df)}
+    assert ex["limits_table_matches"].passed is False
+    assert "warp_size: table 32, device 64" in ex["limits_table_matches"].evidence
+
+
+def test_no_course_sentence_is_filled_with_the_device_s_numbers():
+    assert type(EXP).course_vars is Experiment.course_vars
 
 
 def test_no_figures_are_drawn(tmp_path, monkeypatch):

@@ -10,7 +10,6 @@ with the limits this device reports: a mismatch is a bug in cudalab.devicespec.
 from __future__ import annotations
 
 import html
-import math
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -18,8 +17,8 @@ import pandas as pd
 from cudalab import devicespec, fmt
 from cudalab import occupancy as occ
 from cudalab.experiments import base
-from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
-from cudalab.experiments.lesson import ClaimResult
+from cudalab.experiments.base import Check, Experiment, Point, Result, block_schema
+from cudalab.experiments.device_query import lesson
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -88,44 +87,15 @@ DERIVED: dict[str, tuple[str, str]] = {
 REQUIRED = ("sm_count", "bus_width_bits", "max_threads_per_sm", "regs_per_sm", "smem_per_sm")
 
 
-# Metrics of the device row the course table's sentences may name: {name} -> column m_<name>
-COURSE_VARS = ("sm_count", "sm_clock_mhz", "copy_engines", "peak_mem_gbps",
-               "peak_fp32_gflops", "max_blocks_per_sm", "max_warps_per_sm",
-               "max_threads_per_sm", "fp32_cores_per_sm", "cc")
-
-
-def _num(v: Any) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
-
-
-def course_vars(rows: pd.DataFrame) -> dict[str, Any]:
-    """The device's facts a course sentence may name (its first ok `device` row)."""
-    dev = rows[(rows["variant"] == "device") & (rows["status"] == "ok")]
-    if dev.empty:
-        return {}
-    row = dev.iloc[0]
-    out: dict[str, Any] = {n: v for n in COURSE_VARS if (v := _num(row.get(f"m_{n}"))) is not None}
-    l2, gen = _num(row.get("m_l2_bytes")), _num(row.get("m_pcie_gen_current"))
-    width = _num(row.get("m_pcie_width_current"))
-    if l2:
-        out["l2_mib"] = l2 / 2**20
-    if gen and width:
-        out["pcie_gen"], out["pcie_width"] = gen, width
-    if "sm_count" in out and "max_threads_per_sm" in out:
-        out["resident_threads"] = out["sm_count"] * out["max_threads_per_sm"]
-    if "cc" in out:
-        out["cc"] = f"{out['cc']:.1f}"
-    return out
-
-
 class DeviceQuery(Experiment):
     name = "device_query"
     order = 10
     title = "Device query: the GPU's limits and theoretical peaks"
+    claims = lesson.CLAIMS
+    sources = {
+        "2048": "the most resident threads per SM at compute capability 3.7, the K80's "
+                "(CUDA C++ Programming Guide, Compute Capabilities, technical specifications)",
+    }
     caption = (
         "What deviceQuery prints: SMs, clocks, memory bus, caches, shared memory and "
         "registers per block and per SM, copy engines, PCIe. The theoretical peaks follow "
@@ -224,9 +194,6 @@ class DeviceQuery(Experiment):
     def plot(self, name: str, df: pd.DataFrame):
         raise KeyError(name)  # no figures: the report shows the table
 
-    def course_vars(self, rows: pd.DataFrame) -> dict[str, Any]:
-        return course_vars(rows)
-
     def summary_table(self, df: pd.DataFrame) -> str:
         """The device as a two-column HTML table (property, value), deviceQuery-style."""
         rows = df[df["experiment"] == self.name] if "experiment" in df else df
@@ -250,29 +217,6 @@ class DeviceQuery(Experiment):
                         f"<td>{html.escape(_fmt(v, unit))}</td></tr>")
         return ('<table class="kv device-query"><tbody>' + "".join(body)
                 + "</tbody></table>")
-
-    def expectations(self, df: pd.DataFrame) -> list[ClaimResult]:
-        rows = df[df["experiment"] == self.name] if "experiment" in df else df
-        if rows.empty:
-            return []
-        claim = "the theoretical peaks could be computed (clocks, bus width and SMs reported)"
-        if (nm := base.unmeasured(claim, rows, "device query")) is not None:
-            return [nm]  # no device was queried: nothing else to say about it
-        r = base.measured(rows).iloc[-1]
-        out = []
-        mism = r.get("m_table_mismatches")
-        if r.get("status") == "ok" or r.get("status") == "wrong":
-            out.append(Expectation(
-                "cudalab's limits table for this compute capability matches the device "
-                "(the occupancy calculator's input)",
-                r.get("status") == "ok", f"cc {r.get('m_cc')}: mismatches: {mism}"))
-        peak = pd.to_numeric(pd.Series([r.get("m_peak_mem_gbps")]), errors="coerce").iloc[0]
-        out.append(Expectation(
-            claim, bool(pd.notna(peak) and peak > 0),
-            f"peak DRAM {_fmt(r.get('m_peak_mem_gbps'), 'GB/s')}, FP32 "
-            f"{_fmt(r.get('m_peak_fp32_gflops'), 'GFLOP/s')} (clocks from "
-            f"{r.get('m_clock_source')})"))
-        return out
 
 
 def pick_clocks(drv_sm_khz: Any, drv_mem_khz: Any, nvml_sm_mhz: Any, nvml_mem_mhz: Any,
