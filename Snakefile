@@ -13,6 +13,7 @@ include: "workflow/rules/measure.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/slides.smk"
 if config["exercises"]["submissions"]:  # a class run: docs/exercises.md
     include: "workflow/rules/exercises.smk"
 
@@ -20,12 +21,14 @@ if config["exercises"]["submissions"]:  # a class run: docs/exercises.md
 rule all:
     input:
         REPORT,
+        SLIDES_DECK,
     default_target: True
 
 
 onsuccess:
     remove_doctor_flags()  # doctor.smk
     print(f"\ncudalab: report written to {Path(REPORT).resolve()}\n")
+    print(f"cudalab: slides (one per lesson) in {Path(SLIDES_DECK).resolve()}\n")
     # last: how to measure what a GPU-less run left out ('' when nothing was)
     for _folder in FOLDERS:
         _left = cudalab_runner.not_measured_summary(Path(_folder), EXPERIMENTS)

@@ -8,6 +8,7 @@
   cudalab aggregate                         raw records -> results/results.csv
   cudalab figures EXPERIMENT                results.csv -> results/figures/EXPERIMENT/*.png|svg
   cudalab report                            -> results/report.html
+  cudalab slides                            -> results/slides/EXPERIMENT.png|svg, index.html
   cudalab compare RUN... [--baseline DIR]    point-by-point verdicts against a baseline
   cudalab doctor [--config ..]              can this node / Slurm job run the grid? (a table)
   cudalab site [config.yaml]                sinfo -> partitions, GPU models, a slurm: block
@@ -184,6 +185,14 @@ def cmd_report(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_slides(a: argparse.Namespace) -> int:
+    from cudalab import results, slides
+
+    written = slides.write_slides(results.read_table(Path(a.table)), Path(a.out), a.experiments)
+    print(f"slides: {len(written)} files, the deck: {(Path(a.out) / slides.DECK).resolve()}")
+    return 0
+
+
 def cmd_compare(a: argparse.Namespace) -> int:
     from cudalab import compare
 
@@ -252,6 +261,13 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--telemetry-figures", type=Path, default=None,
                    help="folder for the telemetry figures (default: beside each job's data)")
     s.set_defaults(fn=cmd_report)
+    s = sub.add_parser("slides", help="one 16:9 slide per lesson and a one-file HTML deck")
+    s.add_argument("--table", default="results/results.csv")
+    s.add_argument("--out", default="results/slides")
+    s.add_argument("--experiments", nargs="*", default=None,
+                   help="the lessons to show (default: every experiment of the table with a "
+                   "figure)")
+    s.set_defaults(fn=cmd_slides)
     _add_compare(sub)
     from cudalab import doctor, site  # their subcommands live with their code
     from cudalab.exercises import cli as exercise_cli

@@ -1,0 +1,464 @@
+"""Slides: one 16:9 figure per lesson (1920×1080, one panel, no text under 20 pt) and a
+one-file HTML deck that shows them with the lesson's headline claim.
+
+A slide is the experiment's own figure, so a lesson stays in one place: plot() draws the
+figure named by the optional Experiment attribute `slide_figure = (figure, axes index)`
+(default: the first figure, its first axes), then the figure is resized to 19.2×10.8 in
+at 100 dpi, every other panel is removed, the chosen one fills the figure, and every text
+is raised to at least 20 pt; labels that would then collide are thinned.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import os
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from cudalab.embed import data_uri
+from cudalab.experiments import REGISTRY
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+WIDTH_IN, HEIGHT_IN, DPI = 19.2, 10.8, 100  # 1920×1080 px
+MIN_PT = 20.0
+TITLE_PT, SUPTITLE_PT, LABEL_PT = 28.0, 30.0, 24.0
+LINE_SCALE = 1.6  # lines and markers drawn for a 9 in figure, seen from the back of a room
+DECK = "index.html"
+
+
+def slide_choice(name: str) -> tuple[str, int]:
+    """(figure, axes index) of an experiment's slide: its slide_figure, else its first
+    figure's first axes."""
+    exp = REGISTRY[name]
+    choice = getattr(exp, "slide_figure", None)
+    if choice:
+        return str(choice[0]), int(choice[1])
+    return next(iter(exp.figures)), 0
+
+
+def experiments_with_slides(names: list[str] | None = None) -> list[str]:
+    """The experiments that have a figure (device_query has none: its table is the lesson)."""
+    return [n for n in (names if names is not None else list(REGISTRY)) if REGISTRY[n].figures]
+
+
+def _placeholder(name: str, why: str) -> Figure:
+    from cudalab import figures
+
+    return figures.placeholder(REGISTRY[name].title, why)
+
+
+def slide(name: str, df: pd.DataFrame) -> Figure:
+    """The lesson's slide figure from the run's table (the whole table or its rows)."""
+    from cudalab import figures
+
+    figures.setup_style()
+    fig_name, index = slide_choice(name)
+    sub = df[df["experiment"] == name] if "experiment" in df else df
+    fig = REGISTRY[name].plot(fig_name, sub) if not sub.empty else None
+    if fig is None:
+        fig, index = _placeholder(name, "no data for this figure in this run"), 0
+    return to_slide(fig, index)
+
+
+def _panels(fig: Figure) -> list[Axes]:
+    """The figure's panels in drawing order: no colour bar, no twin (it shares its host's
+    place), no unused cell of a grid."""
+    out: list[Axes] = []
+    for a in fig.axes:
+        if (getattr(a, "_colorbar", None) is None and a.get_visible()
+                and (a.axison or a.has_data() or a.texts)
+                and all(a.get_position().bounds != o.get_position().bounds for o in out)):
+            out.append(a)
+    return out
+
+
+def _panel(fig: Figure, ax: Axes) -> tuple[list[Axes], list[Any]]:
+    """The axes that draw the chosen panel (it and its twins: same place) and the
+    mappables of its colour bars (redrawn beside it once it fills the figure)."""
+    bounds = ax.get_position().bounds
+    twins = [o for o in fig.axes if o is not ax and o.get_position().bounds == bounds
+             and getattr(o, "_colorbar", None) is None]
+    bars = [cax._colorbar for cax in getattr(ax, "_colorbars", [])]
+    return [ax, *twins], [(b.mappable, b.ax.get_ylabel() or b.ax.get_xlabel()) for b in bars]
+
+
+def _legend_of(fig: Figure, axes: list[Axes]) -> tuple[list[Any], list[str], str]:
+    """Every legend of the panel and the figure merged: handles, labels, title; the
+    legends themselves are removed (one legend beside the panel covers no data)."""
+    handles: list[Any] = []
+    labels: list[str] = []
+    title = ""
+    legends = [*fig.legends, *(a.get_legend() for a in axes)]
+    for leg in legends:
+        if leg is None:
+            continue
+        for h, t in zip(leg.legend_handles, leg.get_texts(), strict=False):
+            if t.get_text() not in labels:
+                handles.append(h)
+                labels.append(t.get_text())
+        title = title or leg.get_title().get_text()
+        leg.remove()
+    return handles, labels, title
+
+
+def _wrap(text: str, size_pt: float, width_px: float) -> str:
+    """Text wrapped to the width a line of it may take (about 0.55 em per character)."""
+    chars = max(20, int(width_px / (0.55 * size_pt * DPI / 72)))
+    return "\n".join(textwrap.fill(line, chars) for line in text.split("\n"))
+
+
+def to_slide(fig: Figure, index: int = 0) -> Figure:
+    """fig as a slide: 1920×1080, only axes `index` (with its twins and colour bar)
+    filling it, every text at least MIN_PT."""
+    from matplotlib.gridspec import GridSpec
+
+    drawn = _panels(fig)
+    ax = drawn[max(-len(drawn), min(index, len(drawn) - 1))]  # -1: the last panel
+    keep, bars = _panel(fig, ax)
+    handles, labels, legend_title = _legend_of(fig, keep)
+    for other in list(fig.axes):
+        if other not in keep:
+            other.remove()
+    _fold_titles(fig, keep)
+    fig.set_size_inches(WIDTH_IN, HEIGHT_IN, forward=True)
+    fig.set_dpi(DPI)
+    fig.set_layout_engine("constrained")
+    spec = GridSpec(1, 1, figure=fig)[0]
+    for a in keep:
+        if a.get_subplotspec() is not None:
+            a.set_subplotspec(spec)
+    for mappable, label in bars:
+        fig.colorbar(mappable, ax=ax, label=label)
+    if labels:
+        leg = fig.legend(handles, labels, loc="outside right upper", title=legend_title or None)
+        leg.get_title().set_fontsize(LABEL_PT)
+    _restyle(fig, keep)
+    _wrap_to_axes(fig)
+    _declutter(fig)
+    _lift_titles(fig)
+    return fig
+
+
+def _fold_titles(fig: Figure, axes: list[Axes]) -> None:
+    """One title above the panel: the figure's title, then the panel's own (a twin's
+    too), as lines of the panel's title, so no title sits under the legend beside it."""
+    sup = getattr(fig, "_suptitle", None)
+    lines = [sup.get_text()] if sup is not None and sup.get_text().strip() else []
+    for a in axes:
+        if a.get_title() and a.get_title() not in lines:
+            lines.append(a.get_title())
+        a.set_title("")
+    if sup is not None:
+        sup.remove()
+        fig._suptitle = None
+    axes[0].set_title("\n".join(lines))
+
+
+def _restyle(fig: Figure, axes: list[Axes]) -> None:
+    """Titles, labels and ticks at slide sizes, thicker lines; then every text >= MIN_PT."""
+    from matplotlib.text import Text
+
+    for a in fig.axes:
+        for t in (a.title, a._left_title, a._right_title):
+            t.set_fontsize(TITLE_PT)
+        a.xaxis.label.set_fontsize(LABEL_PT)
+        a.yaxis.label.set_fontsize(LABEL_PT)
+        a.tick_params(which="both", labelsize=MIN_PT)
+        for off in (a.xaxis.get_offset_text(), a.yaxis.get_offset_text()):
+            off.set_fontsize(MIN_PT)
+    for a in axes:
+        for line in a.get_lines():
+            line.set_linewidth(line.get_linewidth() * LINE_SCALE)
+            line.set_markersize(line.get_markersize() * LINE_SCALE)
+    for t in fig.findobj(Text):
+        if t.get_fontsize() < MIN_PT:
+            t.set_fontsize(MIN_PT)
+
+
+def _wrap_to_axes(fig: Figure) -> None:
+    """Titles and axis labels wrapped to their axes once laid out (a centred title wider
+    than its panel would leave the canvas)."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    # a centred text may be wider than its panel while both ends stay clear of the canvas'
+    # edges and of the legend beside the panel
+    right = min([fig.bbox.width] + [g.get_window_extent(renderer).x0 for g in fig.legends])
+    for a in fig.axes:
+        box = a.get_window_extent(renderer)
+        middle = box.x0 + box.width / 2
+        room = max(box.width, 2 * min(middle, right - middle) - 40)
+        for t in (a.title, a._left_title, a._right_title, a.xaxis.label):
+            if t.get_text():
+                t.set_text(_wrap(t.get_text(), t.get_fontsize(), room))
+        if a.yaxis.label.get_text():
+            a.yaxis.label.set_text(_wrap(a.yaxis.label.get_text(), LABEL_PT, box.height))
+
+
+def _overlaps(a: Any, b: Any) -> bool:
+    return min(a.x1, b.x1) - max(a.x0, b.x0) > 1 and min(a.y1, b.y1) - max(a.y0, b.y0) > 1
+
+
+def _thin_ticks(axis: Any, renderer: Any) -> None:
+    """Keep every k-th tick label where 20 pt labels would touch (a heatmap's 60 rows)."""
+    labels = [t for t in axis.get_ticklabels() if t.get_visible() and t.get_text()]
+    boxes = [t.get_window_extent(renderer) for t in labels]
+    if len(boxes) < 2 or not any(_overlaps(a, b) for a, b in zip(boxes, boxes[1:])):
+        return
+    horizontal = axis.axis_name == "x"
+    need = max((b.width if horizontal else b.height) for b in boxes) * 1.15
+    ticks = axis.get_ticklocs()
+    pixels = axis.axes.transData.transform(
+        [(v, 0) if horizontal else (0, v) for v in ticks])[:, 0 if horizontal else 1]
+    step = abs(pixels[-1] - pixels[0]) / max(len(ticks) - 1, 1)
+    k = max(2, math.ceil(need / max(step, 1e-9)))
+    texts = [t.get_text() for t in axis.get_ticklabels()]
+    axis.set_ticks(ticks[::k], texts[::k])
+
+
+def _lift_titles(fig: Figure) -> None:
+    """A note drawn just above the panel's top (a ceiling's label) or a tick label reaching
+    over it would sit under the title: the title goes up until it clears them."""
+    for _ in range(3):
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        moved = False
+        for a in fig.axes:
+            title = a.title.get_window_extent(renderer) if a.get_title() else None
+            near = [*a.texts, *a.get_xticklabels(), *a.get_yticklabels()]
+            notes = [t.get_window_extent(renderer) for t in near
+                     if t.get_visible() and t.get_text().strip()]
+            clash = [b for b in notes if title is not None and _overlaps(title, b)]
+            if clash:
+                height = max(a.get_window_extent(renderer).height, 1.0)
+                dy = (max(b.y1 for b in clash) - title.y0 + 6) / height
+                # set_title(y=...) also ends matplotlib's own placement, which would undo it
+                a.set_title(a.get_title(), y=a.title.get_position()[1] + dy,
+                            fontsize=a.title.get_fontsize())
+                moved = True
+        if not moved:
+            return
+
+
+def _declutter(fig: Figure) -> None:
+    """Labels that collide once they are 20 pt: tick labels thinned; annotations inside
+    the panel (a heatmap's cell numbers) dropped when many collide, else the later of
+    each colliding pair (the colour bar still reads the value)."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for a in fig.axes:
+        for axis in (a.xaxis, a.yaxis):
+            _thin_ticks(axis, renderer)
+        notes = [t for t in a.texts if t.get_visible() and t.get_text().strip()]
+        boxes = [t.get_window_extent(renderer) for t in notes]
+        clash = [any(_overlaps(b, o) for o in boxes if o is not b) for b in boxes]
+        if sum(clash) >= max(4, len(notes) // 4):
+            for t in notes:
+                t.remove()
+            continue
+        kept: list[Any] = []
+        for t, b in zip(notes, boxes, strict=True):
+            if any(_overlaps(b, k) for k in kept):
+                t.remove()
+            else:
+                kept.append(b)
+
+
+def save(fig: Figure, stem: Path) -> list[Path]:
+    """stem.png (1920×1080) and stem.svg, each written to a temp name then renamed; never
+    bbox_inches='tight', which would change the size."""
+    import matplotlib.pyplot as plt
+
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    out = []
+    for ext in ("png", "svg"):
+        path = stem.with_suffix(f".{ext}")
+        tmp = path.with_name(f".{path.name}.tmp")
+        fig.savefig(tmp, format=ext, dpi=DPI)
+        os.replace(tmp, path)
+        out.append(path)
+    plt.close(fig)
+    return out
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The claim a slide states, judged on this run."""
+
+    statement: str
+    state: str  # seen, not seen, not measured, not applicable
+    evidence: str
+
+
+def _headline(r: Any) -> Headline:
+    """A cudalab.claims.ClaimResult (its state an enum whose value is the word)."""
+    return Headline(r.statement, str(getattr(r.state, "value", r.state)), r.evidence)
+
+
+def claims_of(name: str, df: pd.DataFrame) -> list[Headline]:
+    """The lesson's claims judged on this run: cudalab.claims.evaluate where it exists,
+    else the caption's claims (explain.check_caption, True/False/None as the states)."""
+    try:
+        from cudalab import claims
+    except ImportError:
+        from cudalab import explain
+
+        check = getattr(explain, "check_caption", None)
+        if check is None:
+            return []
+        states = {True: "seen", False: "not seen", None: "not measured"}
+        return [Headline(r.phrase, states[r.supported], r.evidence)
+                for r in check(name, REGISTRY[name].caption, df)]
+    return [_headline(r) for r in claims.evaluate(name, df)]
+
+
+def headline(name: str, df: pd.DataFrame) -> Headline | None:
+    """The claim a slide states: cudalab.claims.headline's choice where it exists, else
+    the lesson's first claim (its author puts the lesson's point first)."""
+    try:
+        from cudalab import claims
+    except ImportError:
+        claims = None  # type: ignore[assignment]
+    pick = getattr(claims, "headline", None)
+    if pick is not None:
+        r = pick(name, df)
+        return None if r is None else _headline(r)
+    got = claims_of(name, df)
+    return got[0] if got else None
+
+
+def write_slides(df: pd.DataFrame, out: Path, names: list[str] | None = None) -> list[Path]:
+    """Every lesson's slide (out/<experiment>.png and .svg) and the deck (out/index.html).
+    names: the experiments to show (default: every one of the table that has a figure)."""
+    written = []
+    present = set(df["experiment"]) if "experiment" in df else set()
+    shown = experiments_with_slides(names if names is not None
+                                    else [n for n in REGISTRY if n in present])
+    for name in shown:
+        written += save(slide(name, df), out / name)
+    return [*written, write_deck(df, shown, out)]
+
+
+def write_deck(df: pd.DataFrame, names: list[str], out: Path) -> Path:
+    """out/index.html from the slides already in out/ (out/<name>.png)."""
+    deck = out / DECK
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = deck.with_name(f".{deck.name}.tmp")
+    tmp.write_text(deck_html(df, names, out), encoding="utf-8")
+    os.replace(tmp, deck)
+    return deck
+
+
+_CSS = """
+:root { --w: min(100vw, 177.778vh); }
+html, body { margin: 0; height: 100%; background: #1b1b1b; }
+body { display: flex; align-items: center; justify-content: center;
+  font-family: "DejaVu Sans", system-ui, sans-serif; }
+.slide { display: none; position: relative; box-sizing: border-box; width: var(--w);
+  height: calc(var(--w) * 0.5625); padding: calc(var(--w) * 0.02) calc(var(--w) * 0.03);
+  background: #fff; color: #111; flex-direction: column; overflow: hidden;
+  font-size: calc(var(--w) / 48); }
+.slide.current { display: flex; }
+.slide h1 { font-size: 1.25em; line-height: 1.15; margin: 0 0 0.25em; }
+.slide h1, .claim, .evidence { flex: none; }
+.cover { justify-content: center; }
+.cover h1 { font-size: 2.2em; }
+.cover p { font-size: 1.1em; margin: 0.3em 0; }
+.figure { flex: 1 1 auto; min-height: 0; display: flex; justify-content: center; }
+.figure img { max-width: 100%; max-height: 100%; object-fit: contain; }
+.claim { margin: 0.35em 0 0; line-height: 1.3; }
+.state { font-weight: bold; white-space: nowrap; margin-right: 0.4em; }
+.seen { color: #1a7f37; } .not-seen { color: #c0392b; }
+.not-measured, .not-applicable { color: #666; }
+.evidence { margin: 0.2em 0 0; font-size: 0.62em; color: #444; line-height: 1.3;
+  display: -webkit-box; -webkit-line-clamp: 2; -webkit-box-orient: vertical;
+  overflow: hidden; }
+.number { position: absolute; right: 1.2em; bottom: 0.6em; font-size: 0.55em; color: #888; }
+@page { size: 13.333in 7.5in; margin: 0; }
+@media print {
+  :root { --w: 13.333in; }
+  html, body { height: auto; background: #fff; display: block; }
+  .slide { display: flex; break-after: page; page-break-after: always; }
+  .slide:last-child { break-after: auto; page-break-after: auto; }
+  .hint { display: none; }
+}
+"""
+
+# Arrow keys, space, Page Up/Down, Home/End and a click move between slides; #3 opens the
+# third (a reload keeps the place).
+_JS = """
+(function () {
+  var slides = Array.prototype.slice.call(document.querySelectorAll('.slide'));
+  var i = 0;
+  function show(n) {
+    i = Math.max(0, Math.min(slides.length - 1, n));
+    slides.forEach(function (s, k) { s.classList.toggle('current', k === i); });
+    try { history.replaceState(null, '', '#' + (i + 1)); } catch (e) {}
+  }
+  var next = ['ArrowRight', 'ArrowDown', 'PageDown', ' ', 'Enter'];
+  var prev = ['ArrowLeft', 'ArrowUp', 'PageUp', 'Backspace'];
+  document.addEventListener('keydown', function (e) {
+    if (next.indexOf(e.key) >= 0) { show(i + 1); }
+    else if (prev.indexOf(e.key) >= 0) { show(i - 1); }
+    else if (e.key === 'Home') { show(0); }
+    else if (e.key === 'End') { show(slides.length - 1); }
+    else { return; }
+    e.preventDefault();
+  });
+  document.addEventListener('click', function (e) {
+    show(e.clientX < window.innerWidth / 3 ? i - 1 : i + 1);
+  });
+  var n = parseInt(location.hash.slice(1), 10);
+  show(isNaN(n) ? 0 : n - 1);
+})();
+"""
+
+_SYMBOL = {"seen": "✔ seen", "not seen": "✘ not seen", "not measured": "– not measured",
+           "not applicable": "n/a"}
+
+
+def _claim_html(h: Headline | None) -> str:
+    if h is None:
+        return '<p class="claim">This lesson states no claim to check on the data.</p>'
+    e = html.escape
+    cls = h.state.replace(" ", "-")
+    state = _SYMBOL.get(h.state, h.state)
+    return (f'<p class="claim"><span class="state {e(cls)}">{e(state)}</span>'
+            f'{e(h.statement)}</p><p class="evidence">{e(h.evidence)}</p>')
+
+
+def _gpu(df: pd.DataFrame) -> str:
+    gpus = df["gpu_name"].dropna() if "gpu_name" in df else []
+    return str(gpus.iloc[0]) if len(gpus) else "no GPU"
+
+
+def deck_html(df: pd.DataFrame, names: list[str], folder: Path) -> str:
+    """The deck: a cover, then per lesson its title, its slide (folder/<name>.png, embedded)
+    and its headline claim judged on this run."""
+    e = html.escape
+    total = len(names) + 1
+    parts = [f'<section class="slide cover"><h1>The CUDA course, measured on {e(_gpu(df))}</h1>'
+             f"<p>{len(names)} lessons, one slide each, from this run's results.</p>"
+             '<p class="hint">→, space or a click: next slide; ←: back; '
+             "print: one slide per page.</p>"
+             f'<span class="number">1 / {total}</span></section>']
+    for k, name in enumerate(names, start=2):
+        exp = REGISTRY[name]
+        img = data_uri(folder / f"{name}.png")
+        parts.append(
+            f'<section class="slide" id="{e(name)}"><h1>{e(exp.title)}</h1>'
+            f'<div class="figure"><img src="{img}" alt="{e(exp.title)}"></div>'
+            f"{_claim_html(headline(name, df))}"
+            f'<span class="number">{k} / {total}</span></section>')
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>cudalab slides: {e(_gpu(df))}</title><style>{_CSS}</style>"
+            "<noscript><style>.slide { display: flex; margin: 0 auto 1em; }</style></noscript>"
+            f"</head><body>{''.join(parts)}<script>{_JS}</script></body></html>\n")
