@@ -58,12 +58,18 @@ def main(argv: list[str] | None = None) -> int:
     if a.csv:
         table.to_csv(a.csv, index=False)
         print(f"wrote {a.csv}")
-    if rule is None:
-        return 1
-    cmp = compare.compare_pair(base, same, a.threshold, rule)
-    print("\nThe unchanged pair with that rule:" + "\n".join(compare.by_class(cmp)))
+    shown = rule
+    if shown is None:  # the closest candidate: which points keep it from the target
+        best = table.sort_values(["not_same_pct", "k"]).iloc[0]
+        shown = compare.Rule(float(best["k"]), bool(best["class_floors_always"]))
+    cmp = compare.compare_pair(base, same, a.threshold, shown)
+    print(f"\nThe unchanged pair with k = {shown.k:g}"
+          + (" and the class floors always" if shown.class_floors_always else "") + ":"
+          + "\n".join(compare.by_class(cmp)))
     if note := compare.no_trials_note(cmp):
         print(note)
+    if rule is None:
+        return 1
     print(f"\nSet K_TRIALS = {rule.k:g} and CLASS_FLOORS_ALWAYS = {rule.class_floors_always} "
           "in cudalab/compare.py, and the numbers above in docs/noise.md.")
     return 0
