@@ -223,6 +223,17 @@ def _thin_ticks(axis: Any, renderer: Any) -> None:
     axis.set_ticks(ticks[::k], texts[::k])
 
 
+def _drawn_tick_labels(ax: Axes) -> list[Any]:
+    """The tick labels drawn: a locator's ticks beyond the view limits are laid out but
+    never drawn."""
+    out = []
+    for axis, lim in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+        lo, hi = min(lim), max(lim)
+        slack = (hi - lo) * 1e-9
+        out += [t.label1 for t in axis.get_major_ticks() if lo - slack <= t.get_loc() <= hi + slack]
+    return out
+
+
 def _lift_titles(fig: Figure) -> None:
     """A note drawn just above the panel's top (a ceiling's label) or a tick label reaching
     over it would sit under the title: the title goes up until it clears them."""
@@ -232,7 +243,7 @@ def _lift_titles(fig: Figure) -> None:
         moved = False
         for a in fig.axes:
             title = a.title.get_window_extent(renderer) if a.get_title() else None
-            near = [*a.texts, *a.get_xticklabels(), *a.get_yticklabels()]
+            near = [*a.texts, *_drawn_tick_labels(a)]
             notes = [t.get_window_extent(renderer) for t in near
                      if t.get_visible() and t.get_text().strip()]
             clash = [b for b in notes if title is not None and _overlaps(title, b)]
