@@ -278,26 +278,28 @@ def max_potential_block_size(
 
 
 def max_block_size(cc: Any, regs_per_thread: int, smem_static: int = 0,
-                   smem_dynamic: int = 0) -> int:
+                   smem_dynamic: int = 0, optin_max_dynamic: int | None = None) -> int:
     """The largest block size (multiple of the warp size) that can launch at all - what the
     driver reports as the kernel's MAX_THREADS_PER_BLOCK when registers limit it."""
     s = spec(cc)
     for bs in range(s.max_threads_per_block, 0, -s.warp_size):
-        if occupancy(s, bs, regs_per_thread, smem_static, smem_dynamic).launchable:
+        if occupancy(s, bs, regs_per_thread, smem_static, smem_dynamic,
+                     optin_max_dynamic=optin_max_dynamic).launchable:
             return bs
     return 0
 
 
 def occupancy_curve(cc: Any, regs_per_thread: int, smem_static: int = 0,
                     smem_dynamic: int | Callable[[int], int] = 0,
-                    block_sizes: list[int] | None = None, barriers: int = 1) -> list[Occupancy]:
+                    block_sizes: list[int] | None = None, barriers: int = 1,
+                    optin_max_dynamic: int | None = None) -> list[Occupancy]:
     """Occupancy at every block size (default 32, 64, ..., 1024): the calculator's
     'impact of varying block size' graph."""
     s = spec(cc)
     sizes = block_sizes or list(range(s.warp_size, s.max_threads_per_block + 1, s.warp_size))
     return [occupancy(s, bs, regs_per_thread, smem_static,
                       smem_dynamic(bs) if callable(smem_dynamic) else smem_dynamic,
-                      barriers=barriers)
+                      barriers=barriers, optin_max_dynamic=optin_max_dynamic)
             for bs in sizes]
 
 

@@ -313,6 +313,12 @@ class CompileVariant:
     defines: dict[str, Any] = field(default_factory=dict)
     params: dict[str, Any] = field(default_factory=dict)
     dynamic_smem: int = 0
+    # The launch raises the kernel's dynamic shared memory limit to dynamic_smem
+    # (cuFuncSetAttribute MAX_DYNAMIC_SHARED_SIZE_BYTES): above 48 KB a block needs it.
+    optin: bool = False
+    # The lowest compute capability (as 80 for sm_80) the kernel is built for; targets below
+    # it are not analysed (0: every target the config names).
+    min_sm: int = 0
 
 
 def block_schema(properties: dict[str, Any]) -> dict[str, Any]:

@@ -195,7 +195,8 @@ class StaticAnalysis(Experiment):
                     (define_flags(cv.defines), _extra_params(cv)) for cv in declared]
                 pts += [Point(self.name, kernel, {"file": path.name, "flags": flags,
                                                   "arch": arch, **extra}, gpu=False)
-                        for flags, extra in rows for arch in block["archs"]]
+                        for flags, extra in rows for arch in block["archs"]
+                        if _sm(arch) >= extra.get("min_sm", 0)]
         return pts
 
     # -- measuring ---------------------------------------------------------------------
@@ -231,7 +232,7 @@ class StaticAnalysis(Experiment):
         # the config's dynamic_smem_bytes wins over what the kernel's experiment declares
         dyn = int(blk.get("dynamic_smem_bytes", {}).get(point.variant,
                                                          p.get("dynamic_smem", 0)))
-        metrics = usage_metrics(p["arch"], usage, dyn)
+        metrics = usage_metrics(p["arch"], usage, dyn, optin=bool(p.get("optin")))
         launchable = metrics["max_block_size"] > 0
         check = Check(0.0 if launchable else 1.0, 0.0, "launchable",
                       detail="" if launchable else metrics.get("limit_note", ""))
@@ -416,7 +417,14 @@ def define_flags(defines: dict[str, Any]) -> str:
 
 
 def _extra_params(cv: base.CompileVariant) -> dict[str, Any]:
-    return cv.params | ({"dynamic_smem": cv.dynamic_smem} if cv.dynamic_smem else {})
+    return (cv.params | ({"dynamic_smem": cv.dynamic_smem} if cv.dynamic_smem else {})
+            | ({"optin": True} if cv.optin else {}) | ({"min_sm": cv.min_sm} if cv.min_sm else {}))
+
+
+def _sm(arch: str) -> int:
+    """'sm_90' / 'sm_90a' / 'compute_80' -> 90 / 90 / 80 (0 where unreadable)."""
+    digits = "".join(ch for ch in arch.split("_")[-1] if ch.isdigit())
+    return int(digits) if digits else 0
 
 
 def matmul_register_variants(config: dict[str, Any] | None) -> list[tuple[str, dict[str, int]]]:
@@ -581,9 +589,12 @@ def find_kernel(report: dict[str, dict[str, int]], kernel: str) -> dict[str, int
     return None
 
 
-def usage_metrics(arch: str, usage: dict[str, int], dynamic_smem: int = 0) -> dict[str, Any]:
+def usage_metrics(arch: str, usage: dict[str, int], dynamic_smem: int = 0,
+                  optin: bool = False) -> dict[str, Any]:
     """The metrics of one row: ptxas' numbers and the calculator's occupancy, at block sizes
-    the kernel's __launch_bounds__ allow (usage['max_threads'], 0 = no bound)."""
+    the kernel's __launch_bounds__ allow (usage['max_threads'], 0 = no bound). optin: the
+    launch raises the dynamic shared memory limit to dynamic_smem, as its experiment does."""
+    opt = dynamic_smem if optin else None
     regs, smem = usage["registers"], usage["smem_static"]
     bound = int(usage.get("max_threads", 0))
     s = devicespec.spec(arch)
@@ -593,7 +604,7 @@ def usage_metrics(arch: str, usage: dict[str, int], dynamic_smem: int = 0) -> di
         "spill_stores": usage["spill_stores"], "spill_loads": usage["spill_loads"],
         "barriers": usage["barriers"], "cc": s.cc, "launch_bounds": bound,
     }
-    curve = bounded_curve(s, regs, smem, dynamic_smem, usage["barriers"], bound)
+    curve = bounded_curve(s, regs, smem, dynamic_smem, usage["barriers"], bound, opt)
     at = {o.block_size: o for o in curve}
     for bs in SUMMARY_BLOCKS:
         m[f"occupancy_{bs}"] = at[bs].occupancy
@@ -601,21 +612,24 @@ def usage_metrics(arch: str, usage: dict[str, int], dynamic_smem: int = 0) -> di
     best = max(o.occupancy for o in curve)
     m["best_occupancy"] = best
     m["best_block_size"] = max(o.block_size for o in curve if o.occupancy == best)
-    fits = occ.max_block_size(s, regs, smem, dynamic_smem)
+    fits = occ.max_block_size(s, regs, smem, dynamic_smem, optin_max_dynamic=opt)
     m["max_block_size"] = min(fits, bound - bound % s.warp_size) if bound else fits
     m["api_block_size"] = occ.max_potential_block_size(s, regs, smem, dynamic_smem,
-                                                       block_size_limit=bound)[1]
+                                                       block_size_limit=bound,
+                                                       optin_max_dynamic=opt)[1]
     if m["max_block_size"] == 0:
-        m["limit_note"] = occ.occupancy(s, 32, regs, smem, dynamic_smem).reason
+        m["limit_note"] = occ.occupancy(s, 32, regs, smem, dynamic_smem,
+                                        optin_max_dynamic=opt).reason
     return m
 
 
 def bounded_curve(cc: Any, regs: int, smem: int, dynamic_smem: int, barriers: int,
-                  bound: int = 0) -> list[occ.Occupancy]:
+                  bound: int = 0, optin_max_dynamic: int | None = None
+                  ) -> list[occ.Occupancy]:
     """The calculator's occupancy at BLOCK_SIZES; block sizes above the kernel's
     __launch_bounds__ (bound > 0) get occupancy 0: the driver refuses to launch them."""
     curve = occ.occupancy_curve(cc, regs, smem, dynamic_smem, block_sizes=BLOCK_SIZES,
-                                barriers=barriers)
+                                barriers=barriers, optin_max_dynamic=optin_max_dynamic)
     if not bound:
         return curve
     why = f"above the kernel's __launch_bounds__ ({bound} threads)"

@@ -136,9 +136,11 @@ class TensorCores(Experiment):
         for t in tiles:
             p = Point(self.name, "mma", {"m": 0, "n": 0, "precision": "fp16", **t})
             for prec in RUNS["mma"]:
+                # sm_80+ code (empty below), launched with the shared memory opt-in
                 out.append(base.CompileVariant("tensor_core_mma.cu", f"tc_mma_{prec}",
                                                kernels.kernel_defines(p), dict(t),
-                                               kernels.mma_smem_bytes(t)))
+                                               kernels.mma_smem_bytes(t), optin=True,
+                                               min_sm=80))
         return out
 
     # -- measuring ---------------------------------------------------------------------
