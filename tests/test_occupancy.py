@@ -9,7 +9,7 @@ the occupancy experiment on the CPU.
   over a sweep of block sizes, registers, shared memory and barriers (skipped where no
   toolkit header or C++ compiler is installed);
 - the experiment: config validation, grid expansion, the reference of the shared-memory
-  kernel, expectations and figures on a synthetic results table.
+  kernel, the lesson's claims and figures on a synthetic results table.
 
 The GPU side (calculator == the CUDA driver) is tests/gpu/test_occupancy_gpu.py."""
 
@@ -26,8 +26,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from cudalab import claims, devicespec, figures, results
 from cudalab import config as cfg
-from cudalab import devicespec, figures, results
 from cudalab import occupancy as occ
 from cudalab.experiments import REGISTRY
 from cudalab.experiments import occupancy as oexp
@@ -465,7 +465,7 @@ def test_kernels_are_declared_in_the_source():
     assert set(kernel_names((CUDA_DIR / "occupancy.cu").read_text())) == set(oexp.VARIANTS)
 
 
-# -- expectations and figures on a synthetic table --------------------------------------------
+# -- claims and figures on a synthetic table -------------------------------------------------
 SYNTHETIC = "synthetic test data (not a GPU)"
 
 
@@ -500,6 +500,7 @@ def synthetic_records(mismatch: bool = False):
         for bs, tile in sizes:
             dyn = 2 * tile * tile * 4 if tile else (32 * KB if v == "vec_mul_smem" else 0)
             o = occ.occupancy("9.0", bs, regs[v], 0, dyn)
+            api = occ.max_potential_block_size("9.0", regs[v], 0, 0 if tile else dyn)[1]
             blocks_drv = o.active_blocks + (1 if mismatch and v == "vec_mul" and bs == 256
                                             else 0)
             m = {"num_regs": regs[v], "occupancy_theory": o.occupancy,
@@ -507,7 +508,7 @@ def synthetic_records(mismatch: bool = False):
                  "blocks_driver": blocks_drv,
                  "occupancy_driver": blocks_drv * o.warps_per_block / 64,
                  "calc_agrees": int(blocks_drv == o.active_blocks),
-                 "api_block_size": 1024, "api_block_size_calc": 1024, "api_agrees": 1,
+                 "api_block_size": api, "api_block_size_calc": api, "api_agrees": 1,
                  "launchable_theory": int(o.launchable), "launchable_driver": int(o.launchable),
                  "spec_note": ""}
             params = {"block_size": bs, "n": 2**24}
@@ -524,24 +525,40 @@ def synthetic_records(mismatch: bool = False):
     return recs
 
 
-def test_expectations_pass_on_a_consistent_table():
+def _claims(df):
+    return {r.key: r for r in claims.evaluate("occupancy", df)}
+
+
+def test_claims_seen_on_a_consistent_table():
     df = results.build_table(synthetic_records())
     assert results.check_table(df) == []
-    exps = {e.claim: e for e in EXP.expectations(df)}
-    agree = next(e for c, e in exps.items() if "agrees with the CUDA driver" in c)
+    ex = _claims(df)
+    agree = ex["calc_agrees_driver"]
     assert agree.passed is True and "24/24" in agree.evidence
-    assert all(e.passed is not False for e in exps.values()), exps
-    low = next(e for c, e in exps.items() if "below 25 %" in c)
-    assert low.passed is True
-    regs = next(e for c, e in exps.items() if "more registers" in c)
-    assert regs.passed is True and "77 registers" in regs.evidence
+    # the invented times follow the occupancy alone: small blocks lose nothing else here
+    assert ex.pop("blocks_of_32_slower").passed is False
+    assert ex.pop("full_but_slow").passed is False
+    assert all(e.passed is not False for e in ex.values()), ex
+    assert ex["low_occupancy_loses"].passed is True
+    assert ex["regs_lower_occupancy"].passed is True
+    assert "77 registers" in ex["regs_lower_occupancy"].evidence
+    assert ex["small_blocks_block_limited"].passed is True
+    assert ex["small_blocks_underfilled"].passed is None  # no Nsight Compute columns
 
 
 def test_a_calculator_driver_mismatch_is_visible():
     df = results.build_table(synthetic_records(mismatch=True))
-    e = next(e for e in EXP.expectations(df) if "agrees with the CUDA driver" in e.claim)
+    e = _claims(df)["calc_agrees_driver"]
     assert e.passed is False
     assert "vec_mul at 256 threads" in e.evidence and "23/24" in e.evidence
+
+
+def test_the_api_keeps_the_largest_of_the_tied_block_sizes():
+    df = results.build_table(synthetic_records())
+    assert _claims(df)["api_picks_largest"].passed is True
+    df.loc[df["variant"] == "vec_mul", "m_api_block_size"] = 256  # a tie, not the largest
+    e = _claims(df)["api_picks_largest"]
+    assert e.passed is False and "vec_mul: the API picks 256" in e.evidence
 
 
 def test_not_launchable_points_are_ok_without_a_time():
@@ -559,14 +576,14 @@ def test_figures_draw(tmp_path):
         assert (tmp_path / "occupancy" / f"{name}.png").stat().st_size > 5000
 
 
-def test_figures_and_expectations_on_an_empty_or_failed_table(tmp_path):
+def test_figures_and_claims_on_an_empty_or_failed_table(tmp_path):
     recs = synthetic_records()[:2]
     for r in recs:
         r["status"], r["reason"] = "failed", "kernel launch failed: synthetic"
     df = results.build_table(recs)
     assert EXP.plot("occupancy", df[df["status"] == "ok"]) is None
-    exps = EXP.expectations(df)
-    assert exps[0].passed is False and "synthetic" in exps[0].evidence
+    ex = _claims(df)
+    assert ex["correct"].passed is False and "synthetic" in ex["correct"].evidence
     drawn = figures.draw_experiment("occupancy", df, tmp_path)
     assert drawn == {"occupancy": False, "bandwidth": False}
 

@@ -28,8 +28,7 @@ import pandas as pd
 from cudalab import devicespec
 from cudalab import occupancy as occ
 from cudalab.experiments import base, shared
-from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
-from cudalab.experiments.lesson import ClaimResult
+from cudalab.experiments.base import Check, Experiment, Point, Result, block_schema
 from cudalab.experiments.occupancy import lesson
 
 if TYPE_CHECKING:
@@ -57,17 +56,24 @@ class Occupancy(Experiment):
         "Occupancy is the share of an SM's warp slots a kernel can fill: resident blocks "
         "per SM are limited by the warp slots, the block slots, the register file (registers "
         "are allocated per warp in units of 256) and shared memory (per block, plus 1 KB "
-        "reserved from cc 8.0). Look for: the few-register vec_mul at (or near) 100 % for "
-        "most block sizes and dipping where the block slots or the warp count do not divide "
-        "evenly; the register-heavy kernel capped far lower and unable to launch at all with "
-        "the largest blocks; the shared-memory kernel starved at small blocks, where the "
-        "per-block shared memory, not the threads, fills the SM. Theoretical occupancy is an "
-        "upper bound, not a prediction: the smallest blocks reach full occupancy on paper "
-        "yet run slower, because blocks that start and retire within microseconds leave "
-        "warp slots empty (the achieved occupancy, read by Nsight Compute with "
-        "profile.ncu on, is far lower). The project's "
-        "calculator must agree with the CUDA driver at every point."
+        "reserved from cc 8.0). Look for: the few-register vec_mul at or near full occupancy "
+        "for most block sizes, dipping where the block slots or the warp count do not "
+        "divide evenly, and held by the block slots with one-warp blocks; the "
+        "register-heavy kernel capped far lower, and with enough live values unable to "
+        "launch its largest blocks at all; the shared-memory kernel starved at small "
+        "blocks, where the per-block shared memory, not the threads, fills the SM. "
+        "Theoretical occupancy is an upper bound, not a prediction: the smallest blocks can "
+        "reach full occupancy on paper yet run slower, because blocks that start and retire "
+        "within microseconds leave warp slots empty (Nsight Compute's achieved occupancy, "
+        "with profile.ncu on, shows how many). The project's calculator must agree with the "
+        "CUDA driver at every point. The claims below judge each of these on this run."
     )
+    sources = {
+        "256": "registers are allocated per warp in units of 256 (CUDA Occupancy Calculator, "
+               "every compute capability since 3.0); also a block size of the grid",
+        "8.0": "compute capability 8.0, from which the driver reserves 1 KB of shared memory "
+               "per block (cudaDevAttrReservedSharedMemoryPerBlock)",
+    }
     schema = block_schema({
             "variants": base.choices_schema(VARIANTS, "kernels of cuda/occupancy.cu to run"),
             "block_sizes": {
@@ -117,12 +123,15 @@ class Occupancy(Experiment):
     # -- grid --------------------------------------------------------------------------
     # -- teaching (report) ----------------------------------------------------------------
     try_this = [
-        ("occupancy.live_values: 32", "vec_mul_regs uses fewer registers, its occupancy "
-         "curve rises and blocks of 800+ threads can launch again"),
+        ("occupancy.live_values: 32", "vec_mul_regs keeps fewer values live and uses fewer "
+         "registers: its occupancy curve rises, and the largest blocks, which it could not "
+         "launch, may launch again"),
         ("occupancy.smem_bytes: 49152", "more dynamic shared memory per block: fewer blocks "
-         "fit an SM and vec_mul_smem's occupancy falls at every block size"),
+         "fit an SM, and vec_mul_smem's occupancy falls wherever shared memory, not the "
+         "warps, is the limit (the small blocks)"),
         ("occupancy.matmul_tiles: [8, 16, 32]", "the calculator's best tile must be among "
-         "the measured ones; compare its pick with the fastest measured tile"),
+         "the measured ones; the claim on the best square tile compares its pick with the "
+         "fastest measured tile"),
     ]
     questions = [
         "Which resource limits vec_mul_regs at 256 threads per block (registers, shared "
@@ -407,100 +416,8 @@ class Occupancy(Experiment):
             return fig
         raise KeyError(name)
 
-    # -- expectations ------------------------------------------------------------------
-    def expectations(self, df: pd.DataFrame) -> list[ClaimResult]:
-        out = []
-        d = self._frame(df)
-        gpu_rows = df[df["experiment"] == self.name] if "experiment" in df else df
-        out.append(base.all_ok(
-            "every point is correct: launched kernels match the float64 reference, and "
-            "block sizes that cannot launch are refused by calculator and driver alike",
-            gpu_rows, "points ok",
-            lambda bad: f"; first problem: {bad.iloc[0]['point_id']}: {bad.iloc[0]['reason']}"))
-        if d.empty or "m_calc_agrees" not in d:
-            return out
-        agree = pd.to_numeric(d["m_calc_agrees"], errors="coerce")
-        known = d[agree.notna()]
-        if known.empty:
-            out.append(Expectation("the occupancy calculator agrees with the CUDA driver",
-                                   None, "no point had a compute capability in the table"))
-        else:
-            mism = known[agree[agree.notna()] != 1]
-            ev = f"{len(known) - len(mism)}/{len(known)} points give the same resident blocks"
-            if not mism.empty:
-                r = mism.iloc[0]
-                ev += (f"; first mismatch {r['variant']} at {int(r['p_block_size'])} threads: "
-                       f"calculator {r.get('m_blocks_theory')} blocks "
-                       f"({r.get('m_limiter')}), driver {r.get('m_blocks_driver')}")
-                note = r.get("m_spec_note")
-                if isinstance(note, str) and note:
-                    ev += f" (table vs device: {note})"
-            out.append(Expectation(
-                "the occupancy calculator agrees with the CUDA driver "
-                "(cuOccupancyMaxActiveBlocksPerMultiprocessor) at every point",
-                mism.empty, ev))
-        if "m_api_agrees" in d:
-            api = pd.to_numeric(d["m_api_agrees"], errors="coerce")
-            k = d[api.notna()]
-            if not k.empty:
-                bad_api = k[api[api.notna()] != 1]
-                ev = f"{len(k) - len(bad_api)}/{len(k)} points"
-                if not bad_api.empty:
-                    r = bad_api.iloc[0]
-                    ev += (f"; {r['variant']}: calculator {r.get('m_api_block_size_calc')}, "
-                           f"driver {r.get('m_api_block_size')}")
-                out.append(Expectation(
-                    "the calculator picks the block size cuOccupancyMaxPotentialBlockSize picks",
-                    bad_api.empty, ev))
-        occ_of = d.groupby("variant")["m_occupancy_theory"].max()
-        if {"vec_mul", "vec_mul_regs"} <= set(occ_of.index):
-            out.append(Expectation(
-                "more registers per thread, fewer resident warps: vec_mul_regs' best "
-                "occupancy is below vec_mul's",
-                bool(occ_of["vec_mul_regs"] < occ_of["vec_mul"]),
-                f"best occupancy {100 * occ_of['vec_mul_regs']:.0f} % "
-                f"({_first(d, 'vec_mul_regs', 'm_num_regs')} registers) vs "
-                f"{100 * occ_of['vec_mul']:.0f} % ({_first(d, 'vec_mul', 'm_num_regs')})"))
-        vec = d[d["variant"].isin(VEC)].dropna(subset=["gbps"])
-        low = vec[vec["m_occupancy_theory"] < 0.25]
-        if not low.empty and len(vec) > len(low):
-            best = vec["gbps"].max()
-            r = low["gbps"].median() / best
-            out.append(Expectation(
-                "below 25 % occupancy a memory-bound kernel loses at least 10 % of its "
-                "best bandwidth (median of those points)",
-                bool(r < 0.9),
-                f"median {low['gbps'].median():.0f} GB/s at < 25 % occupancy "
-                f"({len(low)} points) vs best {best:.0f} GB/s ({100 * r:.0f} %)"))
-        out += _tile_expectation(d)
-        return out
-
 
 # -- helpers ------------------------------------------------------------------------------
-def _tile_expectation(d: pd.DataFrame) -> list[ClaimResult]:
-    """The calculator's best square tile against the fastest measured one."""
-    out: list[ClaimResult] = []
-    mm = d[d["variant"] == "matmul_tiled_dyn"].dropna(subset=["time_median_s"])
-    if not mm.empty and "m_best_tile" in mm:
-        best_t = int(pd.to_numeric(mm["m_best_tile"]).iloc[0])
-        fastest = mm.loc[mm["time_median_s"].idxmin()]
-        at_best = mm[mm["p_tile"] == best_t]
-        if at_best.empty:
-            out.append(Expectation(
-                "the calculator's best square tile is within 25 % of the fastest tile",
-                None, f"calculator's best tile T={best_t} was not measured "
-                f"(add it to matmul_tiles)"))
-        else:
-            r = float(at_best["time_median_s"].iloc[0] / fastest["time_median_s"])
-            out.append(Expectation(
-                "the calculator's best square tile (largest tile at the best occupancy) "
-                "is within 25 % of the fastest measured tile",
-                bool(r <= 1.25),
-                f"T={best_t}: {1e3 * at_best['time_median_s'].iloc[0]:.3g} ms; fastest "
-                f"T={int(fastest['p_tile'])}: {1e3 * fastest['time_median_s']:.3g} ms"))
-    return out
-
-
 def _fro_check(out: np.ndarray, ref: np.ndarray, tolerance: float) -> Check:
     return Check(base.rel_fro_error(out, ref), tolerance, "rel_fro",
                  detail="" if np.isfinite(out).all() else "unwritten (NaN) elements")
@@ -583,12 +500,3 @@ def _device_limits(gpu: Any, drv: occ.CudaDriver) -> dict[str, int]:
     if "MAX_THREADS_PER_MULTIPROCESSOR" not in out:
         out["MAX_THREADS_PER_MULTIPROCESSOR"] = 2048
     return out
-
-
-def _first(d: pd.DataFrame, variant: str, col: str) -> Any:
-    s = d.loc[d["variant"] == variant, col] if col in d else pd.Series(dtype=float)
-    s = s.dropna()
-    if s.empty:
-        return "?"
-    v = s.iloc[0]
-    return int(v) if isinstance(v, (int, float, np.integer, np.floating)) else v
