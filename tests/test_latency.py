@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from cudalab import claims, course, figcheck, fmt, results
 from cudalab import config as cfg
-from cudalab import course, figcheck, results
 from cudalab.config import ConfigError
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.latency import (
@@ -35,6 +35,7 @@ from cudalab.experiments.latency import (
     make_chain,
     working_sets,
 )
+from cudalab.experiments.lesson import State
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -307,51 +308,53 @@ def test_tables_show_each_level_beside_the_course():
     assert EXP.tables(synthetic_frame().iloc[0:0]) == []
 
 
-# -- expectations -------------------------------------------------------------------------
-def _exp(df, start):
-    hits = [e for e in EXP.expectations(df) if e.claim.startswith(start)]
-    assert len(hits) == 1, [e.claim for e in EXP.expectations(df)]
-    return hits[0]
+# -- claims ---------------------------------------------------------------------------------
+def _claims(df):
+    return {r.key: r for r in claims.evaluate(NAME, df)}
 
 
-CASES = [  # (start of the claim, an edit that removes the effect)
-    ("every chase matches", lambda: synthetic_frame(wrong={"shared-working_set4096"})),
-    ("shared memory latency is at least 10x lower",
-     lambda: synthetic_frame({"shared": 3.0})),
-    ("each cache level is at least 1.5x faster",
+CASES = [  # (the claim's key, an edit that removes the effect)
+    ("correct", lambda: synthetic_frame(wrong={"shared-working_set4096"})),
+    ("shared_vs_dram", lambda: synthetic_frame({"shared": 3.0})),
+    ("levels_step",
      lambda: synthetic_frame(lambda v, ws: 7.0 if v == "global" and ws <= L1 / 2 else 1.0)),
-    ("the course's ~500 cycles for global memory",
-     lambda: synthetic_frame({"global": 1.5, "global_cg": 1.5})),
-    ("a cached constant read", lambda: synthetic_frame({"constant": 8.0})),
+    ("dram_near_course", lambda: synthetic_frame({"global": 1.5, "global_cg": 1.5})),
+    ("constant_vs_dram", lambda: synthetic_frame({"constant": 8.0})),
+    ("shared_flat", lambda: synthetic_frame(lambda v, ws: 1.5 if v == "shared" and ws == 4096
+                                            else 1.0)),
+    ("cg_skips_l1", lambda: synthetic_frame(lambda v, ws: 35 / 270 if v == "global_cg"
+                                            else 1.0)),
+    ("constant_outgrows_cache", lambda: synthetic_frame(lambda v, ws: 12 / 80 if v == "constant"
+                                                        and ws > 2 * KIB else 1.0)),
 ]
 
 
-@pytest.mark.parametrize("claim, edit", CASES, ids=[c for c, _ in CASES])
-def test_each_expectation_sees_the_effect_and_its_absence(claim, edit):
-    seen = _exp(synthetic_frame(), claim)
+@pytest.mark.parametrize("key, edit", CASES, ids=[k for k, _ in CASES])
+def test_each_claim_sees_the_effect_and_its_absence(key, edit):
+    seen = _claims(synthetic_frame())[key]
     assert seen.passed is True, seen.evidence
-    gone = _exp(edit(), claim)
+    gone = _claims(edit())[key]
     assert gone.passed is False, gone.evidence
 
 
-def test_every_expectation_has_a_case():
-    claims = [e.claim for e in EXP.expectations(synthetic_frame())]
-    assert len(claims) == len(CASES)
-    assert all(any(c.startswith(s) for s, _ in CASES) for c in claims)
+def test_every_claim_has_a_case():
+    assert sorted(_claims(synthetic_frame())) == sorted(k for k, _ in CASES)
 
 
-def test_expectations_without_the_levels_say_not_measured():
+def test_claims_without_the_levels_say_not_measured():
     df = synthetic_frame(drop=("shared", "constant"))
     df = df[df["p_working_set"] <= 16 * MIB]
-    dram = _exp(df, "the course's ~500 cycles")
-    assert dram.passed is None and "raise latency.max_bytes" in dram.evidence
-    assert _exp(df, "shared memory latency").passed is None
-    assert EXP.expectations(df.iloc[0:0]) == []  # not in this run: no section
+    ex = _claims(df)
+    assert ex["dram_near_course"].state is State.NOT_MEASURED
+    assert "raise latency.max_bytes" in ex["dram_near_course"].evidence
+    assert ex["shared_vs_dram"].state is State.NOT_MEASURED
+    assert claims.evaluate(NAME, df.assign(experiment="other")) == []  # no section
 
 
 def test_course_evidence_names_the_measured_dram_latency():
-    e = _exp(synthetic_frame(), "the course's ~500 cycles")
-    assert "DRAM: 820 cycles = 414 ns" in e.evidence and "(1.64x)" in e.evidence
+    e = _claims(synthetic_frame())["dram_near_course"]
+    assert f"DRAM: 820 cycles = {fmt.seconds(820e-9 / CLOCK_GHZ)}" in e.evidence
+    assert f"({fmt.ratio(820 / 500)})" in e.evidence
 
 
 # -- the figure -----------------------------------------------------------------------------
@@ -488,7 +491,7 @@ def test_smoke_grid_through_the_runner_on_a_fake_gpu(tmp_path, monkeypatch):
     assert "launches followed on the CPU" in results.read_record(
         tmp_path / "raw" / NAME / "global-working_set1024.json")["check"]["detail"]
     assert EXP.plot("latency", df) is not None
-    assert len(EXP.expectations(df)) == 5
+    assert {r.key for r in claims.evaluate(NAME, df)} == {k for k, _ in CASES}
 
 
 def test_a_kernel_that_skips_a_step_is_wrong(tmp_path, monkeypatch):

@@ -33,21 +33,19 @@ import pandas as pd
 from cudalab import devicespec
 from cudalab.experiments.base import (
     Check,
-    Expectation,
     Experiment,
     Point,
     Result,
     block_schema,
     choices_schema,
 )
-from cudalab.experiments.lesson import ClaimResult
-from cudalab.experiments.shared import all_correct, bytes_label
+from cudalab.experiments.latency import lesson
+from cudalab.experiments.latency.lesson import COURSE_CYCLES, GLOBAL, VARIANTS, fact, levels
+from cudalab.experiments.shared import bytes_label
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
 
-VARIANTS = ["global", "global_cg", "shared", "constant"]
-GLOBAL = ("global", "global_cg")
 SHARED_MAX = 32 * 1024  # SHARED_MAX_BYTES in cuda/latency.cu
 CONSTANT_MAX = 64 * 1024  # CONSTANT_MAX_BYTES in cuda/latency.cu
 MAX_BYTES = 1 << 31
@@ -64,16 +62,10 @@ WARM_NODES = 8192
 PRIME_L2_FACTOR = 2
 SLOT_WORDS = 4  # [start offset, final offset, cycles, ns] per launch, 64-bit each
 
-# The course's numbers (cycles per load), and the unified L1 / shared memory per SM (KiB)
-# from NVIDIA's tuning guides: no device attribute gives the L1 size.
-COURSE_CYCLES = {"shared": 5.0, "constant": 5.0, "dram": 500.0}
+# The unified L1 / shared memory per SM (KiB) from NVIDIA's tuning guides: no device
+# attribute gives the L1 size.
 UNIFIED_L1_KIB = {"7.0": 128, "7.2": 128, "7.5": 96, "8.0": 192, "8.6": 128, "8.7": 192,
                   "8.9": 128, "9.0": 256, "10.0": 256, "12.0": 128}
-# What the expected effects ask: shared at least this much faster than DRAM; each cache level
-# at least this much faster than the next; the course's DRAM number within this factor.
-SHARED_VS_DRAM = 10.0
-LEVEL_STEP = 1.5
-COURSE_FACTOR = 2.0
 
 
 def _pow2_schema(default: int, description: str) -> dict[str, Any]:
@@ -91,16 +83,28 @@ class Latency(Experiment):
         "of cache lines: each load needs the previous one's value, so nothing overlaps and "
         "the time per step is the latency of a single load. The kernel counts SM cycles "
         "(clock64) and nanoseconds (%globaltimer) around its own loop, so both are measured. "
-        "Look for: steps in the global curve where the chain outgrows L1 (a few hundred KiB, "
-        "shared with shared memory) and the L2 (tens of MiB); L1-bypassing loads "
-        "(global_cg) starting at the L2 level; shared memory flat and far below DRAM; a "
-        "constant chain fast while it fits the small constant cache and slower beyond. The "
-        "course quotes ~5 cycles for shared and cached constant memory and ~500 for global "
-        "memory: compare the table below, where each level's number is the median over the "
-        "working sets clearly inside it. Beyond the L2 a random chain still finds about "
-        "L2 / working set of its lines in L2, and pays for TLB misses: that is DRAM latency "
-        "as a program with random accesses sees it."
+        "Look for: steps in the global curve where the chain outgrows L1 (which shares its "
+        "storage with shared memory) and then the L2 (dotted lines: their sizes on this "
+        "GPU); L1-bypassing loads (global_cg) starting at the L2 level; shared memory flat "
+        "and far below DRAM; a constant chain fast while it fits the small constant cache "
+        "and slower beyond. The course quotes ~5 cycles for shared and cached constant "
+        "memory and ~500 for global memory: the table 'Latency per memory level' sets each "
+        "level's number beside the course's, each the median over the working sets clearly "
+        "inside that level. Far beyond the L2 nearly every step of a random chain misses "
+        "both caches (and, in a chain large enough, the TLB): that is DRAM latency as a "
+        "program with random accesses sees it. The claims below judge each of these on this "
+        "run."
     )
+    sources = {
+        "5": "the course's latency of shared memory and of a cached constant read, in "
+             "cycles (the course's slides: ~5 cycles)",
+        "500": "the course's latency of global memory, in cycles (the course's slides: "
+               "~500 cycles)",
+        "8192": "WARM_NODES: a chain of at most this many nodes is walked whole, untimed, "
+                "at the start of every launch (latency/__init__.py)",
+        "512": "the default largest working set, latency.max_bytes = 2^29 bytes (512 MiB)",
+    }
+    explanations, claims = lesson.EXPLANATIONS, lesson.CLAIMS
     schema = block_schema({
         "variants": choices_schema(VARIANTS, "which memory to chase through: global (default "
                                    "caching), global_cg (bypass L1), shared, constant"),
@@ -112,8 +116,8 @@ class Latency(Experiment):
                    "description": "bytes between chain nodes: 128 puts every node in its own "
                    "cache line"},
         "steps": {"type": "integer", "minimum": 1024, "maximum": 1 << 20, "default": 16384,
-                  "description": "timed dependent loads per launch (16384 at ~600 ns from "
-                  "DRAM: ~10 ms)"},
+                  "description": "timed dependent loads per launch (16384 at a few hundred ns "
+                  "from DRAM: a few ms)"},
     })
     smoke = {"min_bytes": 1024, "max_bytes": 1 << 20, "steps": 2048}
     figures = {
@@ -123,15 +127,7 @@ class Latency(Experiment):
         "and ~500 cycles.",
     }
     vs_device_peak = False  # a latency is no bandwidth: no % of peak
-    try_this = [
-        ("measurement.cold_l2: true", "the L2 is flushed before every timed launch: chains "
-         "from 2 MiB up to the L2 size now come from DRAM; only chains of at most 8192 nodes "
-         "(1 MiB) keep their L1 or L2 latency, because each launch walks them whole, "
-         "untimed, before the clock starts"),
-        ("latency.max_bytes: 2147483648", "two more points past 8x the L2, where the caches "
-         "are long exhausted: if the latency still rises from 512 MiB to 2 GiB, address "
-         "translation (TLB misses on the 2 MiB pages) is what adds to it"),
-    ]
+    try_this = lesson.TRY_THIS
     questions = [
         "Why must each load's address depend on the previous load's value to measure "
         "latency, and what would a loop over consecutive addresses measure instead?",
@@ -218,13 +214,7 @@ class Latency(Experiment):
 
     # -- figure ----------------------------------------------------------------------------
     def _frame(self, df: pd.DataFrame) -> pd.DataFrame:
-        d = self.ok(df)
-        if d.empty or "m_cycles_per_load" not in d:
-            return d.iloc[0:0]
-        d = d.assign(ws=pd.to_numeric(d["p_working_set"]),
-                     cycles=pd.to_numeric(d["m_cycles_per_load"]),
-                     ns=pd.to_numeric(d["m_ns_per_load"]))
-        return d.dropna(subset=["ws", "cycles"]).sort_values(["variant", "ws"])
+        return lesson.frame(df)
 
     def plot(self, name: str, df: pd.DataFrame):
         import matplotlib.pyplot as plt
@@ -243,7 +233,7 @@ class Latency(Experiment):
         ax.set_yscale("log")
         ticks = [t for t in (2.0 ** np.arange(10, 32, 2)) if d["ws"].min() <= t <= d["ws"].max()]
         ax.set_xticks(ticks, [bytes_label(t) for t in ticks], fontsize=8)
-        l1, l2 = _fact(d, "m_l1_bytes"), _fact(d, "m_l2_bytes")
+        l1, l2 = fact(d, "m_l1_bytes"), fact(d, "m_l2_bytes")
         for size, label in ((l1, f"L1 (~{bytes_label(l1)} incl. shared)"),
                             (l2, f"L2 ({bytes_label(l2)})")):
             if math.isfinite(size):
@@ -256,7 +246,7 @@ class Latency(Experiment):
             ax.annotate(label, (0.01, cycles), xycoords=("axes fraction", "data"),
                         va="bottom", fontsize=8, color="0.4")
         ax.set_ylim(min(2.0, d["cycles"].min() / 2), max(2000.0, d["cycles"].max() * 2))
-        mhz = _fact(d, "m_sm_clock_mhz")
+        mhz = fact(d, "m_sm_clock_mhz")
         if math.isfinite(mhz) and mhz > 0:
             ghz = mhz / 1e3
             sec = ax.secondary_yaxis("right", functions=(lambda c: c / ghz,
@@ -270,33 +260,6 @@ class Latency(Experiment):
         return fig
 
     # -- report ----------------------------------------------------------------------------
-    def expectations(self, df: pd.DataFrame) -> list[ClaimResult]:
-        if df.empty:  # not in this run
-            return []
-        out = [all_correct(df, "every chase")]
-        d = self._frame(df)
-        if d.empty:
-            return out
-        lv = {x.key: x for x in levels(d)}
-        out.append(_ratio_expectation(
-            f"shared memory latency is at least {SHARED_VS_DRAM:g}x lower than DRAM's (the "
-            "course: ~5 vs ~500 cycles)", lv.get("shared"), lv.get("dram"), SHARED_VS_DRAM))
-        out.append(_hierarchy_expectation(lv))
-        dram = lv.get("dram")
-        lo, hi = COURSE_CYCLES["dram"] / COURSE_FACTOR, COURSE_CYCLES["dram"] * COURSE_FACTOR
-        out.append(Expectation(
-            f"the course's ~500 cycles for global memory: the measured DRAM latency is within "
-            f"{COURSE_FACTOR:g}x ({lo:.0f}-{hi:.0f} cycles)",
-            None if dram is None else bool(lo <= dram.cycles <= hi),
-            _no_level("dram", d) if dram is None else
-            f"DRAM: {dram.cycles:.0f} cycles = {dram.ns:.0f} ns ({dram.where}); course: ~500 "
-            f"cycles ({dram.cycles / COURSE_CYCLES['dram']:.2f}x)"))
-        out.append(_ratio_expectation(
-            "a cached constant read (the smallest constant chain) is at least "
-            f"{SHARED_VS_DRAM:g}x faster than DRAM", lv.get("constant"), lv.get("dram"),
-            SHARED_VS_DRAM))
-        return out
-
     def tables(self, df: pd.DataFrame) -> list[dict[str, str]]:
         d = self._frame(df)
         rows = levels(d) if not d.empty else []
@@ -547,97 +510,3 @@ class Chaser:
         for a in self._allocs:
             a.free()
         self._allocs = []
-
-
-# -- levels: the plateau of each memory ------------------------------------------------------
-@dataclass(frozen=True)
-class Level:
-    key: str
-    name: str
-    where: str  # the variant and working sets the median is over
-    cycles: float
-    ns: float
-    course: float | None
-
-
-def _fact(d: pd.DataFrame, col: str) -> float:
-    v = pd.to_numeric(d[col], errors="coerce").dropna() if col in d else []
-    return float(v.median()) if len(v) else math.nan
-
-
-def _level(key: str, name: str, sub: pd.DataFrame, course: float | None) -> Level | None:
-    if sub.empty:
-        return None
-    sizes = sorted(sub["ws"].astype(int).unique())
-    span = bytes_label(sizes[0]) + (f" - {bytes_label(sizes[-1])}" if len(sizes) > 1 else "")
-    count = f"{len(sizes)} working set" + ("s" if len(sizes) > 1 else "")
-    return Level(key, name, f"{sub['variant'].iloc[0]}, {span} ({count})",
-                 float(sub["cycles"].median()), float(sub["ns"].median()), course)
-
-
-def levels(d: pd.DataFrame) -> list[Level]:
-    """The plateau of each level: the median latency over the working sets clearly inside
-    it. L1: default-caching global chains up to a quarter of the unified L1. L2: L1-bypassing
-    chains up to a quarter of the L2 (default-caching ones from 4x the L1 where global_cg
-    was not run). DRAM: chains at least 8x the L2 (default caching first). Shared: every
-    shared chain. Constant: the smallest constant chain (cached) and the largest."""
-    l1, l2 = _fact(d, "m_l1_bytes"), _fact(d, "m_l2_bytes")
-    by = {v: d[d["variant"] == v] for v in VARIANTS}
-    out: list[Level | None] = []
-    if math.isfinite(l1):
-        out.append(_level("l1", "L1 hit", by["global"][by["global"]["ws"] <= l1 / 4], None))
-    if math.isfinite(l2):
-        cg = by["global_cg"][by["global_cg"]["ws"] <= l2 / 4]
-        if cg.empty and math.isfinite(l1):
-            g = by["global"]
-            cg = g[(g["ws"] >= 4 * l1) & (g["ws"] <= l2 / 4)]
-        out.append(_level("l2", "L2 hit", cg, None))
-        far = [by[v][by[v]["ws"] >= 8 * l2] for v in GLOBAL]
-        out.append(_level("dram", "DRAM (global memory)", far[0] if len(far[0]) else far[1],
-                          COURSE_CYCLES["dram"]))
-    out.append(_level("shared", "shared memory", by["shared"], COURSE_CYCLES["shared"]))
-    const = by["constant"]
-    if len(const):
-        small, big = const["ws"].min(), const["ws"].max()
-        out.append(_level("constant", "constant memory, cached (smallest chain)",
-                          const[const["ws"] == small], COURSE_CYCLES["constant"]))
-        if big > small:
-            out.append(_level("constant_big", "constant memory, largest chain",
-                              const[const["ws"] == big], None))
-    return [x for x in out if x is not None]
-
-
-def _no_level(key: str, d: pd.DataFrame) -> str:
-    l2 = _fact(d, "m_l2_bytes")
-    if key == "dram" and math.isfinite(l2):
-        return (f"no global chain of at least 8x the L2 ({bytes_label(8 * l2)}); raise "
-                "latency.max_bytes")
-    return f"no {key} level measured in this run"
-
-
-def _ratio_expectation(claim: str, fast: Level | None, slow: Level | None,
-                       factor: float) -> ClaimResult:
-    if fast is None or slow is None:
-        missing = [k for k, x in (("the fast level", fast), ("the slow level", slow))
-                   if x is None]
-        return Expectation(claim, None, f"not measured: {' and '.join(missing)}")
-    r = slow.cycles / fast.cycles
-    return Expectation(claim, bool(r >= factor),
-                       f"{fast.name}: {fast.cycles:.0f} cycles ({fast.ns:.1f} ns), "
-                       f"{slow.name}: {slow.cycles:.0f} cycles ({slow.ns:.0f} ns): "
-                       f"{r:.1f}x")
-
-
-def _hierarchy_expectation(lv: dict[str, Level]) -> ClaimResult:
-    claim = (f"each cache level is at least {LEVEL_STEP:g}x faster than the next: "
-             "L1 < L2 < DRAM")
-    chain = [lv.get(k) for k in ("l1", "l2", "dram")]
-    if any(x is None for x in chain):
-        return Expectation(claim, None, "not measured: " + ", ".join(
-            k for k, x in zip(("L1", "L2", "DRAM"), chain) if x is None))
-    l1, l2, dram = chain
-    return Expectation(
-        claim, bool(l2.cycles >= LEVEL_STEP * l1.cycles
-                    and dram.cycles >= LEVEL_STEP * l2.cycles),
-        f"L1 {l1.cycles:.0f}, L2 {l2.cycles:.0f}, DRAM {dram.cycles:.0f} cycles "
-        f"({l2.cycles / l1.cycles:.1f}x, {dram.cycles / l2.cycles:.1f}x)")
