@@ -19,7 +19,8 @@ Sources of the table (each value is a property of the compute capability, not of
   and the 12.8+ Programming Guide.
 
 Every limit a device reports can be checked against this table on the GPU (the device_query
-experiment does; see `compare_with_device`).
+experiment does; see `compare_with_device`). The dense tensor-core rates per precision live
+in cudalab/tensor_peaks.py; theoretical_peaks merges them with the FP32 and DRAM peaks.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
+
+from cudalab import tensor_peaks
 
 KB = 1024
 
@@ -243,14 +246,18 @@ def peak_fp32_gflops(cc: Any, sm_count: int, sm_clock_khz: float) -> float:
 
 
 def theoretical_peaks(cc: Any, sm_count: int, sm_clock_khz: float, mem_clock_khz: float,
-                      bus_width_bits: int) -> dict[str, float]:
+                      bus_width_bits: int, name: str = "") -> dict[str, float]:
     """Peak DRAM bandwidth and FP32 throughput from the device's clocks (deviceQuery's
-    formulas: peak_mem_gbps, peak_fp32_gflops)."""
+    formulas: peak_mem_gbps, peak_fp32_gflops), and the dense tensor-core peak of each
+    precision (tensor_peaks: peak_fp16/bf16/tf32/fp64_tensor_gflops, NaN where the chip has
+    no such path; name: the device's name, whose GeForce boards halve FP32 accumulation)."""
     s = spec(cc)
     return {"peak_mem_gbps": peak_mem_gbps(mem_clock_khz, bus_width_bits),
             "peak_fp32_gflops": peak_fp32_gflops(cc, sm_count, sm_clock_khz),
             "fp32_cores_per_sm": s.fp32_cores_per_sm,
-            "fp32_cores": s.fp32_cores_per_sm * int(sm_count)}
+            "fp32_cores": s.fp32_cores_per_sm * int(sm_count),
+            **tensor_peaks.tensor_peaks(cc, sm_count, sm_clock_khz,
+                                        geforce=tensor_peaks.is_geforce(name))}
 
 
 def _device_attr(gpu: Any, name: str) -> int | None:

@@ -33,7 +33,11 @@ RUN_FIGURE = "run"
 # deep palette that colours the roofline's points, so no experiment shares a line's colour.
 LEVEL_COLORS = {"dram": "#4c72b0", "l2": "#dd8452", "": "0.55"}
 CEIL_COLORS = {"dram": "#1b2a49", "l2": "#a0522d", "smem": "#2e7d32", "fp32": "0.1",
-               "fp64": "#6a1b9a"}
+               "fp64": "#6a1b9a", "tf32": "#00838f", "fp16": "#c62828", "bf16": "#ef6c00"}
+# Input precisions of tensor-core points (p_precision) with a dense peak of their own; an
+# fp32 point of such an experiment runs on the CUDA cores and has the FP32 roof.
+TENSOR_PRECISIONS = ("tf32", "fp16", "bf16")
+PRECISIONS = ("fp32", *TENSOR_PRECISIONS)
 LEVEL_MARKERS = {"dram": "o", "l2": "^", "": "s"}
 SUSPECT_COLOR = "#c0262d"
 # Label placement: offsets (points) tried around a point, nearest first.
@@ -77,6 +81,10 @@ class Ceilings:
     fp64_tensor_peak: float = math.nan
     # where dram_memcpy came from when the ceilings step did not record it
     dram_memcpy_source: str = ""
+    # dense tensor-core peaks of the input precisions (FP32 accumulation)
+    tf32_tensor_peak: float = math.nan
+    fp16_tensor_peak: float = math.nan
+    bf16_tensor_peak: float = math.nan
 
     @property
     def measured(self) -> bool:
@@ -96,6 +104,11 @@ class Ceilings:
         if dtype == "float64":
             return _pick(math.nan, self.fp64_tensor_peak if tensor else self.fp64_peak)
         return _pick(self.fp32, self.fp32_peak)
+
+    def tensor(self, precision: str) -> tuple[float, str]:
+        """(GFLOP/s, 'theoretical' | '') of a precision's dense tensor-core peak (none is
+        measured)."""
+        return _pick(math.nan, getattr(self, f"{precision}_tensor_peak", math.nan))
 
 
 def _pick(measured: float, peak: float) -> tuple[float, str]:
@@ -118,6 +131,7 @@ def ceilings_of(df: pd.DataFrame) -> Ceilings:
     if not math.isfinite(memcpy):
         memcpy, source = _memcpy_point(df)
     fp64, fp64_tc = _fp64_peaks(df)
+    tensor = {f"{p}_tensor_peak": _tensor_peak(df, p) for p in TENSOR_PRECISIONS}
     return Ceilings(
         dram=_first(df, "ceil_dram_gbps"), dram_memcpy=memcpy, dram_memcpy_source=source,
         l2=_first(df, "ceil_l2_gbps"), smem=_first(df, "ceil_smem_gbps"),
@@ -125,7 +139,7 @@ def ceilings_of(df: pd.DataFrame) -> Ceilings:
         dram_peak=_first(df, "peak_mem_gbps", "m_peak_mem_gbps"),
         l2_peak=_first(df, "peak_l2_gbps"), smem_peak=_smem_peak(df),
         fp32_peak=fp32_peak, l2_bytes=_first(df, "l2_bytes", "m_l2_bytes"),
-        fp64_peak=fp64, fp64_tensor_peak=fp64_tc)
+        fp64_peak=fp64, fp64_tensor_peak=fp64_tc, **tensor)
 
 
 # Shared memory delivers one 4-byte word per bank per clock, 32 banks per SM (every compute
@@ -174,8 +188,35 @@ def _fp64_peaks(df: pd.DataFrame) -> tuple[float, float]:
     return fp64, fp64_tc
 
 
+def _tensor_peak(df: pd.DataFrame, precision: str) -> float:
+    """A precision's dense tensor-core peak: recorded as a device peak (devicespec.
+    theoretical_peaks, device_query's row), else the peak its own points carry
+    (m_peak_precision_gflops of the rows of that p_precision)."""
+    peak = _first(df, f"peak_{precision}_tensor_gflops", f"m_peak_{precision}_tensor_gflops")
+    if math.isfinite(peak) or "p_precision" not in df:
+        return peak
+    return _first(df[df["p_precision"].astype(str) == precision], "m_peak_precision_gflops")
+
+
+def _precision(r: pd.Series) -> str:
+    """The point's input precision where it has a roof of its own ('' otherwise)."""
+    p = r.get("p_precision")
+    return str(p) if not fmt.missing(p) and str(p) in PRECISIONS else ""
+
+
 def row_roof(r: pd.Series, c: Ceilings) -> tuple[float, str, str]:
-    """(GFLOP/s, kind, name) of the roof a point is judged against: its own dtype's."""
+    """(GFLOP/s, kind, name) of the roof a point is judged against: its own dtype's, or its
+    input precision's (p_precision: fp32 on the CUDA cores under the FP32 ceiling, tf32,
+    fp16 and bf16 under that precision's dense tensor-core peak)."""
+    prec = _precision(r)
+    if prec:
+        own = _f(r.get("m_peak_precision_gflops"))
+        if prec == "fp32":
+            value, kind = c.flops()
+            return (value, kind, "FP32") if math.isfinite(value) else (
+                own, "theoretical" if math.isfinite(own) else "", "FP32")
+        name = f"{prec.upper()} tensor-core"
+        return (own, "theoretical", name) if math.isfinite(own) else (*c.tensor(prec), name)
     dtype = str(r.get("p_dtype") or "float32")
     if dtype == "float64":
         own = _f(r.get("m_peak_fp64_gflops"))
@@ -208,6 +249,11 @@ def ceilings_rows(c: Ceilings) -> list[dict[str, str]]:
     if math.isfinite(c.fp64_tensor_peak):
         rows.append(row("FP64 tensor cores (DGEMM)", math.nan, c.fp64_tensor_peak,
                         fmt.flop_rate))
+    for p in TENSOR_PRECISIONS:
+        value = c.tensor(p)[0]
+        if math.isfinite(value):
+            rows.append(row(f"{p.upper()} tensor cores (dense, FP32 accumulation)", math.nan,
+                            value, fmt.flop_rate))
     return rows
 
 
@@ -257,13 +303,16 @@ def annotate(df: pd.DataFrame, c: Ceilings | None = None) -> pd.DataFrame:
     flops = _num(out, "flops")
     nbytes = _num(out, "bytes")
     out["intensity"] = np.where((flops > 0) & (nbytes > 0), flops / nbytes, np.nan)
-    # every point against the roof of its own dtype (FP64 points against an FP64 peak)
+    # every point against the roof of its own dtype (FP64 points against an FP64 peak) or
+    # input precision (tensor-core points against their precision's peak)
     roofs = [row_roof(r, c) for _, r in out.iterrows()]
     out["roof_gflops"] = [r[0] for r in roofs]
     out["roof_name"] = [r[2] for r in roofs]
-    f64 = (out["p_dtype"].astype(str) == "float64" if "p_dtype" in out
+    own = (out["p_dtype"].astype(str) == "float64" if "p_dtype" in out
            else pd.Series(False, index=out.index))
-    out.loc[f64, "pct_ceil_gflops"] = 100 * _num(out, "gflops")[f64] / out["roof_gflops"][f64]
+    if "p_precision" in out:
+        own |= out["p_precision"].astype(str).isin(PRECISIONS)
+    out.loc[own, "pct_ceil_gflops"] = 100 * _num(out, "gflops")[own] / out["roof_gflops"][own]
     why = [_suspect_why(r, c) for _, r in out.iterrows()]
     given = (out["suspect"].map(_truthy) if _filled(out, "suspect")
              else pd.Series(False, out.index))
@@ -282,11 +331,14 @@ def _filled(df: pd.DataFrame, col: str) -> bool:
 
 
 def on_device(experiment: Any, timer: Any) -> bool:
-    """A GPU point whose bytes go through device memory (not a CPU point, not PCIe)."""
+    """A GPU point whose bytes go through device memory (not a CPU point, not PCIe): of an
+    experiment compared with the device's peaks, or one whose points carry the peak of
+    their own precision (precision_roofs: tensor cores, whose roof is not the FP32 peak)."""
     from cudalab.experiments import REGISTRY
 
     exp = REGISTRY.get(str(experiment))
-    return exp is not None and exp.vs_device_peak and str(timer) != "perf_counter"
+    return (exp is not None and (exp.vs_device_peak or getattr(exp, "precision_roofs", False))
+            and str(timer) != "perf_counter")
 
 
 def _level(r: pd.Series, c: Ceilings) -> str:
@@ -470,27 +522,52 @@ def _palette(keys: list[str]) -> dict[str, Any]:
     return dict(zip(keys, colors, strict=True))
 
 
+def _tensor_roofs(pts: pd.DataFrame, c: Ceilings) -> list[tuple[float, list[str]]]:
+    """(peak, precisions) of the tensor-core precisions among the points, precisions of
+    one peak together (FP16 and BF16 share theirs), highest first."""
+    if "p_precision" not in pts:
+        return []
+    have = set(pts["p_precision"].astype(str))
+    peaks: dict[float, list[str]] = {}
+    for p in TENSOR_PRECISIONS:
+        value = c.tensor(p)[0]
+        if p in have and math.isfinite(value):
+            peaks.setdefault(value, []).append(p)
+    return sorted(peaks.items(), reverse=True)
+
+
+def _higher(a: float, b: float) -> float:
+    """The larger of two roofs, either NaN (unknown) left out."""
+    known = [v for v in (a, b) if math.isfinite(v)]
+    return max(known) if known else math.nan
+
+
 def _draw_roof(ax: Any, pts: pd.DataFrame, c: Ceilings, by: str) -> None:
     ai, gf = pts["intensity"].astype(float), pts["gflops"].astype(float)
-    ridges = [bw / roof for bw, roof in ((c.dram, c.fp32), (c.dram_peak, c.fp32_peak),
-                                         (c.l2, c.fp32), (c.l2_peak, c.fp32_peak))
+    # the slopes rise to the highest flat roof drawn: a tensor-core precision's where its
+    # points are plotted, else FP32
+    tensor_top = max([v for v, _ in _tensor_roofs(pts, c)], default=math.nan)
+    top_measured, top_peak = _higher(c.fp32, tensor_top), _higher(c.fp32_peak, tensor_top)
+    # a ridge point sits at roof / bandwidth FLOP/byte
+    ridges = [roof / bw for bw, roof in ((c.dram, top_measured), (c.dram_peak, top_peak),
+                                         (c.l2, top_measured), (c.l2_peak, top_peak))
               if math.isfinite(bw) and math.isfinite(roof)]
     x_lo = min([ai.min()] + ridges) / 4
     x_hi = max([ai.max()] + ridges) * 4
     xs = np.geomspace(x_lo, x_hi, 200)
-    tops = [v for v in (c.fp32, c.fp32_peak) if math.isfinite(v)]
+    tops = [v for v in (c.fp32, c.fp32_peak, tensor_top) if math.isfinite(v)]
     handles = []
     for level, measured, peak in (("DRAM", c.dram, c.dram_peak), ("L2", c.l2, c.l2_peak)):
         color = CEIL_COLORS[level.lower()]
-        for value, ls, kind, roofv in ((measured, "-", "measured", c.fp32),
-                                       (peak, "--", "theoretical", c.fp32_peak)):
+        for value, ls, kind, roofv in ((measured, "-", "measured", top_measured),
+                                       (peak, "--", "theoretical", top_peak)):
             if math.isfinite(value):
                 cap = roofv if math.isfinite(roofv) else np.inf
                 handles += ax.plot(xs, np.minimum(value * xs, cap), ls=ls, color=color,
                                    lw=1.6, label=f"{level} {kind}: {fmt.bandwidth(value)}")
     handles += _flat_roofs(ax, pts, c)
     if math.isfinite(c.smem):  # the measured shared-memory slope: what tiles can feed
-        cap = c.fp32 if math.isfinite(c.fp32) else np.inf
+        cap = top_measured if math.isfinite(top_measured) else np.inf
         handles += ax.plot(xs, np.minimum(c.smem * xs, cap), ls="-", lw=1.2,
                            color=CEIL_COLORS["smem"],
                            label=f"shared memory measured: {fmt.bandwidth(c.smem)}")
@@ -533,8 +610,9 @@ def _draw_roof(ax: Any, pts: pd.DataFrame, c: Ceilings, by: str) -> None:
 
 
 def _flat_roofs(ax: Any, pts: pd.DataFrame, c: Ceilings) -> list[Any]:
-    """The flat roofs of the dtypes the points have: FP32 (measured and theoretical), and
-    FP64 (CUDA cores, tensor cores) only where float64 points are drawn."""
+    """The flat roofs of the dtypes the points have: FP32 (measured and theoretical), FP64
+    (CUDA cores, tensor cores) only where float64 points are drawn, and each tensor-core
+    precision's dense peak only where points of that precision are drawn."""
     out = []
     for value, ls, kind in ((c.fp32, "-", "measured"), (c.fp32_peak, "--", "theoretical")):
         if math.isfinite(value):
@@ -546,6 +624,10 @@ def _flat_roofs(ax: Any, pts: pd.DataFrame, c: Ceilings) -> list[Any]:
         if has64 and math.isfinite(value):
             out.append(ax.axhline(value, ls=ls, color=CEIL_COLORS["fp64"], lw=1.4,
                                   label=f"{name} theoretical: {fmt.flop_rate(value)}"))
+    for value, precs in _tensor_roofs(pts, c):
+        out.append(ax.axhline(value, ls="-.", color=CEIL_COLORS[precs[0]], lw=1.4,
+                              label=f"{'/'.join(p.upper() for p in precs)} tensor cores "
+                                    f"theoretical (dense): {fmt.flop_rate(value)}"))
     return out
 
 
@@ -654,7 +736,8 @@ def caption(df: pd.DataFrame, experiment: str | None = None) -> str:
             "point above the DRAM slope was fed by a cache) against achieved GFLOP/s, both "
             "axes log. The labelled points are the best and the worst of each experiment "
             "at its largest problem; ringed points sit above the DRAM slope, fed by a cache. "
-            "Each point's dtype has its roof: FP32, and FP64 where float64 points are "
+            "Each point's dtype has its roof: FP32, FP64 where float64 points are drawn, "
+            "and a tensor-core precision's dense peak where points of that precision are "
             "drawn.")
     if len(bw):
         parts.append(

@@ -310,3 +310,76 @@ def test_the_roofline_caption_names_its_panels_by_place():
     assert both.startswith("Top:") and "Bottom:" in both and "Left" not in both
     one = roofline.caption(df, "matmul")
     assert one.startswith("The figure:") and "Top" not in one and "Right" not in one
+
+
+# -- tensor-core points: the roof of their input precision -----------------------------------
+TENSOR_PEAKS = {"fp32": 66900.0, "tf32": 535000.0, "fp16": 1070000.0, "bf16": 1070000.0}
+
+
+def _with_tensor_points(*precs: str, tflops: float = 400.0) -> pd.DataFrame:
+    """The synthetic run plus cuBLAS at 4096 in each precision (each point carrying its
+    precision's dense peak, as the tensor_cores experiment records it)."""
+    n = 4096
+    rows = [row("tensor_cores", "cublas", 2.0 * n ** 3, 2.0 * 2 * n * n + 4.0 * n * n,
+                2.0 * n ** 3 / ((50.0 if p == "fp32" else tflops) * 1e12), p_precision=p,
+                p_m=n, p_k=n, p_n=n, m_peak_precision_gflops=TENSOR_PEAKS[p],
+                pct_peak_gflops=math.nan, peak_mem_gbps=math.nan)
+            for p in precs]
+    return pd.concat([synthetic(ceilings=True), pd.DataFrame(rows)], ignore_index=True)
+
+
+def test_tensor_core_points_are_judged_against_the_peak_of_their_precision():
+    df = _with_tensor_points("fp32", "tf32", "fp16", "bf16")
+    a = roofline.annotate(df)
+    t = a[a["experiment"] == "tensor_cores"].set_index("p_precision")
+    assert t.loc["tf32", "roof_name"] == "TF32 tensor-core"
+    assert t.loc["tf32", "pct_ceil_gflops"] == pytest.approx(100 * 400e3 / 535e3)
+    assert t.loc["fp16", "roof_gflops"] == 1070000.0
+    # FP32 on the CUDA cores: the run's measured FP32 ceiling
+    assert t.loc["fp32", "roof_name"] == "FP32" and t.loc["fp32", "roof_gflops"] == 60000.0
+    assert not t["suspect"].any()  # 400 TFLOP/s is far above FP32, under TF32's peak
+    c = roofline.ceilings_of(df)
+    assert (c.tf32_tensor_peak, c.fp16_tensor_peak) == (535000.0, 1070000.0)
+    levels = [r["level"] for r in roofline.ceilings_rows(c)]
+    assert any(lv.startswith("TF32 tensor cores") for lv in levels)
+    # above its own peak: suspect, and why names the precision's roof
+    fast = roofline.annotate(_with_tensor_points("tf32", tflops=600.0))
+    bad = fast[fast["experiment"] == "tensor_cores"].iloc[0]
+    assert bad["suspect"] and "TF32 tensor-core ceiling" in bad["suspect_why"]
+
+
+def test_tensor_peaks_come_from_the_device_row_where_no_point_carries_them():
+    df = synthetic(ceilings=True)
+    dev = df["experiment"] == "device_query"
+    df.loc[dev, "m_peak_tf32_tensor_gflops"] = 535000.0
+    c = roofline.ceilings_of(df)
+    assert c.tf32_tensor_peak == 535000.0 and math.isnan(c.bf16_tensor_peak)
+    assert math.isnan(roofline.Ceilings().tensor("fp16")[0])
+
+
+def test_the_roofline_draws_the_roofs_of_the_precisions_plotted():
+    df = _with_tensor_points("fp32", "tf32", "fp16", "bf16")
+    fig = roofline.draw(df, "tensor_cores")
+    try:
+        ax = fig.axes[0]
+        labels = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert any(lb.startswith("FP16/BF16 tensor cores theoretical") for lb in labels)
+        assert any(lb.startswith("TF32 tensor cores theoretical") for lb in labels)
+        # the DRAM slope rises to the highest roof drawn, not the FP32 one
+        ln = next(x for x in ax.get_lines() if x.get_label().startswith("DRAM meas"))
+        assert ln.get_data()[1][-1] == pytest.approx(1070000.0)
+        assert ax.get_ylim()[1] > 1070000.0
+    finally:
+        _close(fig)
+    fig = roofline.draw(_with_tensor_points("fp32", "tf32"), "tensor_cores")
+    try:
+        labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+        assert not any("FP16" in lb for lb in labels)
+    finally:
+        _close(fig)
+    fig = roofline.draw(df, "matmul")  # no tensor point drawn: no tensor roof
+    try:
+        labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+        assert not any("tensor" in lb for lb in labels)
+    finally:
+        _close(fig)

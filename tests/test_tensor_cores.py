@@ -4,17 +4,24 @@ and input error, the grid and its schema, and the lesson's claims on made-up tab
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from cudalab import claims, results
 from cudalab import config as cfg
 from cudalab import tensor_peaks as tp
 from cudalab.experiments import REGISTRY
+from cudalab.experiments.lesson import State
 from cudalab.experiments.tensor_cores import kernels, lesson, numerics
 
 H100 = ("9.0", 132, 1_980_000)  # cc, SMs, boost clock in kHz (what the driver reports)
+ROOT = Path(__file__).resolve().parent.parent
+REFERENCE = ROOT / "reports" / "reference" / "NVIDIA-H100-80GB-HBM3" / "results.csv"
+# the H100 run of the tensor-core notes (run 1: the fp16 hand kernels failed to load)
+RUN1 = REFERENCE.parent / "tensor-cores-2026-11-25" / "results-run1.csv"
 
 
 # -- peaks ---------------------------------------------------------------------------------
@@ -148,46 +155,119 @@ def test_mma_geometry_and_compile_variants():
 
 
 # -- the lesson's claims ---------------------------------------------------------------------
-def _row(variant, prec, tflops, err, status="ok", **extra):
+PEAK = {"fp32": 66_900.0, "tf32": 535_000.0, "fp16": 1_070_000.0, "bf16": 1_070_000.0}
+
+
+def _row(variant, prec, tflops, err=math.nan, n=4096, status="ok", **extra):
     return {"experiment": "tensor_cores", "variant": variant, "p_precision": prec,
-            "status": status, "point_id": f"{variant}-{prec}", "p_m": 4096, "p_k": 4096,
-            "p_n": 4096, "flops": 2.0 * 4096**3, "gflops": tflops * 1e3, "m_err_input": err,
-            "m_pct_peak_precision": 50.0, **extra}
+            "status": status, "point_id": f"{variant}-{prec}-{n}-{len(extra)}", "p_m": n,
+            "p_k": n, "p_n": n, "flops": 2.0 * n**3, "bytes": 4.0 * 3 * n * n,
+            "gflops": tflops * 1e3, "time_median_s": 2.0 * n**3 / (tflops * 1e12),
+            "m_err_input": err, "m_peak_precision_gflops": PEAK[prec],
+            "compute_capability": "9.0", "timer": "cuda_event_queued", **extra}
 
 
-def _table(hand=400.0):
+def _contradicted() -> pd.DataFrame:
+    """A made-up run in which every claim of the lesson is contradicted."""
     return pd.DataFrame([
-        _row("cublas", "fp32", 50, 1e-7), _row("cublas", "tf32", 350, 4e-4),
-        _row("cublas", "fp16", 700, 4e-4), _row("cublas", "bf16", 700, 3.2e-3),
-        _row("wmma", "fp16", 200, 4e-4), _row("mma", "fp16", hand, 4e-4),
+        _row("cublas", "fp32", 50, 1e-5, m_peak_precision_gflops=40_000.0),  # above its peak
+        _row("cublas", "tf32", 80, 1e-3),  # 1.6x SGEMM; errs 3.6x FP16
+        _row("cublas", "fp16", 100, 2.8e-4), _row("cublas", "bf16", 100, 2.8e-4),
+        _row("wmma", "fp16", 100), _row("mma", "fp16", 90),  # WMMA ahead, at cuBLAS's speed
+        _row("cublas", "fp32", 10, n=1024), _row("cublas", "fp16", 20, n=1024),  # same lead
+        _row("mma", "fp16", math.nan, n=1024, status="wrong"),
     ])
 
 
-def test_claims_on_a_made_up_table():
-    states = {fn.__name__: fn(_table()) for _, fn in lesson.CLAIMS}
-    assert states["hand_fp16_near_cublas"][0] == lesson.NOT_SEEN
-    assert "57%" in states["hand_fp16_near_cublas"][1]
-    for name in ("every_point_correct", "tf32_faster_than_fp32", "fp16_faster_than_tf32",
-                 "bf16_faster_than_tf32", "tf32_and_fp16_err_alike", "bf16_err_about_8x_fp16",
-                 "fp32_far_more_accurate", "mma_faster_than_wmma", "cublas_under_tensor_peak"):
-        assert states[name][0] == lesson.SEEN, (name, states[name])
-    assert lesson.hand_fp16_near_cublas(_table(hand=560))[0] == lesson.SEEN
-    assert len(lesson.evaluate(_table())) == len(lesson.CLAIMS)
+def _judge(key: str, df: pd.DataFrame) -> claims.ClaimResult:
+    claim = next(c for c in claims.lesson_claims(REGISTRY["tensor_cores"]) if c.name == key)
+    got = claims.evaluate_claim("tensor_cores", claim, df)
+    assert got is not None
+    return got
 
 
-def test_claims_without_the_points():
-    none = _table().iloc[:0]
-    assert lesson.tf32_faster_than_fp32(none)[0] == lesson.NOT_APPLICABLE
-    nm = _table()
-    nm.loc[nm["p_precision"] == "tf32", "status"] = "not_measured"
-    assert lesson.tf32_faster_than_fp32(nm)[0] == lesson.NOT_MEASURED
-    bf16_only = pd.concat([_table().iloc[:4], pd.DataFrame(
-        [_row("wmma", "bf16", 170, 2e-3), _row("mma", "bf16", 300, 2e-3)])])
-    state, ev = lesson.mma_faster_than_wmma(bf16_only)
-    assert state == lesson.SEEN and ev.startswith("bf16"), ev
-    failed = _table()
-    failed.loc[0, "status"] = "failed"
-    assert lesson.every_point_correct(failed)[0] == lesson.NOT_SEEN
+def _keys() -> list[str]:
+    return [c.name for c in claims.lesson_claims(REGISTRY["tensor_cores"])]
+
+
+def test_the_lesson_states_its_claims_once_with_flips():
+    exp = REGISTRY["tensor_cores"]
+    assert exp.claims is lesson.CLAIMS and exp.try_this is lesson.TRY_THIS
+    assert len(_keys()) == len(set(_keys())) == len(lesson.CLAIMS) + 1
+    assert all(c.flip is not None for c in claims.lesson_claims(exp))
+
+
+@pytest.mark.parametrize("key", _keys())
+def test_every_claim_is_seen_on_the_h100_run_and_its_flip_contradicts_it(key):
+    """The H100 run of the tensor-core notes (the H100 reference beside it, for the run's
+    ceilings): every claim seen, and its flip turns it to not seen, as tests/test_claims.py
+    does on the references once they carry tensor_cores rows."""
+    df = pd.concat([results.read_table(REFERENCE), results.read_table(RUN1)],
+                   ignore_index=True)
+    before = _judge(key, df)
+    assert before.state is State.SEEN, before
+    rows = df["experiment"] == "tensor_cores"
+    claim = next(c for c in claims.lesson_claims(REGISTRY["tensor_cores"]) if c.name == key)
+    after = _judge(key, pd.concat([df[~rows], claim.flip(df[rows].copy())],
+                                  ignore_index=True))
+    assert after.state is State.NOT_SEEN, after
+
+
+@pytest.mark.parametrize("key", _keys())
+def test_every_claim_is_contradicted_on_a_made_up_run_and_its_flip_restores_it(key):
+    df = _contradicted()
+    before = _judge(key, df)
+    assert before.state is State.NOT_SEEN, before
+    claim = next(c for c in claims.lesson_claims(REGISTRY["tensor_cores"]) if c.name == key)
+    after = _judge(key, claim.flip(df.copy()))
+    assert after.state is State.SEEN, after
+
+
+def test_evidence_holds_the_numbers_read():
+    got = {r.key: r for r in claims.evaluate("tensor_cores", _contradicted())}
+    assert "1.60×" in got["tf32_over_fp32"].evidence
+    assert "wrong: mma-fp16-1024" in got["correct"].evidence
+    assert "125 %" in got["cublas_under_peak"].evidence
+    assert got["hand_under_cublas"].evidence.startswith("FP16 at n = 4")
+
+
+def test_missing_points_are_not_measured_and_missing_units_not_applicable():
+    d = _contradicted()
+    no_tf32 = d[d["p_precision"] != "tf32"]
+    assert _judge("tf32_over_fp32", no_tf32).state is State.NOT_MEASURED
+    failed = d.assign(status=np.where(d["p_precision"] == "tf32", "failed", d["status"]))
+    assert _judge("tf32_over_fp32", failed).state is State.NOT_MEASURED
+    assert _judge("error_tf32_like_fp16", d.assign(m_err_input=math.nan)).state \
+        is State.NOT_MEASURED
+    # a failed point gives no result: not judged, said so
+    only_failed = d.assign(status=np.where(d["status"] == "wrong", "failed", d["status"]))
+    r = _judge("correct", only_failed)
+    assert r.state is State.SEEN and "1 points gave no result (failed" in r.evidence
+    # Ampere: cuBLAS issues mma.sync too; a TF32 peak only 1x the FP32 one (GeForce Ada)
+    assert _judge("hand_under_cublas", d.assign(compute_capability="8.0")).state \
+        is State.NOT_APPLICABLE
+    geforce = d.assign(m_peak_precision_gflops=82_600.0)
+    assert _judge("tf32_over_fp32", geforce).state is State.NOT_APPLICABLE
+    assert _judge("fp16_over_tf32", d.assign(compute_capability="7.5")).state \
+        is State.NOT_APPLICABLE
+    # a chip the peak table does not know yet is judged, not ruled out
+    assert _judge("fp16_over_tf32", d.assign(compute_capability="10.0")).state \
+        is State.NOT_SEEN
+    # a GPU-less run measured nothing: every claim not measured
+    none = d.assign(status="not_measured", reason="no GPU")
+    assert {r.state for r in claims.evaluate("tensor_cores", none)} == {State.NOT_MEASURED}
+
+
+def test_facts_come_from_the_table():
+    from cudalab import roofline
+
+    df = results.read_table(RUN1)
+    full = roofline.annotate(df)
+    c = roofline.ceilings_of(full)
+    peaks, errs = (f(full, c) for f in lesson.EXPLANATIONS)
+    assert "TF32 tensor cores 535 TFLOP/s" in peaks and "n = 4" in peaks
+    assert "rounding the inputs predicts" in errs and "BF16" in errs
+    assert all(f(full.iloc[:0], c) is None for f in lesson.EXPLANATIONS)
 
 
 def test_a_tile_that_cannot_fit_the_register_file_is_refused():

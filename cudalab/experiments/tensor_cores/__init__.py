@@ -27,7 +27,7 @@ import pandas as pd
 from cudalab import tensor_peaks
 from cudalab.experiments import base
 from cudalab.experiments.base import Check, Experiment, Point, Result, block_schema
-from cudalab.experiments.tensor_cores import cublas_ex, kernels, numerics
+from cudalab.experiments.tensor_cores import cublas_ex, kernels, lesson, numerics
 from cudalab.experiments.tensor_cores import figures as tc_figures
 from cudalab.experiments.tensor_cores.kernels import (
     DEFAULT_MMA_TILES,
@@ -54,6 +54,12 @@ class TensorCores(Experiment):
     name = "tensor_cores"
     order = 32
     vs_device_peak = False  # the FP32 CUDA-core peak is not these points' ceiling
+    # each point carries its precision's dense peak (m_peak_precision_gflops): the roofline
+    # draws these points under the roof of their precision
+    precision_roofs = True
+    roofline = True
+    explanations, claims = lesson.EXPLANATIONS, lesson.CLAIMS
+    try_this = lesson.TRY_THIS
     title = "Tensor cores: WMMA, mma.sync and cuBLAS in TF32, FP16 and BF16; precision as a knob"
     caption = (
         "The same product C = A B in four input precisions, all accumulating in FP32: FP32 "
@@ -66,9 +72,16 @@ class TensorCores(Experiment):
         "accumulation; its error against the product of the unrounded inputs is what the "
         "precision costs. Look for: TF32 far faster than FP32, FP16 and BF16 faster again; "
         "TF32 and FP16 with about the same error (10 stored mantissa bits each), BF16 about "
-        "8x worse (7 bits), FP32 orders of magnitude better; mma.sync faster than WMMA; "
+        "8 times worse (7 bits), FP32 orders of magnitude better; mma.sync faster than WMMA; "
         "and how close the best hand FP16 kernel comes to cuBLAS FP16 (Hopper's cuBLAS uses "
-        "wgmma, which mma.sync cannot match).")
+        "wgmma, which mma.sync cannot match). The claims below judge each of these on this "
+        "run.")
+    sources = {
+        "10": "stored mantissa bits of FP16 (IEEE 754 binary16) and of TF32 (NVIDIA A100 "
+              "Tensor Core GPU Architecture whitepaper)",
+        "7": "stored mantissa bits of BF16 (bfloat16: the upper half of an IEEE 754 binary32)",
+        "8": "BF16's rounding error over FP16's: three fewer mantissa bits, 2^3",
+    }
     schema = block_schema({
         "sizes": {"type": "array", "items": _size, "minItems": 1,
                   "default": [1024, 2048, 4096],

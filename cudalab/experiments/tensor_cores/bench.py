@@ -13,7 +13,7 @@ import sys
 
 import pandas as pd
 
-from cudalab.experiments.tensor_cores import lesson
+from cudalab import claims
 from cudalab.experiments.tensor_cores.figures import largest, summary_rows, tile_label
 
 WGMMA_PROBE = r"""
@@ -97,7 +97,8 @@ def report(df: pd.DataFrame) -> list[str]:
         lines.append(f"NOT OK {r['point_id']}: {r['status']} {str(r.get('reason'))[:200]}")
     if len(bad) > 12:
         lines.append(f"... {len(bad) - 12} more not ok")
-    lines += [f"[{s}] {phrase}: {ev}" for phrase, s, ev in lesson.evaluate(d)]
+    lines += [f"[{r.state.value}] {r.statement}: {r.evidence}"
+              for r in claims.evaluate("tensor_cores", df)]
     return lines
 
 

@@ -1,196 +1,498 @@
-"""The tensor-core lesson, "precision is a knob": the caption's claims as plain predicates
-over the results table, each returning (state, evidence). State is one of "seen", "not
-seen", "not measured" (the points were in the grid but have no ok result) and "not
-applicable" (the grid has no such points). Every number in the evidence comes from the
-table; the only constants are the thresholds below.
+"""The tensor-core lesson, "precision is a knob": its claims (each a predicate over this run's
+table with its threshold and the data change that turns it over) and its facts (sentences
+computed from the table). Every number in a sentence comes from the table; the only
+constants are the named thresholds below.
+
+Speeds are compared at the largest size both sides of a comparison were measured ok at
+(cuBLAS against cuBLAS of another precision, the best mma.sync tile against WMMA); errors are
+m_err_input, the error against the float64 product of the unrounded inputs.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from cudalab.experiments.tensor_cores.figures import best, largest
+from cudalab import fmt, tensor_peaks
+from cudalab.experiments.lesson import (
+    Claim,
+    Flip,
+    Judgement,
+    Mask,
+    TryThis,
+    col,
+    judged,
+    no_data,
+    not_applicable,
+    ok,
+    slower,
+    with_value,
+)
+from cudalab.experiments.tensor_cores.numerics import expected_input_error
 
-SEEN, NOT_SEEN, NOT_MEASURED, NOT_APPLICABLE = "seen", "not seen", "not measured", "not applicable"
-State = tuple[str, str]
+if TYPE_CHECKING:
+    from cudalab.roofline import Ceilings
 
-TF32_OVER_FP32 = 2.0  # cuBLAS TF32 at least this much faster than SGEMM
-HALF_OVER_TF32 = 1.5  # cuBLAS FP16 and BF16 at least this much faster than TF32
-SAME_ERROR = 2.0  # TF32 and FP16 errors within this factor of each other
-BF16_ERROR = (4.0, 16.0)  # BF16 error / FP16 error: three fewer bits, 8x expected
-FP32_BETTER = 100.0  # FP32 error at least this much below FP16's
-HAND_TARGET = 0.70  # best hand FP16 kernel against cuBLAS FP16
+Key = tuple[str, str]  # (variant, precision)
+
+# cuBLAS TF32 at least this much faster than SGEMM, on chips whose dense TF32 tensor peak is
+# at least TF32_PEAK_GAIN times the FP32 peak (sm_80, sm_90: 8x; 2x on Ada and GA10x, and 1x
+# on their GeForce boards, where the claim does not apply).
+TF32_OVER_FP32 = 2.0
+TF32_PEAK_GAIN = 4.0
+# cuBLAS FP16 and BF16 at least this much faster than TF32 (their peaks: 2x on every chip).
+HALF_OVER_TF32 = 1.5
+# TF32 and FP16 keep the same 10 mantissa bits: errors within this factor of each other.
+SAME_ERROR = 2.0
+# BF16 keeps three bits fewer than FP16: its error 2^3 = 8x FP16's, within this range.
+BF16_ERROR = (4.0, 16.0)
+# FP32 inputs are not rounded: its error at least this far below FP16's (2^-24 vs 2^-11 at
+# the input, less the accumulation both share).
+FP32_BETTER = 100.0
+# The best mma.sync tile (cp.async stages, ldmatrix) at least this much faster than WMMA
+# (one shared-memory stage): a pipeline that overlaps loads with MMAs should win by more
+# than the run-to-run spread of a few per cent.
+MMA_OVER_WMMA = 1.2
+# Where cuBLAS issues asynchronous warpgroup MMAs (wgmma on 9.x, tcgen05 on 10.x), the best
+# hand kernel (mma.sync or WMMA, which issue neither) stays under this share of cuBLAS: one
+# small MMA per warp and instruction, its operands staged through registers, cannot keep the
+# tensor pipe as busy as a warpgroup MMA reading shared memory directly.
+HAND_SHARE = 0.70
+ASYNC_MMA_MAJORS = (9, 10)
+# Try-this: at the smallest size cuBLAS FP16's speed-up over SGEMM is under this share of
+# its speed-up at the largest size (the fast kernel meets its fixed costs first).
+SMALL_GAIN_SHARE = 0.8
+# A flip moves the quantity a claim judges this far past its threshold.
+FLIP_MARGIN = 2.0
+
+CUBLAS = {p: ("cublas", p) for p in ("fp32", "tf32", "fp16", "bf16")}
+NAMES = {"cublas": "cuBLAS", "wmma": "WMMA", "mma": "mma.sync"}
 
 
-def _ok(df: pd.DataFrame) -> pd.DataFrame:
-    return df[df["status"].astype(str) == "ok"] if "status" in df else df
+def _label(k: Key) -> str:
+    return "cuBLAS SGEMM" if k == CUBLAS["fp32"] else f"{NAMES[k[0]]} {k[1].upper()}"
 
 
-def _missing(df: pd.DataFrame, pairs: list[tuple[str, str]]) -> State | None:
-    """'not applicable' where the grid has no rows of a (variant, precision), 'not
-    measured' where it has some but none ok; None when every pair has an ok row."""
-    for v, p in pairs:
-        rows = df[(df["variant"] == v) & (df["p_precision"] == p)]
-        if rows.empty:
-            return NOT_APPLICABLE, f"no {v} {p} point in this run"
-        if _ok(rows).empty:
-            return NOT_MEASURED, f"{v} {p}: {len(rows)} points, none measured ok"
-    return None
-
-
-def _best_at_largest(df: pd.DataFrame) -> dict[tuple[str, str], pd.Series]:
-    b = best(largest(_ok(df)))
-    return {(r["variant"], r["p_precision"]): r for _, r in b.iterrows()}
+def _is(*keys: Key) -> Mask:
+    return lambda d: pd.Series(
+        [(v, p) in keys for v, p in zip(d["variant"], d["p_precision"], strict=True)],
+        index=d.index, dtype=bool)
 
 
 def _size(r: pd.Series) -> str:
-    m, k, n = int(r["p_m"]), int(r["p_k"]), int(r["p_n"])
-    return f"n = {m}" if m == k == n else f"{m}x{k}.{k}x{n}"
+    m, k, n = (fmt.integer(r[c]) for c in ("p_m", "p_k", "p_n"))
+    return f"n = {m}" if m == k == n else f"{m} x {k} x {n}"
 
 
-def _speedup(df: pd.DataFrame, fast: str, slow: str, factor: float) -> State:
-    if (miss := _missing(df, [("cublas", fast), ("cublas", slow)])) is not None:
-        return miss
-    b = _best_at_largest(df)
-    if ("cublas", fast) not in b or ("cublas", slow) not in b:
-        return NOT_MEASURED, f"cuBLAS {fast} and {slow} not both measured at the largest size"
-    f, s = b[("cublas", fast)], b[("cublas", slow)]
-    r = f["gflops"] / s["gflops"]
-    return (SEEN if r >= factor else NOT_SEEN,
-            f"cuBLAS {fast} {f['gflops'] / 1e3:.1f} / {slow} {s['gflops'] / 1e3:.1f} TFLOP/s "
-            f"= {r:.1f}x at {_size(f)} (threshold {factor:g}x)")
+def _measured(d: pd.DataFrame, key: Key, need: str = "gflops") -> pd.DataFrame:
+    """The ok rows of (variant, precision) with a positive `need`."""
+    o = ok(d)
+    o = o[_is(key)(o)]
+    return o[col(o, need) > 0]
 
 
-def every_point_correct(df: pd.DataFrame) -> State:
-    """Every result matches the float64 product of its rounded inputs within the derived
-    tolerance."""
-    if df.empty:
-        return NOT_APPLICABLE, "no tensor-core point in this run"
-    done = df[df["status"].astype(str) != "not_measured"]
+def _at_largest(d: pd.DataFrame, keys: tuple[Key, ...],
+                need: str = "gflops") -> tuple[pd.Series, ...] | Judgement:
+    """The fastest row of each key at the largest size (flops) every key was measured ok
+    at, or why there is none."""
+    rows = [_measured(d, k, need) for k in keys]
+    common = set.intersection(*(set(col(r, "flops")) for r in rows))
+    if not common:
+        what = " and ".join(_label(k) for k in keys)
+        extra = "" if need == "gflops" else f" with {need} recorded"
+        return no_data(f"{what} not measured ok at one size{extra}")
+    f = max(common)
+    return tuple(r.loc[col(r, "gflops")[col(r, "flops") == f].idxmax()] for r in rows)
+
+
+def _cc(d: pd.DataFrame) -> str:
+    cc = d["compute_capability"].dropna() if "compute_capability" in d else []
+    return tensor_peaks.cc_key(cc.iloc[0]) if len(cc) else ""
+
+
+def _num(r: pd.Series, c: str) -> float:
+    v = pd.to_numeric(pd.Series([r.get(c)]), errors="coerce").iloc[0]
+    return float(v) if pd.notna(v) else math.nan
+
+
+def _x(v: float) -> str:
+    """A threshold factor: '2×', '1.5×' (its exact value, as configured)."""
+    return f"{fmt.param(v)}×"
+
+
+def _no_tensor_path(d: pd.DataFrame, *precs: str) -> Judgement | None:
+    """Not applicable where the chip has no tensor-core path for one of precs: by the peak
+    table where it knows the compute capability, else none before 7.0 and only FP16 on 7.x
+    (TF32 and BF16 came with 8.0)."""
+    cc = _cc(d)
+    if not cc:
+        return None
+    known, major = tensor_peaks.RATES.get(cc), int(cc.split(".")[0])
+    for p in precs:
+        lacks = (p not in known if known is not None
+                 else major < 7 or (major < 8 and p != "fp16"))
+        if lacks:
+            return not_applicable(f"compute capability {cc} has no {p.upper()} tensor cores")
+    return None
+
+
+def _rate(r: pd.Series) -> str:
+    return fmt.flop_rate(r["gflops"])
+
+
+# -- facts -----------------------------------------------------------------------------------
+def peaks_and_shares(d: pd.DataFrame, c: Ceilings) -> str | None:
+    """Each precision's dense peak on this GPU and the share cuBLAS reaches of it."""
+    parts = []
+    for p, k in CUBLAS.items():
+        got = _at_largest(d, (k,))
+        if isinstance(got, Judgement):
+            continue
+        r = got[0]
+        peak = _num(r, "m_peak_precision_gflops")
+        if math.isfinite(peak) and peak > 0:
+            unit = "FP32 on the CUDA cores" if p == "fp32" else f"{p.upper()} tensor cores"
+            parts.append(f"{unit} {fmt.flop_rate(peak)}, cuBLAS {_rate(r)} = "
+                         f"{fmt.percent(100 * r['gflops'] / peak)} at {_size(r)}")
+    if not parts:
+        return None
+    return ("Dense peaks on this GPU (SMs x clock x rate per SM) and what cuBLAS reaches of "
+            "them: " + "; ".join(parts) + ".")
+
+
+def errors_against_rounding(d: pd.DataFrame, c: Ceilings) -> str | None:
+    """cuBLAS's error against the unrounded product per precision, beside the error that
+    rounding the inputs alone predicts."""
+    parts = []
+    for p, k in CUBLAS.items():
+        got = _at_largest(d, (k,), "m_err_input")
+        if isinstance(got, Judgement):
+            continue
+        r, want = got[0], expected_input_error(p)
+        parts.append(f"{p.upper()} {fmt.error(r['m_err_input'])}"
+                     + (f" (rounding the inputs predicts {fmt.error(want)})" if want > 0
+                        else " (inputs not rounded: the accumulation's error)"))
+    if not parts:
+        return None
+    return ("cuBLAS's error against the float64 product of the unrounded inputs, at the "
+            "largest size: " + "; ".join(parts) + ".")
+
+
+# -- claims ----------------------------------------------------------------------------------
+def _correct(d: pd.DataFrame, c: Ceilings) -> Judgement:
+    status = d["status"].astype(str)
+    done = d[status.isin(["ok", "wrong"])]
+    failed = d[~status.isin(["ok", "wrong", "not_measured"])]
+    kinds = ", ".join(sorted(set(failed["status"].astype(str))))
+    gone = (f"; {fmt.integer(len(failed))} points gave no result ({kinds}: not judged)"
+            if len(failed) else "")
     if done.empty:
-        return NOT_MEASURED, f"{len(df)} points, none measured"
-    bad = done[done["status"] != "ok"]
-    return (SEEN if bad.empty else NOT_SEEN,
-            f"{len(done) - len(bad)}/{len(done)} points correct"
-            + (f"; first failure: {bad['point_id'].iloc[0]}" if len(bad) else ""))
+        return no_data("no point produced a result" + gone)
+    wrong = done[done["status"].astype(str) == "wrong"]
+    return judged(wrong.empty,
+                  f"{fmt.integer(len(done) - len(wrong))}/{fmt.integer(len(done))} results "
+                  "within their tolerance"
+                  + (f"; wrong: {', '.join(wrong['point_id'].astype(str).head(5))}"
+                     if len(wrong) else "") + gone)
 
 
-def tf32_faster_than_fp32(df: pd.DataFrame) -> State:
-    return _speedup(df, "tf32", "fp32", TF32_OVER_FP32)
+def _flip_correct(d: pd.DataFrame) -> pd.DataFrame:
+    """Seen: the first ok point is wrong; not seen: every wrong point is ok."""
+    status = d["status"].astype(str)
+    if (status == "wrong").any():
+        return with_value(d, lambda x: x["status"].astype(str) == "wrong", "status", "ok")
+    first = d.index[status == "ok"][:1]
+    return with_value(d, lambda x: pd.Series(x.index.isin(first), index=x.index), "status",
+                      "wrong")
 
 
-def fp16_faster_than_tf32(df: pd.DataFrame) -> State:
-    return _speedup(df, "fp16", "tf32", HALF_OVER_TF32)
+def _speedup(fast: Key, slow: Key, factor: float) -> Callable[..., Judgement]:
+    def judge(d: pd.DataFrame, c: Ceilings) -> Judgement:
+        if (na := _no_tensor_path(d, *(p for _, p in (fast, slow) if p != "fp32"))):
+            return na
+        got = _at_largest(d, (fast, slow))
+        if isinstance(got, Judgement):
+            return got
+        f, s = got
+        r = f["gflops"] / s["gflops"]
+        return judged(r >= factor, f"{_label(fast)} {_rate(f)} / {_label(slow)} {_rate(s)} "
+                                   f"= {fmt.ratio(r)} at {_size(f)}")
+    return judge
 
 
-def bf16_faster_than_tf32(df: pd.DataFrame) -> State:
-    return _speedup(df, "bf16", "tf32", HALF_OVER_TF32)
+def _tf32_over_fp32(d: pd.DataFrame, c: Ceilings) -> Judgement:
+    got = _at_largest(d, (CUBLAS["tf32"], CUBLAS["fp32"]))
+    if not isinstance(got, Judgement):
+        tf32, fp32 = (_num(r, "m_peak_precision_gflops") for r in got)
+        if tf32 > 0 and fp32 > 0 and tf32 / fp32 < TF32_PEAK_GAIN:
+            return not_applicable(f"the dense TF32 tensor peak is {fmt.ratio(tf32 / fp32)} "
+                                  "the FP32 peak on this GPU")
+    return _speedup(CUBLAS["tf32"], CUBLAS["fp32"], TF32_OVER_FP32)(d, c)
 
 
-def _errors(df: pd.DataFrame, precs: list[str]) -> dict[str, float] | State:
-    if (miss := _missing(df, [("cublas", p) for p in precs])) is not None:
-        return miss
-    b = _best_at_largest(df)
-    out = {p: float(b[("cublas", p)].get("m_err_input", math.nan))
-           for p in precs if ("cublas", p) in b}
-    if len(out) < len(precs) or not all(math.isfinite(v) and v > 0 for v in out.values()):
-        return NOT_MEASURED, "errors against the unrounded product not recorded"
+def _flip_speed(fast: Key, slow: Key, factor: float) -> Flip:
+    """Seen: the fast rows slow to half the threshold's speed-up; not seen: they gain twice
+    it (every row of the key scaled alike, so the best tile stays the best)."""
+    def flip(d: pd.DataFrame) -> pd.DataFrame:
+        got = _at_largest(d, (fast, slow))
+        if isinstance(got, Judgement):
+            return d
+        r = got[0]["gflops"] / got[1]["gflops"]
+        target = factor / FLIP_MARGIN if r >= factor else factor * FLIP_MARGIN
+        return slower(d, _is(fast), r / target)
+    return flip
+
+
+def _errors(d: pd.DataFrame, a: str, b: str) -> tuple[float, float] | Judgement:
+    got = _at_largest(d, (CUBLAS[a], CUBLAS[b]), "m_err_input")
+    if isinstance(got, Judgement):
+        return got
+    return float(got[0]["m_err_input"]), float(got[1]["m_err_input"])
+
+
+def _err_alike(d: pd.DataFrame, c: Ceilings) -> Judgement:
+    e = _errors(d, "tf32", "fp16")
+    if isinstance(e, Judgement):
+        return e
+    r = max(e) / min(e)
+    return judged(r <= SAME_ERROR, f"cuBLAS error against the unrounded product: TF32 "
+                                   f"{fmt.error(e[0])}, FP16 {fmt.error(e[1])} "
+                                   f"({fmt.ratio(r)} apart)")
+
+
+def _err_bf16(d: pd.DataFrame, c: Ceilings) -> Judgement:
+    e = _errors(d, "bf16", "fp16")
+    if isinstance(e, Judgement):
+        return e
+    r = e[0] / e[1]
+    lo, hi = BF16_ERROR
+    return judged(lo <= r <= hi, f"cuBLAS error against the unrounded product: BF16 "
+                                 f"{fmt.error(e[0])} / FP16 {fmt.error(e[1])} = {fmt.ratio(r)}")
+
+
+def _err_fp32(d: pd.DataFrame, c: Ceilings) -> Judgement:
+    e = _errors(d, "fp16", "fp32")
+    if isinstance(e, Judgement):
+        return e
+    r = e[0] / e[1]
+    return judged(r >= FP32_BETTER, f"cuBLAS error against the unrounded product: FP16 "
+                                    f"{fmt.error(e[0])} / FP32 {fmt.error(e[1])} = "
+                                    f"{fmt.ratio(r)}")
+
+
+def _flip_error(prec: str, other: str, holds: Callable[[float], bool], fail: float,
+                hold: float) -> Flip:
+    """prec's error becomes other's x `fail` where the claim holds (ratio prec / other),
+    x `hold` where it does not."""
+    def flip(d: pd.DataFrame) -> pd.DataFrame:
+        e = _errors(d, prec, other)
+        if isinstance(e, Judgement):
+            return d
+        return with_value(d, _is(CUBLAS[prec]), "m_err_input",
+                          e[1] * (fail if holds(e[0] / e[1]) else hold))
+    return flip
+
+
+def _mma_pair(d: pd.DataFrame) -> tuple[str, pd.Series, pd.Series] | Judgement:
+    """(precision, best mma.sync row, WMMA row) in fp16, else bf16 (the same kernels)."""
+    why = None
+    for p in ("fp16", "bf16"):
+        got = _at_largest(d, (("mma", p), ("wmma", p)))
+        if not isinstance(got, Judgement):
+            return p, *got
+        why = why or got
+    return why
+
+
+def _mma_over_wmma(d: pd.DataFrame, c: Ceilings) -> Judgement:
+    got = _mma_pair(d)
+    if isinstance(got, Judgement):
+        return got
+    p, m, w = got
+    r = m["gflops"] / w["gflops"]
+    return judged(r >= MMA_OVER_WMMA, f"{p.upper()} at {_size(m)}: best mma.sync {_rate(m)}, "
+                                      f"WMMA {_rate(w)} ({fmt.ratio(r)})")
+
+
+def _flip_mma(d: pd.DataFrame) -> pd.DataFrame:
+    got = _mma_pair(d)
+    if isinstance(got, Judgement):
+        return d
+    return _flip_speed(("mma", got[0]), ("wmma", got[0]), MMA_OVER_WMMA)(d)
+
+
+def _hand_pair(d: pd.DataFrame) -> tuple[str, pd.Series, pd.Series] | Judgement:
+    """(precision, best hand row, cuBLAS row) at the largest size both were measured ok
+    at, in fp16, else bf16."""
+    why = None
+    for p in ("fp16", "bf16"):
+        best = None
+        for v in ("mma", "wmma"):
+            got = _at_largest(d, ((v, p), CUBLAS[p]))
+            if isinstance(got, Judgement):
+                why = why or got
+            elif best is None or (got[0]["flops"], got[0]["gflops"]) > (
+                    best[0]["flops"], best[0]["gflops"]):
+                best = got
+        if best is not None:
+            return p, *best
+    return why
+
+
+def _hand_under_cublas(d: pd.DataFrame, c: Ceilings) -> Judgement:
+    cc = _cc(d)
+    if cc and int(cc.split(".")[0]) not in ASYNC_MMA_MAJORS:
+        return not_applicable(f"compute capability {cc}: cuBLAS has no asynchronous "
+                              "warpgroup MMA here, mma.sync is its path too")
+    got = _hand_pair(d)
+    if isinstance(got, Judgement):
+        return got
+    p, h, cub = got
+    share = h["gflops"] / cub["gflops"]
+    return judged(share < HAND_SHARE,
+                  f"{p.upper()} at {_size(h)}: best hand kernel ({NAMES[h['variant']]}) "
+                  f"{_rate(h)} = {fmt.percent(100 * share)} of cuBLAS {_rate(cub)}")
+
+
+def _flip_hand(d: pd.DataFrame) -> pd.DataFrame:
+    got = _hand_pair(d)
+    if isinstance(got, Judgement):
+        return d
+    p, h, cub = got
+    share = h["gflops"] / cub["gflops"]
+    target = HAND_SHARE * FLIP_MARGIN if share < HAND_SHARE else HAND_SHARE / FLIP_MARGIN
+    return slower(d, _is(("mma", p), ("wmma", p)), share / target)
+
+
+def _peak_share(d: pd.DataFrame) -> pd.Series:
+    """gflops / the dense peak of the row's precision (m_peak_precision_gflops)."""
+    return col(d, "gflops") / col(d, "m_peak_precision_gflops")
+
+
+def _cublas_under_peak(d: pd.DataFrame, c: Ceilings) -> Judgement:
+    o = ok(d)
+    o = o[(o["variant"] == "cublas") & (_peak_share(o) > 0)]
+    if o.empty:
+        return no_data("no cuBLAS point with a known peak")
+    share = _peak_share(o)
+    top = o.loc[share.idxmax()]
+    return judged(share.max() <= 1,
+                  f"highest: cuBLAS {top['p_precision'].upper()} {_rate(top)} = "
+                  f"{fmt.percent(100 * share.max())} of its peak "
+                  f"{fmt.flop_rate(top['m_peak_precision_gflops'])} at {_size(top)}")
+
+
+def _flip_peak(d: pd.DataFrame) -> pd.DataFrame:
+    """Seen: the fastest cuBLAS point runs at 1.5x its peak; not seen: every cuBLAS point
+    above its peak runs at half of it."""
+    share = _peak_share(d)
+    cub = (d["variant"] == "cublas") & (d["status"].astype(str) == "ok") & (share > 0)
+    if not cub.any():
+        return d
+    if share[cub].max() <= 1:
+        top = share[cub].idxmax()
+        return slower(d, lambda x: pd.Series(x.index == top, index=x.index),
+                      share[top] / (1 + 1 / FLIP_MARGIN))
+    out = d
+    for i in share[cub & (share > 1)].index:
+        out = slower(out, lambda x, i=i: pd.Series(x.index == i, index=x.index),
+                     share[i] * FLIP_MARGIN)
     return out
 
 
-def tf32_and_fp16_err_alike(df: pd.DataFrame) -> State:
-    e = _errors(df, ["tf32", "fp16"])
-    if isinstance(e, tuple):
-        return e
-    r = max(e.values()) / min(e.values())
-    return (SEEN if r <= SAME_ERROR else NOT_SEEN,
-            f"cuBLAS error vs unrounded: tf32 {e['tf32']:.1e}, fp16 {e['fp16']:.1e} "
-            f"({r:.1f}x apart; threshold {SAME_ERROR:g}x)")
+def _gain_by_size(d: pd.DataFrame) -> list[tuple[pd.Series, float]]:
+    """(cuBLAS FP16 row, its speed-up over SGEMM) at each size both were measured ok at,
+    smallest first."""
+    h, s = _measured(d, CUBLAS["fp16"]), _measured(d, CUBLAS["fp32"])
+    out = []
+    for f in sorted(set(col(h, "flops")) & set(col(s, "flops"))):
+        hr = h.loc[col(h, "gflops")[col(h, "flops") == f].idxmax()]
+        sr = s.loc[col(s, "gflops")[col(s, "flops") == f].idxmax()]
+        out.append((hr, hr["gflops"] / sr["gflops"]))
+    return out
 
 
-def bf16_err_about_8x_fp16(df: pd.DataFrame) -> State:
-    e = _errors(df, ["bf16", "fp16"])
-    if isinstance(e, tuple):
-        return e
-    r = e["bf16"] / e["fp16"]
-    lo, hi = BF16_ERROR
-    return (SEEN if lo <= r <= hi else NOT_SEEN,
-            f"cuBLAS error vs unrounded: bf16 {e['bf16']:.1e} / fp16 {e['fp16']:.1e} = "
-            f"{r:.1f}x (expected {lo:g} to {hi:g}x)")
+def _small_gain(d: pd.DataFrame, c: Ceilings) -> Judgement:
+    g = _gain_by_size(d)
+    if len(g) < 2:
+        return no_data("cuBLAS FP16 and SGEMM not both measured ok at two sizes")
+    (small, rs), (big, rb) = g[0], g[-1]
+    return judged(rs < SMALL_GAIN_SHARE * rb,
+                  f"cuBLAS FP16 over SGEMM: {fmt.ratio(rs)} at {_size(small)}, "
+                  f"{fmt.ratio(rb)} at {_size(big)}")
 
 
-def fp32_far_more_accurate(df: pd.DataFrame) -> State:
-    e = _errors(df, ["fp32", "fp16"])
-    if isinstance(e, tuple):
-        return e
-    r = e["fp16"] / e["fp32"]
-    return (SEEN if r >= FP32_BETTER else NOT_SEEN,
-            f"cuBLAS error vs unrounded: fp32 {e['fp32']:.1e}, fp16 {e['fp16']:.1e} "
-            f"({r:.0f}x; threshold {FP32_BETTER:g}x)")
+def _flip_small_gain(d: pd.DataFrame) -> pd.DataFrame:
+    g = _gain_by_size(d)
+    if len(g) < 2:
+        return d
+    (small, rs), (_, rb) = g[0], g[-1]
+    target = rb * (SMALL_GAIN_SHARE * FLIP_MARGIN if rs < SMALL_GAIN_SHARE * rb
+                   else SMALL_GAIN_SHARE / FLIP_MARGIN)
+    f = small["flops"]
+    return slower(d, lambda x: _is(CUBLAS["fp16"])(x) & (col(x, "flops") == f), rs / target)
 
 
-def mma_faster_than_wmma(df: pd.DataFrame) -> State:
-    """The best mma.sync tile beats WMMA, in fp16 (else bf16: the same two kernels)."""
-    b = _best_at_largest(df)
-    prec = next((p for p in ("fp16", "bf16") if ("mma", p) in b and ("wmma", p) in b), None)
-    if prec is None:
-        miss = _missing(df, [("mma", "fp16"), ("wmma", "fp16")])
-        return miss or (NOT_MEASURED, "mma and wmma not both measured at the largest size")
-    m, w = b[("mma", prec)], b[("wmma", prec)]
-    return (SEEN if m["gflops"] > w["gflops"] else NOT_SEEN,
-            f"{prec} at {_size(m)}: best mma.sync {m['gflops'] / 1e3:.1f}, WMMA "
-            f"{w['gflops'] / 1e3:.1f} TFLOP/s")
-
-
-def hand_fp16_near_cublas(df: pd.DataFrame) -> State:
-    """The best hand FP16 kernel reaches HAND_TARGET of cuBLAS FP16 at the largest size."""
-    if (miss := _missing(df, [("cublas", "fp16")])) is not None:
-        return miss
-    b = _best_at_largest(df)
-    hand = [b[k] for k in (("mma", "fp16"), ("wmma", "fp16")) if k in b]
-    if ("cublas", "fp16") not in b or not hand:
-        return NOT_MEASURED, "no hand fp16 kernel and cuBLAS fp16 measured at the largest size"
-    top = max(hand, key=lambda r: r["gflops"])
-    c = b[("cublas", "fp16")]
-    r = top["gflops"] / c["gflops"]
-    return (SEEN if r >= HAND_TARGET else NOT_SEEN,
-            f"best hand fp16 ({top['variant']}) {top['gflops'] / 1e3:.1f} TFLOP/s = "
-            f"{100 * r:.0f}% of cuBLAS fp16 {c['gflops'] / 1e3:.1f} at {_size(c)} "
-            f"(target {HAND_TARGET:.0%})")
-
-
-def cublas_under_tensor_peak(df: pd.DataFrame) -> State:
-    """No cuBLAS result exceeds its precision's dense peak (else the peak table is wrong)."""
-    d = _ok(df)
-    d = d[d["variant"] == "cublas"]
-    if d.empty or "m_pct_peak_precision" not in d or d["m_pct_peak_precision"].isna().all():
-        return NOT_MEASURED, "no cuBLAS point with a known peak"
-    pct = pd.to_numeric(d["m_pct_peak_precision"], errors="coerce")
-    top = d.loc[pct.idxmax()]
-    return (SEEN if pct.max() <= 100 else NOT_SEEN,
-            f"highest: cuBLAS {top['p_precision']} at {pct.max():.0f}% of its peak "
-            f"({_size(top)})")
-
-
-CLAIMS: tuple[tuple[str, Callable[[pd.DataFrame], State]], ...] = (
-    ("every result is checked against the float64 product of its rounded inputs",
-     every_point_correct),
-    ("TF32 far faster than FP32", tf32_faster_than_fp32),
-    ("FP16 and BF16 faster again", fp16_faster_than_tf32),
-    ("FP16 and BF16 faster again", bf16_faster_than_tf32),
-    ("TF32 and FP16 with about the same error", tf32_and_fp16_err_alike),
-    ("BF16 about 8x worse", bf16_err_about_8x_fp16),
-    ("FP32 orders of magnitude better", fp32_far_more_accurate),
-    ("mma.sync faster than WMMA", mma_faster_than_wmma),
-    ("how close the best hand FP16 kernel comes to cuBLAS FP16", hand_fp16_near_cublas),
-    ("each precision's dense tensor peak", cublas_under_tensor_peak),
+EXPLANATIONS = (peaks_and_shares, errors_against_rounding)
+CLAIMS = (
+    Claim("every result matches the float64 product of its rounded inputs within the "
+          "tolerance derived from K and FP32 accumulation", _correct, _flip_correct,
+          "correct"),
+    Claim(f"at the largest size, cuBLAS TF32 is at least {_x(TF32_OVER_FP32)} as fast "
+          f"as cuBLAS SGEMM (on chips whose TF32 tensor peak is at least "
+          f"{_x(TF32_PEAK_GAIN)} the FP32 peak)", _tf32_over_fp32,
+          _flip_speed(CUBLAS["tf32"], CUBLAS["fp32"], TF32_OVER_FP32), "tf32_over_fp32"),
+    Claim(f"at the largest size, cuBLAS FP16 is at least {_x(HALF_OVER_TF32)} as fast "
+          "as cuBLAS TF32", _speedup(CUBLAS["fp16"], CUBLAS["tf32"], HALF_OVER_TF32),
+          _flip_speed(CUBLAS["fp16"], CUBLAS["tf32"], HALF_OVER_TF32), "fp16_over_tf32"),
+    Claim(f"at the largest size, cuBLAS BF16 is at least {_x(HALF_OVER_TF32)} as fast "
+          "as cuBLAS TF32", _speedup(CUBLAS["bf16"], CUBLAS["tf32"], HALF_OVER_TF32),
+          _flip_speed(CUBLAS["bf16"], CUBLAS["tf32"], HALF_OVER_TF32), "bf16_over_tf32"),
+    Claim(f"TF32 and FP16 (the same stored mantissa bits) err within "
+          f"{_x(SAME_ERROR)} of each other against the unrounded product", _err_alike,
+          _flip_error("tf32", "fp16", lambda r: max(r, 1 / r) <= SAME_ERROR,
+                      2 * SAME_ERROR, 1.0), "error_tf32_like_fp16"),
+    Claim(f"BF16 (three mantissa bits fewer) errs {_x(BF16_ERROR[0])} to "
+          f"{_x(BF16_ERROR[1])} as much as FP16", _err_bf16,
+          _flip_error("bf16", "fp16", lambda r: BF16_ERROR[0] <= r <= BF16_ERROR[1], 1.0,
+                      math.sqrt(BF16_ERROR[0] * BF16_ERROR[1])), "error_bf16_8x_fp16"),
+    Claim(f"FP16 errs at least {_x(FP32_BETTER)} as much as FP32 (whose inputs are not "
+          "rounded)", _err_fp32,
+          _flip_error("fp32", "fp16", lambda r: 1 / r >= FP32_BETTER, 1 / 10,
+                      1 / (10 * FP32_BETTER)), "error_fp32_far_below"),
+    Claim(f"at the largest size, the best mma.sync tile is at least "
+          f"{_x(MMA_OVER_WMMA)} as fast as WMMA, in FP16 (else BF16: the same "
+          "kernels)", _mma_over_wmma, _flip_mma, "mma_over_wmma"),
+    Claim("where cuBLAS issues asynchronous warpgroup MMAs (Hopper's wgmma, data-centre "
+          "Blackwell's tcgen05), the best hand kernel (mma.sync or WMMA, which issue neither) "
+          f"stays under {fmt.percent(100 * HAND_SHARE)} of cuBLAS at the largest size, in FP16 "
+          "(else BF16)", _hand_under_cublas, _flip_hand, "hand_under_cublas"),
+    Claim("no cuBLAS point is faster than the dense peak of its precision (else the peak "
+          "table is wrong)", _cublas_under_peak, _flip_peak, "cublas_under_peak"),
 )
-
-
-def evaluate(df: pd.DataFrame) -> list[tuple[str, str, str]]:
-    """(caption phrase, state, evidence) of every claim on the experiment's rows."""
-    d = df[df["experiment"] == "tensor_cores"] if "experiment" in df else df
-    return [(phrase, *check(d)) for phrase, check in CLAIMS]
+TRY_THIS = [
+    TryThis("tensor_cores.sizes: [256, 512, 4096]",
+            "small products cannot fill the tensor cores: cuBLAS FP16 runs into its fixed "
+            "costs (launch, the first and last tiles) long before SGEMM does, so the lead of "
+            "the low precisions shrinks at the small sizes; the claim judges it on the "
+            "smallest and the largest size of whatever sizes ran",
+            Claim(f"cuBLAS FP16's speed-up over SGEMM at the smallest size is under "
+                  f"{fmt.percent(100 * SMALL_GAIN_SHARE)} of its speed-up at the largest size",
+                  _small_gain, _flip_small_gain, "small_sizes_lose_the_lead")),
+    TryThis("tensor_cores.mma_tiles: [{bm: 128, bn: 128, bk: 32, wm: 64, wn: 32, stages: 2}, "
+            "{bm: 128, bn: 128, bk: 32, wm: 64, wn: 32, stages: 4}]",
+            "the same tile with two and with four cp.async stages: with two, one k-slice "
+            "loads while the tensor cores work on the other, and a load that takes longer "
+            "than the MMAs of a slice stalls the warps; more stages keep more loads in "
+            "flight. Where the deeper pipeline gains little, the loads were already hidden "
+            "and something else limits the kernel (the registers that ldmatrix fills, the "
+            "issue rate of one small MMA per instruction)"),
+    TryThis("tensor_cores.sizes: [[4096, 256, 4096]]",
+            "a thin K: every element of C is a sum of few products while C itself, in FP32, "
+            "is as large as before, so the bytes per FLOP grow and the point moves left on "
+            "the roofline; the low precisions, which gained by computing faster, now wait on "
+            "memory as well, so their lead over SGEMM shrinks"),
+]
