@@ -75,8 +75,8 @@ class FastMath(Experiment):
                 **_pos_int_list,
                 "items": {"type": "integer", "minimum": 1, "maximum": 256},
                 "default": [1, 16, 64, 256],
-                "description": "evaluations of f per element: 1 is memory-bound, "
-                "64 and more compute-bound",
+                "description": "evaluations of f per element: at 1 memory traffic is the "
+                "largest share of the time, with many the kernel is compute-bound",
             },
             "variants": {
                 **_pos_int_list,
@@ -107,7 +107,8 @@ class FastMath(Experiment):
     figures = {
         "time_error": "Kernel time (left) and largest relative error against the float64 "
         "reference (right) of each build, against the number of evaluations per element, "
-        "at the largest size. Dashed lines: the tolerances.",
+        "at the largest size. Dashed (precise) and dotted (fast builds) lines: the "
+        "tolerances.",
     }
 
     # -- teaching (report) ----------------------------------------------------------------

@@ -76,8 +76,9 @@ def occupancy_achieved(d: pd.DataFrame, c: Ceilings) -> str | None:
                      f"({fmt.percent(worst['achieved'])} of {fmt.percent(worst['theory'])})")
     low = d[d["achieved"] < OCCUPANCY_GAP * d["theory"]]
     tail = (f"; {len(low)} points stay below {OCCUPANCY_GAP:.0%} of their theoretical "
-            "occupancy (tail effects: too few blocks for the last wave, or warps that "
-            "finish early)" if len(low) else "")
+            "occupancy (possible causes: blocks that start and retire faster than the SM "
+            "refills their slots, a last partial wave, warps that finish early)"
+            if len(low) else "")
     return "Nsight Compute's achieved occupancy against the calculator's: " + "; ".join(
         parts) + tail + "."
 
@@ -106,7 +107,7 @@ def occupancy_knee(d: pd.DataFrame, c: Ceilings) -> str | None:
         s += (f"; yet {len(slow)} block sizes with at least that occupancy stay below it "
               f"({sizes} threads: "
               f"{fmt.bandwidth(lo) if lo == hi else fmt.span(lo, hi, fmt.bandwidth)}): "
-              "occupancy is not what limits them")
+              "theoretical occupancy is not what limits them")
     return s + "."
 
 
