@@ -44,8 +44,9 @@ from cudalab import devicespec, nvcc_flags
 from cudalab import occupancy as occ
 from cudalab.experiments import base
 from cudalab.experiments import matmul as mm
-from cudalab.experiments.base import Check, Expectation, Experiment, Point, Result, block_schema
-from cudalab.experiments.lesson import ClaimResult
+from cudalab.experiments.base import Check, Experiment, Point, Result, block_schema
+from cudalab.experiments.static_analysis import lesson
+from cudalab.experiments.static_analysis.lesson import TILE_PARAMS, _tile_labels  # noqa: F401
 from cudalab.gpu import Kernel, nvcc_banner
 from cudalab.resources import CUDA_DIR
 
@@ -69,16 +70,18 @@ class StaticAnalysis(Experiment):
     name = "static_analysis"
     order = 27
     title = "Static analysis: registers, shared memory, spills and occupancy per architecture"
+    explanations, claims = lesson.EXPLANATIONS, lesson.CLAIMS
     caption = (
         "What the compiler makes of each kernel before anything runs: ptxas reports the "
         "registers per thread, static shared memory, stack and spills it chose for every "
         "target architecture, and the occupancy calculator turns registers and shared "
         "memory into the share of warp slots a block size can fill. Look for: kernels whose "
-        "register count drops occupancy below 100 % (the curve steps down as the block "
+        "register count keeps occupancy below full (the curve steps down as the block "
         "grows, and stops where a block no longer fits the register file), shared-memory "
         "tiles that cap the resident blocks, any spill bytes (registers that did not fit and "
         "went to local memory), and how the same source needs a different number of "
-        "registers on each architecture. No GPU is needed: this runs in CI."
+        "registers on each architecture. No GPU is needed: this runs in CI. The claims below "
+        "judge each of these on this run."
     )
     schema = block_schema({
             "archs": {
@@ -144,19 +147,12 @@ class StaticAnalysis(Experiment):
 
     # -- grid --------------------------------------------------------------------------
     # -- teaching (report) ----------------------------------------------------------------
-    try_this = [
-        ("static_analysis.archs: [sm_75, sm_90]", "two targets five years apart: the "
-         "registers figure gets two columns, and most kernels use a different register "
-         "count in each (so a different occupancy)"),
-        ("matmul.register_tiles: [{rt: 2, bt: 32, bk: 32}]", "matmul_register is analysed "
-         "once per register tile of the matmul block: with only the 2 x 2 tile, the 8 x 8 "
-         "rows (128 registers, 25 % occupancy) leave both figures"),
-    ]
+    try_this = lesson.TRY_THIS
     questions = [
         "Why is the register count of the same kernel different for sm_75 and sm_90?",
         "What does a register spill cost at run time, and where does the spilled value "
         "live?",
-        "__launch_bounds__(256) lets matmul_register use more registers: what does it "
+        "__launch_bounds__(NTHREADS) lets matmul_register use more registers: what does it "
         "forbid in return?",
     ]
 
@@ -241,31 +237,7 @@ class StaticAnalysis(Experiment):
 
     # -- figures -----------------------------------------------------------------------
     def _frame(self, df: pd.DataFrame) -> pd.DataFrame:
-        d = self.ok(df).copy()
-        if d.empty:
-            return d
-        d["p_flags"] = d["p_flags"].fillna("").astype(str)
-        for c in ("m_registers", "m_smem_static", "m_spill_stores", "m_spill_loads",
-                  "m_dynamic_smem", "m_barriers", "m_launch_bounds"):
-            if c not in d:
-                d[c] = 0
-            d[c] = pd.to_numeric(d[c], errors="coerce").fillna(0)
-        # a compile variant that changes nothing for a kernel (LIVE for vec_mul) is not shown
-        # as a separate kernel: keep its first variant, named without flags
-        usage = ["m_registers", "m_smem_static", "m_spill_stores", "m_spill_loads",
-                 "m_barriers"]
-        same = d.groupby(["p_file", "variant"])[["p_flags", *usage]].apply(
-            lambda g: g.groupby("p_flags")[usage].apply(lambda x: tuple(x.to_numpy().ravel()))
-            .nunique() <= 1)
-        d["_same"] = [bool(same.get((f, k), False)) for f, k in zip(d["p_file"], d["variant"])]
-        first = d.groupby(["p_file", "variant"])["p_flags"].transform("first")
-        d = d[~d["_same"] | (d["p_flags"] == first)].copy()
-        tile = _tile_labels(d)
-        d["label"] = [f"{f.removesuffix('.cu')}:{k}"
-                      + (f" [{t or fl}]" if (t or fl) and not sm else "")
-                      for f, k, fl, t, sm in zip(d["p_file"], d["variant"], d["p_flags"], tile,
-                                                 d["_same"])]
-        return d.drop(columns="_same")
+        return lesson.frame(df)
 
     def plot(self, name: str, df: pd.DataFrame):
         import matplotlib.pyplot as plt
@@ -333,71 +305,8 @@ class StaticAnalysis(Experiment):
             return fig
         raise KeyError(name)
 
-    # -- expectations ------------------------------------------------------------------
-    def expectations(self, df: pd.DataFrame) -> list[ClaimResult]:
-        out = []
-        rows = df[df["experiment"] == self.name] if "experiment" in df else df
-        claim = "nvcc compiles every kernel file for every target and ptxas reports each kernel"
-        if (nm := base.unmeasured(claim, rows, "row")) is not None:
-            return [nm]  # every other check reads what ptxas reported
-        nm_note = base.not_measured_note(rows)
-        rows = base.measured(rows)
-        failed = rows[rows["status"] == "failed"]
-        skipped = rows[rows["status"] == "skipped"]
-        out.append(Expectation(
-            claim, len(rows) > 0 and failed.empty,
-            f"{len(rows) - len(failed) - len(skipped)}/{len(rows)} (file, variant, kernel, "
-            f"arch) rows analysed"
-            + (f", {len(skipped)} skipped (kernel not compiled with those flags: "
-               f"{', '.join(sorted(set(skipped['variant'])))})" if not skipped.empty else "")
-            + (f"; first failure {failed.iloc[0]['point_id']}: {failed.iloc[0]['reason']}"
-               if not failed.empty else "") + nm_note))
-        d = self._frame(df)
-        if d.empty:
-            return out
-        spills = d[(d["m_spill_stores"] + d["m_spill_loads"]) > 0]
-        out.append(Expectation(
-            "no kernel spills registers to local memory",
-            spills.empty,
-            "no spills" if spills.empty else
-            f"{len(spills)} rows spill, e.g. {spills.iloc[0]['label']} on "
-            f"{spills.iloc[0]['p_arch']}: {int(spills.iloc[0]['m_spill_stores'])} B stores"))
-        if "m_occupancy_256" in d:
-            # a kernel whose __launch_bounds__ ask for smaller blocks (the warp-tiled matmul:
-            # 128 threads) is built for them, not refused by the hardware: left out here
-            bound = pd.to_numeric(d.get("m_launch_bounds", pd.Series(0, index=d.index)),
-                                  errors="coerce").fillna(0)
-            b = d[(bound == 0) | (bound >= 256)]
-            o = pd.to_numeric(b["m_occupancy_256"], errors="coerce")
-            cannot = b[o <= 0]
-            low = o.idxmin()
-            out.append(Expectation(
-                "every kernel can launch 256-thread blocks on every target (its registers "
-                "and static shared memory fit an SM; kernels whose __launch_bounds__ ask "
-                "for smaller blocks are left out)",
-                cannot.empty,
-                f"{len(b) - len(cannot)}/{len(b)} rows launchable; lowest occupancy at 256 "
-                f"threads: {b.loc[low, 'label']} on {b.loc[low, 'p_arch']}, "
-                f"{100 * o[low]:.0f} % ({b.loc[low, 'm_limiter_256']})"
-                + (f"; cannot launch: {', '.join(cannot['label'] + ' ' + cannot['p_arch'])}"
-                   if not cannot.empty else "")))
-        if "p_arch" in d and d["p_arch"].nunique() > 1:
-            per = d.groupby("label")["m_registers"].agg(["min", "max"])
-            differ = per[per["min"] != per["max"]]
-            out.append(Expectation(
-                "register allocation depends on the target architecture",
-                not differ.empty,
-                f"{len(differ)}/{len(per)} kernels use a different register count on "
-                f"different targets" + (f", e.g. {differ.index[0]}: {int(differ.iloc[0]['min'])}"
-                                        f"-{int(differ.iloc[0]['max'])}"
-                                        if not differ.empty else "")))
-        return out
-
 
 # -- kernels as their experiments compile and launch them (Experiment.compile_variants) -----
-TILE_PARAMS = ("rt", "bt", "bk")  # matmul's register tile, as its points name it
-
-
 def declared_variants(config: dict[str, Any] | None) -> dict[tuple[str, str],
                                                               list[base.CompileVariant]]:
     """(file, kernel) -> the compile variants every experiment declares for it."""
@@ -432,15 +341,6 @@ def matmul_register_variants(config: dict[str, Any] | None) -> list[tuple[str, d
     block (its defaults where the block is absent or disabled)."""
     return [(define_flags(cv.defines), cv.params)
             for cv in mm.Matmul().compile_variants(config) if cv.kernel == "matmul_register"]
-
-
-def _tile_labels(d: pd.DataFrame) -> list[str]:
-    """'rt=2 bt=32 bk=32' for rows of a register tile ('' for the others)."""
-    if not set(f"p_{k}" for k in TILE_PARAMS) <= set(d.columns):
-        return [""] * len(d)
-    vals = d[[f"p_{k}" for k in TILE_PARAMS]].to_numpy()
-    return ["" if pd.isna(row).any() else
-            " ".join(f"{k}={int(v)}" for k, v in zip(TILE_PARAMS, row)) for row in vals]
 
 
 # -- compiling and parsing ------------------------------------------------------------------
