@@ -319,7 +319,7 @@ def test_with_trials_the_spread_and_the_floor_judge():
     run = _points([("k", "short-a", 2.3e-6, KERNEL, 0.01), ("k", "short-b", 2.1e-6, KERNEL, 0.01),
                    ("k", "long-a", 110e-6, KERNEL, 0.01), ("c", "cpu-a", 1.3e-3, HOST, 0.02)],
                   floor_s=70e-9)
-    rule = compare.Rule(k=2.0)
+    rule = compare.Rule(k=2.0, class_floors_always=False)
     cmp = compare.compare_pair(base, run, rule=rule).set_index("point_id")
     assert cmp["trials"].all()
     assert cmp.loc["short-a", "verdict"] == "slower"
