@@ -505,6 +505,14 @@ def read_table(path: Path) -> pd.DataFrame:
         # a table aggregated before the peak had its own column (the H100 reference): the
         # memory experiments reported it as a metric then
         df["peak_mem_gbps"] = pd.to_numeric(df["m_peak_gbps"], errors="coerce")
+    if "m_gpu_copy_share" not in df and {"m_h2d_s", "m_kernel_s", "m_d2h_s"} <= set(df):
+        # a table recorded before matmul's time split kept the copies' share of the GPU time
+        # (nvprof's: H2D + D2H over H2D + kernel + D2H) has the phases it is made of
+        h2d, ker, d2h = (pd.to_numeric(df[c], errors="coerce")
+                         for c in ("m_h2d_s", "m_kernel_s", "m_d2h_s"))
+        share = (h2d + d2h) / (h2d + ker + d2h)
+        df = pd.concat([df, share.where(df["experiment"] == "matmul")
+                        .rename("m_gpu_copy_share")], axis=1)
     return df
 
 

@@ -59,33 +59,35 @@ def matmul(naive_tflops: float = 5.0, **ncu) -> pd.DataFrame:
     return table(rows)
 
 
+def _claim(name: str, df: pd.DataFrame, key: str) -> claims.ClaimResult:
+    return next(r for r in claims.evaluate(name, df) if r.key == key)
+
+
 def test_naive_matmul_served_by_caches_with_l2_hit_rate():
-    say = matmul_lesson.matmul_naive_caches
-    df = roofline.annotate(matmul(5.0))
-    c = roofline.ceilings_of(df)
-    s = say(df, c)
-    assert "could feed it 750 GFLOP/s" in s and "5.00 TFLOP/s, 6.7x more" in s
-    assert "served by the L1 and L2 caches" in s and "hit rate" not in s
+    c = _claim("matmul", matmul(5.0), "naive_cache_fed")
+    assert c.passed is True
+    assert ("5.00 TFLOP/s at 4096 = 6.67× what the measured DRAM ceiling 3.00 TB/s could "
+            "feed at 4 bytes per flop (750 GFLOP/s)") in c.evidence
+    assert "caches serve" in c.statement and "hit rate" not in c.evidence
     hit = matmul(5.0, naive={"m_ncu_l2_hit_rate_pct": 93.5, "m_ncu_status": "ok"})
-    s = say(roofline.annotate(hit), c)
-    assert s.endswith("(Nsight Compute: L2 hit rate 94 %).")
+    assert _claim("matmul", hit, "naive_cache_fed").evidence.endswith(
+        "(750 GFLOP/s); Nsight Compute: L2 hit rate 94 %")
     skipped = matmul(5.0, naive={"m_ncu_l2_hit_rate_pct": 93.5,
                                  "m_ncu_status": "not profiled: ncu missing"})
-    assert "hit rate" not in say(roofline.annotate(skipped), c)
+    assert "hit rate" not in _claim("matmul", skipped, "naive_cache_fed").evidence
 
 
 def test_naive_matmul_fed_by_dram_and_absent():
-    df = roofline.annotate(matmul(0.5))
-    s = matmul_lesson.matmul_naive_caches(df, roofline.ceilings_of(df))
-    assert "did come from DRAM" in s
-    no_naive = df[df["variant"] != "naive"]
-    assert matmul_lesson.matmul_naive_caches(no_naive, roofline.ceilings_of(df)) is None
+    assert _claim("matmul", matmul(0.5), "naive_cache_fed").passed is False
+    df = matmul()
+    no_naive = _claim("matmul", df[df["variant"] != "naive"], "naive_cache_fed")
+    assert no_naive.passed is None and no_naive.state.value == "not measured"
 
 
 def test_theoretical_ceiling_is_named_when_nothing_was_measured():
-    df = roofline.annotate(matmul(5.0).drop(columns=["ceil_dram_gbps", "ceil_fp32_gflops"]))
-    s = matmul_lesson.matmul_naive_caches(df, roofline.ceilings_of(df))
-    assert "theoretical DRAM ceiling 3,352 GB/s" in s
+    df = matmul(5.0).drop(columns=["ceil_dram_gbps", "ceil_fp32_gflops"])
+    c = _claim("matmul", df, "naive_cache_fed")
+    assert f"theoretical DRAM ceiling {fmt.bandwidth(3352.0)}" in c.evidence
 
 
 def test_bank_conflicts_only_with_profiler_counts():
@@ -94,15 +96,16 @@ def test_bank_conflicts_only_with_profiler_counts():
     df = roofline.annotate(matmul(conflicts=True))
     s = matmul_lesson.matmul_bank_conflicts(df, roofline.ceilings_of(df))
     assert s == ("Shared-memory bank conflicts counted by Nsight Compute at 4096³: tile 32: "
-                 "9,000,000 conflicting vs 0 padded; tile 16: 4,000,000 conflicting vs 0 "
-                 "padded.")
+                 f"{fmt.integer(9e6)} conflicting vs 0 padded; tile 16: {fmt.integer(4e6)} "
+                 "conflicting vs 0 padded.")
 
 
-def test_best_matmul_against_the_fp32_roof():
+def test_best_matmul_against_the_roof_of_its_dtype():
     df = roofline.annotate(matmul())
-    s = matmul_lesson.matmul_best_vs_roof(df, roofline.ceilings_of(df))
-    assert "cublas, reaches 50.0 TFLOP/s: 83 % of the measured FP32 ceiling" in s
+    s = matmul_lesson.matmul_best_fp32(df, roofline.ceilings_of(df))
+    assert "cuBLAS SGEMM, reaches 50.0 TFLOP/s: 83 % of the measured FP32 ceiling" in s
     assert "at 683 FLOP/byte" in s  # 2n^3 / 12n^2 = n / 6
+    assert matmul_lesson.matmul_best_fp64(df, roofline.ceilings_of(df)) is None  # no float64
 
 
 def occupancy(ncu: bool) -> pd.DataFrame:
@@ -196,7 +199,7 @@ def test_fast_math_sides_of_the_ridge():
 
 def test_explain_reads_the_whole_table_and_skips_absent_experiments():
     df = pd.concat([matmul(), coalescing()], ignore_index=True)
-    assert len(explain.explain("matmul", df)) == 2  # no ncu: no bank-conflict sentence
+    assert len(explain.explain("matmul", df)) == 1  # float32 only, no ncu: one sentence
     assert explain.explain("sobel", df) == []
     assert explain.explain("transfer", df) == []
 
@@ -209,10 +212,10 @@ def _verdict(name: str, df: pd.DataFrame) -> list[bool | None]:
 
 
 def test_claims_supported_and_contradicted():
-    assert _verdict("matmul", matmul()) == [True]
+    assert _by_key("matmul", matmul(), ["cublas_ceiling"]) == [True]
     slow = matmul()
     slow.loc[slow["variant"] == "cublas", "gflops"] = 1000.0
-    assert _verdict("matmul", slow) == [False]
+    assert _by_key("matmul", slow, ["cublas_ceiling"]) == [False]
     flat_key = ["offset_flat"]
     assert _by_key("coalescing", coalescing(), flat_key) == [None]  # no offset points
     flat = table([pt("coalescing", "offset", 1 / 2300, p_offset=o) for o in range(3)])
@@ -260,8 +263,7 @@ def test_reference_run_explanations():
     """The committed H100 run: naive matmul served by caches, the 2048² padded transpose
     L2-resident, sobel far from the DRAM bandwidth (18 % of it)."""
     df = results.read_table(REFERENCE)
-    mm = " ".join(explain.explain("matmul", df))
-    assert "served by the L1 and L2 caches" in mm
+    assert _by_key("matmul", df, ["naive_cache_fed"]) == [True]
     co = " ".join(explain.explain("coalescing", df))
     assert "transpose_padded at 2048²" in co and "L2-resident" in co
     assert _verdict("sobel", df) == [True]

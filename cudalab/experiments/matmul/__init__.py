@@ -31,8 +31,7 @@ import pandas as pd
 
 from cudalab import fmt
 from cudalab.experiments import base
-from cudalab.experiments.base import Expectation, Experiment, Point, Result, block_schema
-from cudalab.experiments.lesson import ClaimResult
+from cudalab.experiments.base import Experiment, Point, Result, block_schema
 from cudalab.experiments.matmul import lesson
 from cudalab.experiments.matmul.build import (  # noqa: F401
     _dtype,
@@ -107,7 +106,6 @@ from cudalab.experiments.matmul.kernels import (  # noqa: F401
 from cudalab.experiments.matmul.ladder import (  # noqa: F401
     DEFAULT_VEC4_TILES,
     DEFAULT_WARP_TILES,
-    LADDER_GAIN,
     LADDER_MIN_STEPS,
     LADDER_NOTES,
     MAX_WARP_ACC,
@@ -116,7 +114,6 @@ from cudalab.experiments.matmul.ladder import (  # noqa: F401
     WARP_ENUMS,
     WARP_KEYS,
     _cell,
-    _ladder_expectation,
     _ladder_table_html,
     _largest_square,
     _num,
@@ -132,12 +129,6 @@ from cudalab.harness import WallTimer
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
 
-# -- expected effects: thresholds ----------------------------------------------------------
-TILING_GAIN = 1.2  # tiled vs naive
-REGISTER_GAIN = 1.2  # register-tiled vs tiled
-PADDING_GAIN = 1.1  # padded vs conflicting tiles
-GPU_VS_CPU = 10.0  # best GPU kernel vs numpy on the host
-
 
 class Matmul(Experiment):
     name = "matmul"
@@ -151,10 +142,9 @@ class Matmul(Experiment):
         "B) for 2K flops; neighbouring threads share rows of A and columns of B, so most of "
         "those loads are served by the L1 and L2 caches, not by DRAM (with profile.ncu on, "
         "the L2 hit rate says how many: it falls once the matrices outgrow the L2), and "
-        "what limits the kernel is the load traffic "
-        "through the caches. The tiled kernel loads TILE x TILE tiles of A "
-        "and B into shared memory once per block and reuses every value TILE times, cutting "
-        "global traffic by the tile factor. "
+        "what limits the kernel is the load traffic through the caches, not its arithmetic. "
+        "The tiled kernel loads TILE x TILE tiles of A and B into shared memory once per "
+        "block and reuses every value TILE times, cutting global loads by the tile width. "
         "Bank conflicts: tiled_conflict and tiled_padded store the B tile transposed, so in "
         "the inner loop the 32 threads of a warp read down a column of it. With rows of "
         "TILE = 32 floats (tiled_conflict) that column lies in a single one of the 32 "
@@ -166,20 +156,29 @@ class Matmul(Experiment):
         "from a bt x bt block tile: per shared-memory load it does rt FMAs instead of one. "
         "The ladder goes on toward cuBLAS: vec4 moves tiles with 128-bit loads, dbuf "
         "overlaps the next tile's loads with the current tile's math, warptile gives each "
-        "warp its own sub-tile (each step is explained in the ladder table). "
+        "warp its own sub-tile (the ladder table explains each step). "
         "cuBLAS SGEMM (through CuPy, plain FP32: no TF32, whose 10-bit mantissa would fail "
-        "the correctness check) is the ceiling. In double precision (naive, tiled, cuBLAS "
-        "DGEMM) the same kernels run at the GPU's FP64 rate: half the FP32 rate on GH100 and "
-        "GA100, 1/64 on consumer chips; DGEMM may use the FP64 tensor cores (sm_80, sm_90) "
-        "and so exceed the CUDA cores' FP64 peak it is compared with. "
-        "Look for: tiled at least 1.2x above naive (at the course's 160x240.240x320 and at "
-        "the largest size) and register above tiled at large sizes, the best hand-written "
-        "kernel at 80 % of cuBLAS or more at the largest size, padded more than 1.1x "
-        "faster than conflict (far faster at TILE 32), cuBLAS on top from n of about 1000, "
-        "the GPU far above the CPU once the matrices fill the chip, and, in the time split, "
-        "copies (H2D + D2H) dominating for small matrices: for those, moving data costs "
-        "more than the arithmetic."
+        "the correctness check) is the float32 ceiling. In double precision (naive, tiled, "
+        "cuBLAS DGEMM) the kernels run on the GPU's FP64 CUDA cores, at half the FP32 rate "
+        "on GH100 and GA100 and 1/64 of it on consumer chips, while cuBLAS DGEMM uses the "
+        "FP64 tensor cores where the GPU has them (sm_80, sm_90); each float64 point is "
+        "judged against the FP64 peak of the units it runs on, each float32 point against "
+        "the FP32 ceiling. "
+        "Look for: tiling paying over the naive kernel (at the course's product and at the "
+        "largest size), register tiling paying over shared-memory tiles, padding paying "
+        "over the conflicting layout at every tile, the best hand-written kernel close to "
+        "cuBLAS, cuBLAS on top once the products are large, the GPU far above the CPU "
+        "(numpy's multithreaded BLAS, not the course's single-core loop), and, in the time "
+        "split, copies taking most of the GPU time of small products. The claims below "
+        "state each with its threshold and judge it on this run."
     )
+    sources = {
+        "10": "TF32's explicit mantissa bits (NVIDIA A100 Tensor Core GPU Architecture "
+              "whitepaper)",
+        "1000": "a size of the default grid that no tile divides (matmul.sizes)",
+        "256": "16 x 16, the course's factor for 16 x 16 tiles (the course table names the "
+               "error)",
+    }
     schema = block_schema({
             "sizes": {
                 "type": "array", "items": _size, "minItems": 1,
@@ -257,37 +256,28 @@ class Matmul(Experiment):
         "ladder": "The ladder from the naive kernel to cuBLAS SGEMM, float32: TFLOP/s of "
         "each step's best configuration at the largest square size (top) and at the "
         "course's 160x240.240x320 (bottom); each bar is labelled with its % of cuBLAS "
-        "(same run) and % of the GPU's FP32 peak. The ladder table below gives each step's "
-        "registers, shared memory and occupancy.",
+        "(same run) and % of the GPU's FP32 peak. The ladder table of this section gives "
+        "each step's registers, shared memory and occupancy.",
         "gflops": "GFLOP/s of the square products against n (both axes log scale), one "
         "panel per lesson: global memory vs shared-memory tiles, bank conflicts (padded vs "
         "conflicting layout, same colour per tile, dotted = conflicting), register tiling; "
         "the fourth panel is the course's rectangular product 160x240.240x320 on its own "
         "(best configuration of each variant). Each legend entry gives that configuration's "
         "percentage of cuBLAS at the largest size. The unlabelled tick just left of 1024 is "
-        "n = 1000, a size no tile divides. cuBLAS (dashed) is the ceiling only from n of "
-        "about 1000: in the grey band a product takes microseconds, every variant is bound "
-        "by its launch path rather than its arithmetic, and cuBLAS is called through CuPy, "
-        "whose per-call host work is larger than a prepared pycuda launch; it also picks "
-        "kernels tuned for large matrices. There it falls below the course kernels.",
-        "time_split": "End-to-end time of the tiled kernel split into allocation, "
-        "host-to-device copy, kernel and device-to-host copy.",
+        "n = 1000, a size no tile divides. cuBLAS (dashed) is the ceiling only for large "
+        "products (the claim on cuBLAS states from which n): in the grey band a product "
+        "takes microseconds, every variant is bound by its launch path rather than its "
+        "arithmetic, and cuBLAS is called through CuPy, whose per-call host work is larger "
+        "than a prepared pycuda launch; it also picks kernels tuned for large matrices. "
+        "There it can fall below the course kernels.",
+        "time_split": "End-to-end time of the tiled kernel split into allocation "
+        "(cudaMalloc, host time), host-to-device copy, kernel and device-to-host copy; the "
+        "claim on copies counts the GPU time alone (copies and kernel), as nvprof does.",
     }
 
     # -- config ------------------------------------------------------------------------
     # -- teaching (report) ----------------------------------------------------------------
-    try_this = [
-        ("matmul.warp_tiles: [{bm: 128, bn: 128, bk: 16, wm: 64, wn: 64, wniter: 4, tm: 8, "
-         "tn: 4, threads: 128}, {bm: 64, bn: 64, bk: 16, wm: 32, wn: 32, wniter: 1, tm: 4, "
-         "tn: 8, threads: 128}]", "a large and a small warp tile: the small one has 4x the "
-         "blocks (better at the course's size, where 128x128 tiles leave most SMs idle) but "
-         "re-reads A and B twice as often from L2, so it falls behind at 4096"),
-        ("measurement.cold_l2: true", "the naive kernel loses most: its re-reads of A and "
-         "B were served by the 50 MiB L2; the tiled kernels, which reuse data in shared "
-         "memory, lose less, so the tiling gain grows"),
-        ("matmul.tiles: [8]", "only TILE 8: 8x less reuse per load than TILE 32 and only 64 "
-         "threads per block; tiled falls towards naive and the tiling check may fail"),
-    ]
+    try_this = lesson.TRY_THIS
     questions = [
         "What does double buffering overlap, and why does it need twice the shared memory?",
         "How many global-memory loads does the naive kernel make per output element, and "
@@ -505,6 +495,7 @@ class Matmul(Experiment):
         metrics = {f"{k}_s": v for k, v in med.items()}
         metrics["total_s"] = total
         metrics["copy_share"] = (med["h2d"] + med["d2h"]) / total
+        metrics["gpu_copy_share"] = lesson.gpu_copy_share(med["h2d"], med["kernel"], med["d2h"])
         return phases, metrics
 
     # -- figures -----------------------------------------------------------------------
@@ -558,57 +549,6 @@ class Matmul(Experiment):
             return fig
         raise KeyError(name)
 
-    # -- expected effects --------------------------------------------------------------
-    def expectations(self, df: pd.DataFrame) -> list[ClaimResult]:
-        d = self._frame(df)
-        out = []
-        all_rows = df[df["variant"] != "cpu"]
-        skipped = all_rows[all_rows["status"] == "skipped"]
-        judged = base.measured(all_rows[all_rows["status"] != "skipped"])
-        bad = judged[judged["status"] != "ok"]
-        note = base.not_measured_note(all_rows)
-        if len(skipped):
-            note += f"; {len(skipped)} skipped ({skipped['reason'].iloc[0]})"
-        claim = "every GPU result matches the float64 CPU reference"
-        out.append(base.unmeasured(claim, all_rows, "GPU point") or Expectation(
-            claim, len(judged) > 0 and bad.empty,
-            f"{len(judged) - len(bad)}/{len(judged)} GPU points correct{note}",
-        ))
-        gpu = d[d["variant"] != "cpu"]
-        if not gpu.empty:
-            big = gpu[gpu["flops"] == gpu["flops"].max()]
-            at = big["size"].iloc[0]
-            best = _best_per_variant(big)
-            out += self._tiling_expectation(gpu, big, at)
-            if "tiled" in best and "register" in best:
-                r = best["register"][1] / best["tiled"][1]
-                out.append(Expectation(
-                    f"register tiling is at least {REGISTER_GAIN}x faster than the best "
-                    "shared-memory tiling at the largest size",
-                    bool(r >= REGISTER_GAIN), f"best register / best tiled = {r:.2f}x at {at} "
-                    f"({best['register'][0]} vs {best['tiled'][0]})"))
-            out += self._padding_expectation(big, at)
-            out += self._cublas_expectation(big, at, df)
-            out += _ladder_expectation(gpu, df)
-            cpu = d[d["variant"] == "cpu"]
-            common = set(cpu["size"]) & set(gpu["size"])
-            if common:
-                s = max(common, key=lambda x: cpu[cpu["size"] == x]["flops"].iloc[0])
-                r = gpu[gpu["size"] == s]["gflops"].max() / cpu[cpu["size"] == s]["gflops"].max()
-                out.append(Expectation(
-                    f"the GPU is at least {GPU_VS_CPU:g}x faster than the CPU (numpy BLAS) on "
-                    "the largest size both ran", bool(r >= GPU_VS_CPU),
-                    f"best GPU / CPU = {r:.1f}x at {s}"))
-            e2e = gpu.dropna(subset=["m_copy_share"]) if "m_copy_share" in gpu else gpu[:0]
-            if not e2e.empty:
-                small = e2e[e2e["flops"] == e2e["flops"].min()]
-                sh = small["m_copy_share"].median()
-                out.append(Expectation(
-                    "copies (H2D + D2H) are more than 50% of the end-to-end time of the "
-                    "smallest product", bool(sh > 0.5),
-                    f"H2D + D2H = {100 * sh:.0f}% at {small['size'].iloc[0]}"))
-        return out
-
     def tables(self, df: pd.DataFrame) -> list[dict[str, str]]:
         out = []
         steps = ladder_rows(self._frame(df))
@@ -621,62 +561,3 @@ class Matmul(Experiment):
             out.append({"title": "Double precision: FP64 against FP32 (same kernels, same "
                                  "inputs)", "html": _fp64_table_html(fp64)})
         return out
-
-    @staticmethod
-    def _padding_expectation(big: pd.DataFrame, at: str) -> list[ClaimResult]:
-        pad = big[big["variant"] == "tiled_padded"].set_index("p_tile")["gflops"]
-        con = big[big["variant"] == "tiled_conflict"].set_index("p_tile")["gflops"]
-        tiles = sorted(set(pad.index) & set(con.index))
-        if not tiles:
-            return []
-        ratios = {int(t): float(pad[t] / con[t]) for t in tiles}
-        # every tile conflicts (2-way at TILE 8 up to 32-way at 32), so padding must pay
-        # at each of them
-        return [Expectation(
-            f"padded shared tiles are more than {PADDING_GAIN}x faster than the "
-            "bank-conflicting layout, at every tile (all conflict) at the largest size",
-            all(r > PADDING_GAIN for r in ratios.values()),
-            f"tiled_padded / tiled_conflict at {at}: " + ", ".join(
-                f"TILE {t}: {r:.2f}x" for t, r in sorted(ratios.items(), reverse=True)))]
-
-    @staticmethod
-    def _tiling_expectation(gpu: pd.DataFrame, big: pd.DataFrame,
-                            at: str) -> list[ClaimResult]:
-        """Tiled (best tile) vs naive, at the course's size and at the largest."""
-        sizes = [at] + [s for s in [size_label(*COURSE_SIZE)]
-                        if s != at and (gpu["size"] == s).any()]
-        ratios = {}
-        for s in sizes:
-            best = _best_per_variant(gpu[gpu["size"] == s])
-            if "naive" in best and "tiled" in best:
-                ratios[s] = best["tiled"][1] / best["naive"][1]
-        if not ratios:
-            return []
-        return [Expectation(
-            f"shared-memory tiling (best tile) is at least {TILING_GAIN}x faster than the "
-            f"naive kernel at the course's {size_label(*COURSE_SIZE)} and at the largest "
-            "size", all(r >= TILING_GAIN for r in ratios.values()),
-            "best tiled / naive = " + ", ".join(f"{r:.2f}x at {s}"
-                                                for s, r in ratios.items()))]
-
-    @staticmethod
-    def _cublas_expectation(big: pd.DataFrame, at: str, df: pd.DataFrame) -> list[ClaimResult]:
-        claim = ("cuBLAS SGEMM is the ceiling: no kernel here is faster at the largest size "
-                 "(ratio <= 1)")
-        cub = big[big["variant"] == "cublas"]
-        if cub.empty:
-            rows = df[df["variant"] == "cublas"]
-            if rows.empty:
-                return []
-            why = rows["reason"].dropna()
-            return [Expectation(claim, None, "cuBLAS not measured at the largest size: "
-                                + (why.iloc[0] if len(why) else "no ok point"))]
-        ceiling = float(cub["gflops"].max())
-        best = _best_per_variant(big[~big["variant"].isin(["cublas", "cpu"])])
-        if not best:
-            return []
-        top = max(g for _, g in best.values())
-        pct = ", ".join(f"{lab} {100 * g / ceiling:.0f}%"
-                        for lab, g in sorted(best.values(), key=lambda x: -x[1]))
-        return [Expectation(claim, bool(ceiling >= top),
-                            f"cuBLAS {ceiling / 1e3:.1f} TFLOP/s at {at}; % of cuBLAS: {pct}")]

@@ -28,7 +28,7 @@ FP64_RATIO = {"7.0": 1 / 2, "8.0": 1 / 2, "9.0": 1 / 2, "8.6": 1 / 64, "8.9": 1 
               "12.0": 1 / 64}
 # FP64 tensor cores (DMMA, which cuBLAS DGEMM uses) against the FP32 CUDA cores: GA100 and
 # GH100 run FP64 matrix products at the FP32 rate (A100 19.5 / 19.5, H100 SXM 67 / 67
-# TFLOP/s), twice their CUDA cores' FP64. Seen on the H100: DGEMM 63.0 TFLOP/s at 4096.
+# TFLOP/s), twice their CUDA cores' FP64 (the lesson's claim dgemm_tensor_cores judges it).
 FP64_TENSOR_RATIO = {"8.0": 1.0, "9.0": 1.0}
 
 
@@ -56,6 +56,30 @@ def fp64_peak_ratio(cc: Any, variant: str) -> tuple[float | None, str]:
         return FP64_TENSOR_RATIO[key], "FP64 tensor cores"
     r = FP64_RATIO.get(key)
     return r, ("FP64 CUDA cores" if r is not None else "")
+
+
+def fp32_peak(row: Any) -> float:
+    """The theoretical FP32 peak recorded with a row (GFLOP/s): its peak_fp32_gflops, else
+    the one behind its pct_peak_gflops; NaN where neither is there."""
+    peak = _num(row, "peak_fp32_gflops")
+    if math.isfinite(peak) and peak > 0:
+        return peak
+    pct = _num(row, "pct_peak_gflops")
+    return 100 * _num(row, "gflops") / pct if pct > 0 else math.nan
+
+
+def fp64_peak(row: Any) -> tuple[float, str]:
+    """(GFLOP/s, which units) of the FP64 peak a float64 row is judged against: the FP32
+    peak recorded with it x fp64_peak_ratio of its variant (cuBLAS DGEMM: the FP64 tensor
+    cores where the GPU has them), else the FP64 peak the record holds. Computed from the
+    FP32 peak, so a record made before the tensor-core peak was known is judged right too
+    (its m_peak_fp64_gflops is the CUDA cores')."""
+    cc = row.get("compute_capability") if hasattr(row, "get") else None
+    ratio, units = (None, "") if fmt.missing(cc) else fp64_peak_ratio(cc, str(row["variant"]))
+    peak32 = fp32_peak(row)
+    if ratio is not None and math.isfinite(peak32):
+        return peak32 * ratio, units
+    return _num(row, "m_peak_fp64_gflops"), units or "FP64 units"
 
 
 def ratio_text(r: float | None) -> str:
@@ -94,11 +118,10 @@ def fp64_summary(d: pd.DataFrame) -> dict[str, Any] | None:
         top = g.loc[g["gflops"].idxmax()]
         f32 = d[(d["p_dtype"] == "float32") & (d["size"] == size) & (d["variant"] == v)]
         g32 = float(f32["gflops"].max()) if not f32.empty else math.nan
-        # % of the FP64 peak of the units the point runs on, from the FP32 peak recorded
-        # with it (records made before the tensor-core peak was known are judged right too)
-        ratio, _ = fp64_peak_ratio(cc, v) if cc else (None, "")
-        peak32 = _num(top, "m_peak_fp64_gflops") / (fp64_ratio(cc) or math.nan)
-        pct = (100 * float(top["gflops"]) / (peak32 * ratio) if ratio and peak32 > 0
+        # % of the FP64 peak of the units the point runs on (fp64_peak); the record's own %
+        # where that peak is unknown
+        peak, _ = fp64_peak(top)
+        pct = (100 * float(top["gflops"]) / peak if peak > 0
                else _num(top, "m_pct_peak_fp64"))
         rows.append({"size": size, "variant": v, "flops": float(top["flops"]),
                      "gflops64": float(top["gflops"]), "gflops32": g32, "pct_peak_fp64": pct})
@@ -116,14 +139,13 @@ def _fp64_table_html(s: dict[str, Any]) -> str:
     meas = "not measured (cuBLAS DGEMM and SGEMM at one size)"
     if s["measured"] is not None:
         size, r = s["measured"]
-        meas = f"cuBLAS DGEMM / SGEMM = {r:.2f}" + (f" (1:{1 / r:.1f})" if r < 1 else "") \
-            + f" at {size}"
+        meas = f"cuBLAS DGEMM / SGEMM = {fmt.ratio(r)} at {size}"
     tensor, _ = fp64_peak_ratio(s["cc"], "cublas") if s["cc"] else (None, "")
     dmma = ("" if tensor is None or tensor == s["theory"] else
             f" cuBLAS DGEMM runs on the FP64 tensor cores (DMMA), which on this GPU do FP64 "
-            f"matrix products at {ratio_text(tensor) if tensor < 1 else 'the FP32 rate'}: "
-            f"that is why it beats SGEMM, and its % is of that peak; the hand-written "
-            f"kernels use the CUDA cores.")
+            f"matrix products at {ratio_text(tensor) if tensor < 1 else 'the FP32 rate'}, "
+            f"so DGEMM can match SGEMM; its % is of that peak, while the hand-written "
+            f"kernels' are of the CUDA cores' FP64 peak.")
     lead = (f"<p>FP64:FP32 of the CUDA cores of this GPU (compute capability "
             f"{html.escape(s['cc'] or '?')}): {ratio_text(s['theory'])}; measured: "
             f"{html.escape(meas)}.{html.escape(dmma)}</p>")
@@ -133,7 +155,7 @@ def _fp64_table_html(s: dict[str, Any]) -> str:
         f"<tr><td>{html.escape(r['size'])}</td><td>{html.escape(r['variant'])}</td>"
         f"<td>{fmt.flop_rate(r['gflops64'])}</td>"
         f"<td>{_cell(r['gflops32'], fmt.flop_rate)}</td>"
-        f"<td>{_cell(r['gflops64'] / r['gflops32'], lambda x: f'{x:.2f}')}</td>"
-        f"<td>{_cell(r['pct_peak_fp64'], lambda x: f'{x:.0f} %')}</td></tr>"
+        f"<td>{_cell(r['gflops64'] / r['gflops32'], fmt.ratio)}</td>"
+        f"<td>{_cell(r['pct_peak_fp64'], fmt.percent)}</td></tr>"
         for r in s["rows"])
     return f'{lead}<table class="kv">{head}{body}</table>'
