@@ -72,6 +72,8 @@ run() {
   files=$(ls /dev/nvidia[0-9]* | sort -V | tr '\n' ' ')
   echo "gpu_slurm: $n GPU(s), model $model, devices $files"
   rm -rf "$STATE" && mkdir -p "$STATE"
+  # the daemons' logs reach $OUT even when the cluster does not come up
+  trap '[ -n "${OUT:-}" ] && cp "$STATE"/log/*.log "$OUT/" 2>/dev/null; true' EXIT
   GPU_FILES="$model:${files% }" SLURM_CPUS=$(nproc) bash tests/slurm/one_node_slurm.sh up "$STATE"
   trap 'bash tests/slurm/one_node_slurm.sh down "$STATE" || true' EXIT
   local wd=/tmp/gpu-slurm-run rc=0

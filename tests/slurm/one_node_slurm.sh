@@ -53,6 +53,13 @@ MEM=$(( $(awk '/MemTotal/{print $2}' /proc/meminfo) / 1024 / 2 ))
 MAX_TIME=${SLURM_MAX_TIME:-60}   # the partition's time limit, minutes (PartitionTimeLimit)
 
 die() { echo "one_node_slurm.sh: $*" >&2; exit 1; }
+# A command that fails under set -e says nothing of itself (slurmctld logs to its file): name
+# it, and show the daemons' logs, so a failed start is never silent.
+on_err() {
+  echo "one_node_slurm.sh: line $1: '$2' failed (exit $3)" >&2
+  tail -n 20 "$S"/log/*.log >&2 2>/dev/null || true
+}
+trap 'on_err $LINENO "$BASH_COMMAND" $?' ERR
 
 # the state dir named in our slurm.conf's first line ('' if none, or not ours)
 conf_state() { [ -f "$CONF" ] && head -1 "$CONF" | sed -n "s|^$MARK (state: \(.*\))$|\1|p" || true; }
