@@ -175,10 +175,10 @@ CLAIMS = (
 )
 EXPLANATIONS = ()
 TRY_THIS = [
-    TryThis("static_analysis.archs: [sm_75, sm_90]", "two targets five years apart: the "
-            "registers figure gets two columns, and most kernels use a different register "
-            "count on each (so a different occupancy); the claim on register allocation "
-            "judges it on those two"),
+    TryThis("static_analysis.archs: [sm_75, sm_90]", "two targets two generations apart "
+            "(Turing and Hopper): the registers figure gets two columns, and most kernels "
+            "use a different register count on each (so a different occupancy); the claim "
+            "on register allocation judges it on those two"),
     TryThis("matmul.register_tiles: [{rt: 2, bt: 32, bk: 32}]", "matmul_register is analysed "
             "once per register tile of the matmul block: with only the 2 x 2 tile, the rows of "
             "the larger tiles, which need the most registers and so reach the lowest "
