@@ -41,6 +41,7 @@ ALLOWED = {
     "64": "64-bit", "128": "a 128-byte cache line / memory transaction",
     "1024": "the most threads per block (CUDA C++ Programming Guide, compute capability "
             "table)",
+    "3.7": "the Tesla K80's compute capability, the course's GPU (NVIDIA's CUDA GPUs list)",
 }
 NUMBER = re.compile(r"(?<![\w^.])\d+(?:[.,\u202f\u2009 ]\d{3})*(?:\.\d+)?(?![\w.]\d)(?![\w])")
 
