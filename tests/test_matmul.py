@@ -729,6 +729,12 @@ class FakeFunc:
             assert block == (d["NTHREADS"], 1, 1)
             assert grid == (-(-N // d["BN"]), -(-M // d["BM"]))
             C, _ = emulate_warptile(A, B, d)
+        elif self.name in ("matmul_pipelined", "matmul_swizzled"):
+            from test_matmul_pipeline import emulate_pipeline
+
+            assert block == (d["NTHREADS"], 1, 1)
+            assert grid == (-(-N // d["BN"]), -(-M // d["BM"]))
+            C, _ = emulate_pipeline(A, B, d, swizzled=self.name == "matmul_swizzled")
         elif self.name == "matmul_register":
             assert block == (d["BN"] // d["RN"], d["BM"] // d["RM"], 1)
             assert grid == (-(-N // d["BN"]), -(-M // d["BM"]))
@@ -772,7 +778,9 @@ class FakeGpu:
 
     def compile(self, source, defines):
         ladder = any(k in defines for k in ("TM", "WM"))
-        assert source == ("matmul_ladder.cu" if ladder else "matmul.cu")
+        want = "matmul_pipeline.cu" if "WTM" in defines else "matmul_ladder.cu" if ladder \
+            else "matmul.cu"
+        assert source == want
         return FakeKernel(defines)
 
     def event_timer(self):
@@ -856,6 +864,8 @@ def test_every_variant_measures_and_checks_on_the_fake_gpu(monkeypatch, clean_cu
                     register_tiles=[{"rt": 2, "bt": 16, "bk": 8}, {"rt": 8, "bt": 64, "bk": 4}],
                     vec4_tiles=[{"rt": 4, "bt": 32, "bk": 8}],
                     warp_tiles=[mm.DEFAULT_WARP_TILES[0], mm.DEFAULT_WARP_TILES[3]],
+                    pipe_tiles=[mm._pt(64, 64, 16, 32, 32, 4, 3, 128),
+                                mm._pt(32, 64, 8, 32, 32, 8, 2, 64) | {"korder": 1}],
                     dtypes=["float32", "float64"])
     pts = EXP.points(ctx.block)
     assert {p.variant for p in pts} == set(mm.VARIANTS)
@@ -1192,6 +1202,12 @@ def test_compile_variants_cover_every_ladder_kernel_and_tile():
     assert {cv.file for k in ("matmul_vec4", "matmul_dbuf", "matmul_warptile")
             for cv in by[k]} == {"matmul_ladder.cu"}
     assert by["matmul_warptile"][0].defines["NTHREADS"] == 128
+    for k in ("matmul_pipelined", "matmul_swizzled"):
+        assert [cv.params for cv in by[k]] == mm.DEFAULT_PIPE_TILES
+        assert {cv.file for cv in by[k]} == {"matmul_pipeline.cu"}
+    assert by["matmul_swizzled"][1].defines == {"BM": 64, "BN": 128, "BK": 16, "WM": 32,
+                                                "WN": 64, "WTM": 4, "STAGES": 4,
+                                                "NTHREADS": 128}
     config = cfg.validate({"experiments": {"matmul": {
         "warp_tiles": mm.DEFAULT_WARP_TILES[:1], "vec4_tiles": [{"rt": 4, "bt": 64, "bk": 8}]}}})
     got = EXP.compile_variants(config)
@@ -1305,12 +1321,15 @@ def test_every_ladder_kernel_compiles_without_spills(arch):
         if cv.kernel == "matmul_warptile":
             want = mm.warp_geometry(cv.params)["smem"]
             assert u["max_threads"] == cv.params["threads"]
+        elif cv.kernel in ("matmul_pipelined", "matmul_swizzled"):
+            want = mm.pipe_geometry(cv.params)["smem"]
         else:
             want = mm.vec4_smem_bytes(cv.params["bt"], cv.params["bk"],
                                       2 if cv.kernel == "matmul_dbuf" else 1)
             assert u["max_threads"] == mm.register_threads(cv.params["rt"], cv.params["bt"])
         assert u["smem_static"] == want, (cv, u)
-    assert {k for k, _ in seen} == {"matmul_vec4", "matmul_dbuf", "matmul_warptile"}
+    assert {k for k, _ in seen} == {"matmul_vec4", "matmul_dbuf", "matmul_warptile",
+                                    "matmul_pipelined", "matmul_swizzled"}
 
 
 @needs_nvcc

@@ -1,6 +1,7 @@
-"""On a GPU machine (pytest -m gpu): the matmul ladder's kernels (vec4, dbuf, warptile) are
-correct against the float64 CPU product at sizes no tile divides (1000, 4100, the course's
-160x240.240x320, an odd size whose rows are no multiple of 4 floats, so no float4 path),
+"""On a GPU machine (pytest -m gpu): the matmul ladder's kernels (vec4, dbuf, warptile,
+pipelined, swizzled) are correct against the float64 CPU product at sizes no tile divides
+(1000, 4100, the course's 160x240.240x320, an odd size whose rows are no multiple of 4
+floats, so no float4 path),
 through the experiment's own measure(); float64 naive / tiled (and cuBLAS DGEMM where CuPy
 is there) match the float64 reference to 1e-12; the benchmark script runs standalone."""
 
@@ -44,7 +45,8 @@ def _ladder_configs() -> list[tuple[str, dict]]:
     vec4 = mm.DEFAULT_VEC4_TILES + [t for t in mm.Matmul.smoke["vec4_tiles"]
                                     if t not in mm.DEFAULT_VEC4_TILES]
     return ([("vec4", t) for t in vec4] + [("dbuf", t) for t in vec4]
-            + [("warptile", t) for t in mm.DEFAULT_WARP_TILES])
+            + [("warptile", t) for t in mm.DEFAULT_WARP_TILES]
+            + [(v, t) for v in mm.PIPELINE_KERNELS for t in mm.DEFAULT_PIPE_TILES])
 
 
 # size-major: the experiment keeps one size's inputs and float64 reference at a time
@@ -64,6 +66,7 @@ def test_ladder_kernel_is_correct_against_float64(ctx, mkn, variant, tile):
     assert res.timing.timer == "cuda_event_queued", res.timing.method_note
     assert res.metrics["regs"] > 0 and res.metrics["regs"] <= 255
     want_smem = (mm.warp_geometry(tile)["smem"] if variant == "warptile"
+                 else mm.pipe_geometry(tile)["smem"] if variant in mm.PIPELINE_KERNELS
                  else mm.vec4_smem_bytes(tile["bt"], tile["bk"], 2 if variant == "dbuf" else 1))
     assert res.metrics["smem_bytes"] == want_smem
     assert 0 < res.metrics["occupancy"] <= 1

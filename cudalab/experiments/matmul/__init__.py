@@ -14,6 +14,8 @@ Parameters of a point: m, k, n, and
   warptile                      bm, bn, bk (block tile), wm, wn (warp tile), wniter (warp
                                 sub-tiles along n), tm, tn (outputs per thread and
                                 sub-tile), threads
+  pipelined, swizzled           bm, bn, bk (block tile), wm, wn (warp tile), wtm (a warp's
+                                threads along m), stages (cp.async stages), threads
   cpu, cublas                   nothing else.
 float64 points carry dtype=float64; float32 points carry no dtype parameter, so their ids
 (and the recorded references) are those of the float32-only grid (the table's p_dtype is
@@ -91,6 +93,7 @@ from cudalab.experiments.matmul.kernels import (  # noqa: F401
     MAX_STATIC_SMEM,
     MAX_THREADS,
     MIN_THREADS,
+    PIPELINE_KERNELS,
     RT,
     TILED,
     TILES,
@@ -104,11 +107,15 @@ from cudalab.experiments.matmul.kernels import (  # noqa: F401
     vec4_smem_bytes,
 )
 from cudalab.experiments.matmul.ladder import (  # noqa: F401
+    DEFAULT_PIPE_TILES,
     DEFAULT_VEC4_TILES,
     DEFAULT_WARP_TILES,
     LADDER_MIN_STEPS,
     LADDER_NOTES,
     MAX_WARP_ACC,
+    PIPE_ENUMS,
+    PIPE_KEYS,
+    PIPE_OPTIONAL,
     VEC4_BK,
     VEC4_RT,
     WARP_ENUMS,
@@ -118,10 +125,13 @@ from cudalab.experiments.matmul.ladder import (  # noqa: F401
     _largest_square,
     _num,
     _plot_ladder,
+    _pt,
     _wt,
+    check_pipe_tile,
     check_warp_tile,
     ladder_at,
     ladder_rows,
+    pipe_geometry,
     warp_geometry,
 )
 from cudalab.harness import WallTimer
@@ -214,6 +224,19 @@ class Matmul(Experiment):
                     "properties": {k: {"enum": v} for k, v in WARP_ENUMS.items()},
                 },
             },
+            "pipe_tiles": {
+                "type": "array", "minItems": 1, "uniqueItems": True,
+                "default": DEFAULT_PIPE_TILES,
+                "description": "configurations of pipelined and swizzled (cp.async stages, "
+                               "warp tiles): threads = (bm/wm)*(bn/wn)*32, wm a multiple of "
+                               "wtm, wn of 4*32/wtm, 4*stages*bk*(bm+bn) <= 48 KiB",
+                "items": {
+                    "type": "object", "additionalProperties": False,
+                    "required": list(PIPE_KEYS),
+                    "properties": {k: {"enum": v} for k, v in
+                                   (PIPE_ENUMS | PIPE_OPTIONAL).items()},
+                },
+            },
             "dtypes": {**base.choices_schema(
                 DTYPES, "element types; float64 runs only naive, tiled and cublas (DGEMM); "
                 "config.yaml asks for both"), "default": ["float32"]},
@@ -250,6 +273,7 @@ class Matmul(Experiment):
         ],
         "vec4_tiles": [{"rt": 8, "bt": 128, "bk": 8}, {"rt": 4, "bt": 32, "bk": 16}],
         "warp_tiles": DEFAULT_WARP_TILES[:1] + DEFAULT_WARP_TILES[2:3],
+        "pipe_tiles": DEFAULT_PIPE_TILES[:1] + DEFAULT_PIPE_TILES[2:],
         "dtypes": ["float32", "float64"],
     }
     figures = {
@@ -300,6 +324,8 @@ class Matmul(Experiment):
             msgs += _check_register_tile(f"vec4_tiles[{i}]", rt, VEC4_RT, buffers=2)
         for i, wt in enumerate(block.get("warp_tiles", [])):
             msgs += [f"warp_tiles[{i}]: {m}" for m in check_warp_tile(wt)]
+        for i, pt in enumerate(block.get("pipe_tiles", [])):
+            msgs += [f"pipe_tiles[{i}]: {m}" for m in check_pipe_tile(pt)]
         variants = block.get("variants", [])
         if "float64" in block.get("dtypes", []) and not set(FP64_VARIANTS) & set(variants):
             msgs.append(f"dtypes: float64 is listed, but none of the variants runs in float64 "
@@ -340,18 +366,25 @@ class Matmul(Experiment):
         if v == "warptile":
             return [{x: int(wt[x]) for x in WARP_KEYS}
                     for wt in block.get("warp_tiles", DEFAULT_WARP_TILES)]
+        if v in PIPELINE_KERNELS:
+            return [{x: int(pt[x]) for x in PIPE_KEYS}
+                    | {x: int(pt[x]) for x in PIPE_OPTIONAL if pt.get(x)}
+                    for pt in block.get("pipe_tiles", DEFAULT_PIPE_TILES)]
         return [{}]  # cublas
 
     def compile_variants(self, config: dict[str, Any] | None) -> list[base.CompileVariant]:
-        """matmul_register, matmul_vec4, matmul_dbuf and matmul_warptile exist only under
-        their tile's -D defines: one variant per tile of the run's block (or the defaults)."""
+        """matmul_register, matmul_vec4, matmul_dbuf, matmul_warptile, matmul_pipelined and
+        matmul_swizzled exist only under their tile's -D defines: one variant per tile of the
+        run's block (or the defaults)."""
         blk = self.settings_in(config)
         tiles = {"register": blk.get("register_tiles") or DEFAULT_REGISTER_TILES,
                  "vec4": blk.get("vec4_tiles") or DEFAULT_VEC4_TILES,
-                 "warptile": blk.get("warp_tiles") or DEFAULT_WARP_TILES}
+                 "warptile": blk.get("warp_tiles") or DEFAULT_WARP_TILES,
+                 "pipe": blk.get("pipe_tiles") or DEFAULT_PIPE_TILES}
+        shared = {"dbuf": "vec4", "pipelined": "pipe", "swizzled": "pipe"}
         out = []
-        for v in ("register", "vec4", "dbuf", "warptile"):
-            for t in tiles["vec4" if v == "dbuf" else v]:
+        for v in ("register", "vec4", "dbuf", "warptile", *PIPELINE_KERNELS):
+            for t in tiles[shared.get(v, v)]:
                 tile = {k: int(x) for k, x in t.items()}
                 p = Point(self.name, v, tile)
                 out.append(base.CompileVariant(kernel_source(p), f"matmul_{v}",

@@ -7,8 +7,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from cudalab.experiments.base import Point
-from cudalab.experiments.matmul.kernels import ITEMSIZE, LADDER_KERNELS, TILED, register_threads
-from cudalab.experiments.matmul.ladder import WARP_KEYS
+from cudalab.experiments.matmul.kernels import (
+    ITEMSIZE,
+    LADDER_KERNELS,
+    PIPELINE_KERNELS,
+    TILED,
+    register_threads,
+)
+from cudalab.experiments.matmul.ladder import PIPE_KEYS, PIPE_OPTIONAL, WARP_KEYS
 
 if TYPE_CHECKING:
     pass
@@ -25,6 +31,8 @@ def _itemsize(point: Point) -> int:
 
 def kernel_source(point: Point) -> str:
     """The file in cuda/ a point's kernel is compiled from."""
+    if point.variant in PIPELINE_KERNELS:
+        return "matmul_pipeline.cu"
     return "matmul_ladder.cu" if point.variant in LADDER_KERNELS else "matmul.cu"
 
 
@@ -40,6 +48,9 @@ def kernel_defines(point: Point) -> dict[str, Any]:
         return {"BM": p["bt"], "BN": p["bt"], "BK": p["bk"], "TM": p["rt"], "TN": p["rt"]}
     if point.variant == "warptile":
         return {k.upper() if k != "threads" else "NTHREADS": int(p[k]) for k in WARP_KEYS}
+    if point.variant in PIPELINE_KERNELS:
+        return ({k.upper() if k != "threads" else "NTHREADS": int(p[k]) for k in PIPE_KEYS}
+                | {k.upper(): int(p[k]) for k in PIPE_OPTIONAL if k in p})
     return real
 
 
@@ -53,7 +64,7 @@ def launch_geometry(point: Point) -> tuple[tuple[int, int], tuple[int, int, int]
     if point.variant in ("vec4", "dbuf"):  # 1-D blocks: tx = tid % (BN/TN)
         bt, rt = p["bt"], p["rt"]
         return (-(-n // bt), -(-m // bt)), (register_threads(rt, bt), 1, 1)
-    if point.variant == "warptile":
+    if point.variant == "warptile" or point.variant in PIPELINE_KERNELS:
         return (-(-n // p["bn"]), -(-m // p["bm"])), (p["threads"], 1, 1)
     t = p["tile"]
     return (-(-n // t), -(-m // t)), (t, t, 1)

@@ -18,11 +18,12 @@ if TYPE_CHECKING:
 
 
 TILED = ["tiled", "tiled_padded", "tiled_conflict"]  # one kernel each, the same `tiles`
-LADDER_KERNELS = ["vec4", "dbuf", "warptile"]  # cuda/matmul_ladder.cu
+PIPELINE_KERNELS = ["pipelined", "swizzled"]  # cuda/matmul_pipeline.cu
+LADDER_KERNELS = ["vec4", "dbuf", "warptile", *PIPELINE_KERNELS]  # past register tiling
 GPU_VARIANTS = ["naive", *TILED, "register", *LADDER_KERNELS, "cublas"]
 VARIANTS = ["cpu", *GPU_VARIANTS]
 # The ladder figure's steps, in course order; each step shows its best configuration.
-LADDER = ["naive", "tiled", "register", "vec4", "dbuf", "warptile", "cublas"]
+LADDER = ["naive", "tiled", "register", "vec4", "dbuf", "warptile", *PIPELINE_KERNELS, "cublas"]
 DTYPES = ["float32", "float64"]
 FP64_VARIANTS = ("naive", "tiled", "cublas")  # the float64 points: kernels built with REAL=double
 ITEMSIZE = {"float32": 4, "float64": 8}

@@ -53,6 +53,67 @@ DEFAULT_WARP_TILES = [
     _wt(64, 128, 16, 32, 64, 2, 8, 4, 128),
 ]
 
+# pipelined and swizzled (cuda/matmul_pipeline.cu): a warp tile of wtm x (32/wtm) threads,
+# `stages` shared-memory stages filled by cp.async. The defaults lead the tile search on an
+# H100 (reports/reference/NVIDIA-H100-80GB-HBM3/sgemm-ladder-2026-11-25): 128 threads, 8 x 8
+# outputs each, 168 registers, three blocks per SM.
+PIPE_KEYS = ("bm", "bn", "bk", "wm", "wn", "wtm", "stages", "threads")
+PIPE_ENUMS: dict[str, list[int]] = {
+    "bm": [32, 64, 128, 256], "bn": [32, 64, 128, 256], "bk": [8, 16, 32],
+    "wm": [16, 32, 64, 128], "wn": [16, 32, 64, 128], "wtm": [4, 8],
+    "stages": [2, 3, 4, 5, 6, 7, 8], "threads": [64, 128, 256, 512],
+}
+
+
+# optional: the FFMA order. It changes nothing but the compiler's register allocation
+# (measured on the H100: no gain, see the notes there).
+PIPE_OPTIONAL: dict[str, list[int]] = {"korder": [0, 1]}
+
+
+def _pt(bm, bn, bk, wm, wn, wtm, stages, threads) -> dict[str, int]:
+    return dict(zip(PIPE_KEYS, (bm, bn, bk, wm, wn, wtm, stages, threads)))
+
+
+DEFAULT_PIPE_TILES = [
+    _pt(64, 128, 16, 32, 64, 4, 2, 128),
+    _pt(64, 128, 16, 32, 64, 4, 4, 128),
+    _pt(128, 64, 16, 32, 64, 4, 2, 128),
+]
+
+
+def pipe_geometry(t: dict[str, int]) -> dict[str, float]:
+    """Derived numbers of a pipelined / swizzled tile: warps, a thread's rows (tm) and
+    columns (tn), outputs per thread, static shared bytes (every stage's A and B tile)."""
+    wtn = 32 / t["wtm"]
+    return {"warps": (t["bm"] / t["wm"]) * (t["bn"] / t["wn"]), "tm": t["wm"] / t["wtm"],
+            "tn": t["wn"] / wtn, "acc": t["wm"] * t["wn"] / 32,
+            "smem": 4 * t["stages"] * t["bk"] * (t["bm"] + t["bn"])}
+
+
+def check_pipe_tile(t: dict[str, int]) -> list[str]:
+    """Why a pipelined / swizzled tile cannot be compiled or launched (the kernel's
+    static_asserts, the 48 KiB of static shared memory), one message per broken rule."""
+    g = pipe_geometry(t)
+    out = []
+    if t["bm"] % t["wm"] or t["bn"] % t["wn"]:
+        out.append(f"bm={t['bm']} must be a multiple of wm={t['wm']} and bn={t['bn']} of "
+                   f"wn={t['wn']}")
+    elif t["threads"] != g["warps"] * 32:
+        out.append(f"threads={t['threads']} must be (bm/wm)*(bn/wn)*32 = "
+                   f"{int(g['warps'] * 32)}")
+    if t["wm"] % t["wtm"] or t["wn"] % (4 * (32 // t["wtm"])):
+        out.append(f"wm={t['wm']} must be a multiple of wtm={t['wtm']} and wn={t['wn']} of "
+                   f"4*32/wtm = {4 * (32 // t['wtm'])} (float4 columns per thread)")
+    if g["smem"] > MAX_STATIC_SMEM:
+        out.append(f"needs {int(g['smem'])} bytes of static shared memory ({t['stages']} "
+                   f"stages of A {t['bm']}x{t['bk']} + B {t['bk']}x{t['bn']} floats); at most "
+                   f"{MAX_STATIC_SMEM} (48 KiB): use fewer stages or a smaller bk, bm or bn")
+    if g["acc"] > MAX_WARP_ACC:
+        out.append(f"wm*wn/32 = {g['acc']:g} outputs per thread; at most {MAX_WARP_ACC} fit "
+                   "the 255 registers of a thread without spilling: use a smaller wm or wn")
+    return out
+
+
 def warp_geometry(t: dict[str, int]) -> dict[str, float]:
     """Derived numbers of a warp tile (cuda/matmul_ladder.cu): warps, WMITER, sub-tile
     WSUBM x WSUBN, threads of a warp along n (tcols), outputs per thread, shared bytes.
@@ -120,6 +181,17 @@ LADDER_NOTES = {
                 "warp's shared-memory reads stay inside its own rows and columns (broadcasts, "
                 "register reuse across sub-tiles): the structure of cuBLAS/CUTLASS kernels, "
                 "on the CUDA cores.",
+    "pipelined": "Both tiles go from global to shared memory by cp.async, `stages` tiles "
+                 "deep, with one barrier per tile and no staging registers; blocks wholly "
+                 "inside the matrices run a k loop without bounds checks. cp.async cannot "
+                 "transpose, so A stays row-major and a thread reads its A values as float4 "
+                 "along k (four k steps per load). Fewer instructions per FFMA than dbuf and "
+                 "three 128-thread blocks per SM: the issue slots, not memory, set the pace.",
+    "swizzled": "pipelined with the A tile's 16-byte chunks XOR-swizzled by row: the rows a "
+                "warp reads with one float4 load fall into different bank groups. It removes "
+                "the conflicts of the tiles that have them (k depth 32, or 8 threads along m), "
+                "but the swizzled offsets cost registers (about 240 against 168: two blocks "
+                "per SM instead of three).",
     "cublas": "cuBLAS SGEMM through CuPy, plain FP32 (no TF32): NVIDIA's tuned kernel for "
               "this GPU, the ceiling of the ladder.",
 }
