@@ -17,38 +17,27 @@ import pandas as pd
 from cudalab import roofline
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.base import NOT_MEASURED, Experiment, not_measured_evidence
-from cudalab.experiments.lesson import Claim, ClaimResult, State, TryThis
+from cudalab.experiments.lesson import Claim, ClaimResult, State, TryThis, no_data
 
 if TYPE_CHECKING:
     from cudalab.roofline import Ceilings
 
 
-def evaluate(name: str, df: pd.DataFrame, computed: bool = True) -> list[ClaimResult]:
+def evaluate(name: str, df: pd.DataFrame) -> list[ClaimResult]:
     """The claims of experiment `name` judged on this run. df: the whole table (its
-    ceilings and L2 size), or the experiment's rows; computed: False leaves out the list an
-    older lesson computes itself (Experiment.expectations)."""
+    ceilings and L2 size), or the experiment's rows."""
     full = roofline.annotate(df)
     sub = full[full["experiment"] == name]
     if sub.empty or name not in REGISTRY:
         return []
-    return judge(REGISTRY[name], sub, roofline.ceilings_of(full), computed)
+    return judge(REGISTRY[name], sub, roofline.ceilings_of(full))
 
 
-def judge(exp: Experiment, rows: pd.DataFrame, ceilings: Ceilings,
-          computed: bool = True) -> list[ClaimResult]:
-    """exp's claims judged on its (annotated) rows, then the results of an experiment that
-    still computes its own list (Experiment.expectations overridden); each statement once."""
+def judge(exp: Experiment, rows: pd.DataFrame, ceilings: Ceilings) -> list[ClaimResult]:
+    """exp's claims judged on its (annotated) rows."""
     if rows.empty:
         return []
-    out = [_judge_one(exp, claim, rows, ceilings) for claim in exp.claims]
-    if computed and type(exp).expectations is not Experiment.expectations:
-        why, nothing = _left_out(rows)
-        for e in exp.expectations(rows):
-            state = State.NOT_MEASURED if nothing and e.state is State.NOT_SEEN else e.state
-            out.append(ClaimResult(e.statement, state, why if state is not e.state
-                                   else e.evidence, e.key, exp.name))
-    seen: set[str] = set()
-    return [r for r in out if not (r.statement in seen or seen.add(r.statement))]
+    return [_judge_one(exp, claim, rows, ceilings) for claim in exp.claims]
 
 
 def _left_out(rows: pd.DataFrame) -> tuple[str, bool]:
@@ -64,7 +53,10 @@ def _judge_one(exp: Experiment, claim: Claim, rows: pd.DataFrame,
     why, nothing = _left_out(rows)
     if nothing:
         return ClaimResult(claim.statement, State.NOT_MEASURED, why, claim.name, exp.name)
-    j = claim.evaluate(rows, ceilings)
+    try:
+        j = claim.evaluate(rows, ceilings)
+    except KeyError as exc:  # a table without a column the claim reads (an older run)
+        j = no_data(f"this table has no {exc} column")
     evidence = j.evidence
     if j.state is State.NOT_MEASURED and why and why not in evidence:
         evidence = f"{why}; {evidence}"

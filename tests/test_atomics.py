@@ -372,3 +372,16 @@ def test_source_compiles_for_every_block(block, tmp_path):
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert f"{4 * block} bytes smem" in out.stderr  # the tree's shared array
+
+
+def test_racy_counts_are_shown_run_by_run():
+    """The committed H100 run: the racy counter's table gives every repeat's count."""
+    ref = results.read_table(Path(__file__).resolve().parent.parent / "reports" / "reference"
+                             / "NVIDIA-H100-80GB-HBM3" / "results.csv")
+    d = ref[ref["experiment"] == "atomics"]
+    [table] = EXP.tables(d)
+    row = d[d["variant"] == "racy_counter"].iloc[0]
+    counts = [int(row["m_counted"]), *json.loads(row["m_racy_repeats"])]
+    assert len(counts) >= 2 and f"run {len(counts)}" in table["html"]
+    cells = "".join(f"<td>{c}</td>" for c in counts)  # every run's count, in run order
+    assert cells in table["html"] and fmt.integer(1 << 20) in table["html"]

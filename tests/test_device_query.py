@@ -16,7 +16,7 @@ from cudalab import config as cfg
 from cudalab import occupancy as occ
 from cudalab.experiments import REGISTRY
 from cudalab.experiments import device_query as dq
-from cudalab.experiments.base import Experiment, Point, RunContext
+from cudalab.experiments.base import Point, RunContext
 from cudalab.harness import Harness, Settings
 
 EXP = REGISTRY["device_query"]
@@ -182,7 +182,7 @@ def test_claims_flag_a_wrong_table(monkeypatch):
 
 
 def test_no_course_sentence_is_filled_with_the_device_s_numbers():
-    assert type(EXP).course_vars is Experiment.course_vars
+    assert not hasattr(EXP, "course_vars")
 
 
 def test_no_figures_are_drawn(tmp_path, monkeypatch):

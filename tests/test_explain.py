@@ -174,9 +174,10 @@ def test_vector_add_share_and_l2_sizes():
         pt("vector_add", "gpu", 805e6 / 0.6e12, 2.0 ** 26, 805e6, p_n=2 ** 26, p_threads=32),
         pt("vector_add", "gpu", 12e6 / 3.2e12, 1e6, 12e6, p_n=10 ** 6, p_threads=256)]))
     s = vector_add_lesson.vector_add_share(df, roofline.ceilings_of(df))
-    assert s.startswith("At n = 67,108,864 (768 MiB moved, dram) the best block size, 256 "
-                        "threads, reaches 2,700 GB/s = 90 % of the measured DRAM ceiling")
-    assert "n = 1,000,000 fit L2 on this hot run" in s
+    assert s.startswith(f"At n = {fmt.integer(2 ** 26)} (768 MiB moved, dram) the best block "
+                        f"size, 256 threads, reaches {fmt.bandwidth(2700)} = 90 % of the "
+                        "measured DRAM ceiling")
+    assert f"n = {fmt.integer(10 ** 6)} fit L2 on this hot run" in s
 
 
 @pytest.mark.parametrize("shared_gbps, says", [(400.0, "re-read through L1/L2"),
@@ -210,7 +211,7 @@ def test_explain_reads_the_whole_table_and_skips_absent_experiments():
 def _verdict(name: str, df: pd.DataFrame) -> list[bool | None]:
     """The verdicts of the lesson's own claims (not the older computed list)."""
     keys = {c.name for c in REGISTRY[name].claims}
-    return [r.supported for r in claims.evaluate(name, df, computed=False) if r.key in keys]
+    return [r.supported for r in claims.evaluate(name, df) if r.key in keys]
 
 
 def test_claims_supported_and_contradicted():

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from cudalab.experiments.lesson import Claim, ClaimResult, Explanation, State
+from cudalab.experiments.lesson import Claim, Explanation
 from cudalab.harness import Harness, Settings, Timer, Timing
 
 NAN_BITS = 0x7FC00000  # float32 quiet NaN: poisons float outputs before every check
@@ -107,18 +107,6 @@ class Result:
     working_set: float = float("nan")
 
 
-def Expectation(claim: str, passed: bool | None, evidence: str) -> ClaimResult:  # noqa: N802
-    """A claim judged by code that computes its own list (Experiment.expectations): passed
-    True is seen, False not seen, None not measured (or not applicable where the evidence
-    says so). New lessons state Claims instead (cudalab/experiments/lesson.py)."""
-    if passed is None:
-        state = (State.NOT_APPLICABLE if evidence.startswith("not applicable")
-                 else State.NOT_MEASURED)
-    else:
-        state = State.SEEN if passed else State.NOT_SEEN
-    return ClaimResult(claim, state, evidence)
-
-
 # A GPU point of a run without a GPU: never a speed and never a verdict. An effect whose
 # points were not measured is "not measured", never "not seen".
 NOT_MEASURED = "not_measured"
@@ -146,30 +134,6 @@ def not_measured_note(rows: pd.DataFrame) -> str:
     """'; 3 not measured' where some rows were not measured, else ''."""
     n = int((rows["status"].astype(str) == NOT_MEASURED).sum()) if "status" in rows else 0
     return f"; {n} not measured" if n else ""
-
-
-def unmeasured(claim: str, rows: pd.DataFrame, what: str = "point") -> ClaimResult | None:
-    """The 'not measured' verdict of `claim` where none of its rows was measured (None where
-    some were: judge those)."""
-    if len(rows) and measured(rows).empty:
-        return Expectation(claim, None, not_measured_evidence(rows, what))
-    return None
-
-
-def all_ok(claim: str, rows: pd.DataFrame, counted: str,
-           problems: Callable[[pd.DataFrame], str] | None = None) -> ClaimResult:
-    """'Every point is right', judged on the rows that were measured: rows not measured are
-    counted apart, and with none measured the verdict is 'not measured'. counted: what the
-    'k/n' counts ('points correct'); problems(bad rows): what follows it."""
-    if (nm := unmeasured(claim, rows)) is not None:
-        return nm
-    done = measured(rows)
-    bad = done[done["status"] != "ok"]
-    return Expectation(
-        claim, len(done) > 0 and bad.empty,
-        f"{len(done) - len(bad)}/{len(done)} {counted}"
-        + (problems(bad) if problems is not None and len(bad) else "")
-        + not_measured_note(rows))
 
 
 class JobCache(dict[Any, Any]):
@@ -512,11 +476,6 @@ class Experiment:
         """Draw figure `name` from this experiment's ok rows (None if nothing to draw)."""
         raise NotImplementedError
 
-    def expectations(self, df: pd.DataFrame) -> list[ClaimResult]:
-        """Judged claims an experiment computes itself, beside its `claims` (older lessons;
-        cudalab.claims.judge runs both)."""
-        return []
-
     def tables(self, df: pd.DataFrame) -> list[dict[str, str]]:
         """Small extra tables for the report section: [{"title": ..., "html": ...}]."""
         return []
@@ -524,11 +483,6 @@ class Experiment:
     def summary_table(self, df: pd.DataFrame) -> str:
         """HTML shown instead of the section's results table ('' : the results table)."""
         return ""
-
-    def course_vars(self, rows: pd.DataFrame) -> dict[str, Any]:
-        """Numbers of this experiment's rows that the course table's sentences may name
-        ({name} in a course.yaml `why`); only those this run has."""
-        return {}
 
     # shared helpers -------------------------------------------------------------------
     @staticmethod

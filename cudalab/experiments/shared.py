@@ -1,5 +1,5 @@
 """Helpers several experiments share: launch geometry, the job's buffer set, labels, the
-peak-bandwidth line of the memory figures and the all-correct expectation.
+peak-bandwidth line of the memory figures.
 
 The peak DRAM bandwidth travels one way: the runner puts the device's theoretical peaks in
 every GPU record's `work` (experiments with vs_device_peak), the table carries it as
@@ -13,9 +13,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-
-from cudalab.experiments.base import all_ok
-from cudalab.experiments.lesson import ClaimResult
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -48,14 +45,6 @@ def bytes_label(n: Any) -> str:
         if n >= scale and n % scale == 0:
             return f"{n // scale} {unit}"
     return f"{n} B"
-
-
-def all_correct(df: pd.DataFrame, what: str = "every GPU result") -> ClaimResult:
-    """Every GPU point measured matches its CPU reference (not measured ones are counted
-    apart; none measured: 'not measured')."""
-    return all_ok(f"{what} matches the CPU reference", df[df["variant"] != "cpu"],
-                  "points correct",
-                  lambda bad: f"; not ok: {', '.join(bad['point_id'].astype(str).head(5))}")
 
 
 def peak_of(d: pd.DataFrame) -> float:

@@ -13,14 +13,11 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from cudalab import fmt
-from cudalab.experiments.base import Expectation
-from cudalab.experiments.lesson import ClaimResult
 from cudalab.experiments.matmul.figures import size_label
 from cudalab.experiments.matmul.kernels import (
     APAD,
     COURSE_SIZE,
     LADDER,
-    LADDER_KERNELS,
     MAX_STATIC_SMEM,
 )
 
@@ -154,7 +151,6 @@ def check_warp_tile(t: dict[str, int]) -> list[str]:
     return out
 
 
-LADDER_GAIN = 0.8  # best hand-written kernel vs cuBLAS SGEMM, largest square size
 LADDER_MIN_STEPS = 2  # steps measured at a size before the ladder figure shows it
 
 LADDER_NOTES = {
@@ -235,30 +231,6 @@ def ladder_rows(d: pd.DataFrame) -> list[dict[str, Any]]:
     """The ladder at the largest square size ([] without square products)."""
     size = _largest_square(d)
     return [] if size is None else ladder_at(d, size)
-
-
-def _ladder_expectation(gpu: pd.DataFrame, df: pd.DataFrame) -> list[ClaimResult]:
-    """Best hand-written kernel vs cuBLAS SGEMM at the largest square size; made only where
-    a kernel past register tiling was measured (the claim is the ladder's)."""
-    size = _largest_square(gpu)
-    if size is None:
-        return []
-    at = gpu[gpu["size"] == size]
-    if not at["variant"].isin(LADDER_KERNELS).any():
-        return []
-    claim = (f"the best hand-written kernel reaches at least {100 * LADDER_GAIN:.0f}% of "
-             "cuBLAS SGEMM at the largest square size")
-    cub = at[at["variant"] == "cublas"]
-    if cub.empty:
-        why = df[df["variant"] == "cublas"]["reason"].dropna()
-        return [Expectation(claim, None, f"cuBLAS not measured at {size}"
-                            + (f": {why.iloc[0]}" if len(why) else ""))]
-    mine = at[~at["variant"].isin(["cublas", "cpu"])]
-    top = mine.loc[mine["gflops"].idxmax()]
-    r = float(top["gflops"] / cub["gflops"].max())
-    return [Expectation(claim, bool(r >= LADDER_GAIN),
-                        f"{top['label']}: {fmt.flop_rate(top['gflops'])} = {100 * r:.0f}% of "
-                        f"cuBLAS ({fmt.flop_rate(cub['gflops'].max())}) at {size}")]
 
 
 def _cell(x: float, f: Callable[[float], str]) -> str:

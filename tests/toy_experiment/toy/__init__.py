@@ -1,6 +1,6 @@
 """A toy lesson, one folder as docs/experiments.md's recipe makes it: a numpy sum of n
-floats on the CPU (so it runs without a GPU), with its figure, its explanation, a claim of
-its caption, an expected effect, a Try-this and its course numbers (course.yaml beside it).
+floats on the CPU (so it runs without a GPU), with its figure, a fact, two claims (each with
+the data change that turns it over), a Try-this and its course numbers (course.yaml).
 tests/test_experiment_folder.py copies this folder away and registers it."""
 
 from __future__ import annotations
@@ -12,14 +12,22 @@ import pandas as pd
 
 from cudalab.experiments.base import (
     Check,
-    Expectation,
     Experiment,
     Point,
     Result,
     RunContext,
     block_schema,
 )
-from cudalab.experiments.lesson import Claim, Verdict, ok
+from cudalab.experiments.lesson import (
+    Claim,
+    Judgement,
+    TryThis,
+    judged,
+    no_data,
+    ok,
+    one_wrong,
+    slower,
+)
 from cudalab.harness import WallTimer
 
 if TYPE_CHECKING:
@@ -33,12 +41,21 @@ def sums_counted(d: pd.DataFrame, c: Ceilings) -> str | None:
     return f"The toy summed {len(d)} arrays." if len(d) else None
 
 
-def small_is_faster(d: pd.DataFrame, c: Ceilings) -> Verdict:
+def small_is_faster(d: pd.DataFrame, c: Ceilings) -> Judgement:
     d = ok(d).sort_values("p_n")
     if len(d) < 2:
-        return None, "one size only"
+        return no_data("one size only")
     t = d["time_median_s"]
-    return bool(t.iloc[0] <= t.iloc[-1]), f"{t.iloc[0]:.2g} s vs {t.iloc[-1]:.2g} s"
+    return judged(bool(t.iloc[0] <= t.iloc[-1]), f"{t.iloc[0]:.2g} s vs {t.iloc[-1]:.2g} s")
+
+
+def every_sum_exact(d: pd.DataFrame, c: Ceilings) -> Judgement:
+    good = ok(d)
+    return judged(bool(len(good)) and len(good) == len(d), f"{len(good)} of {len(d)} ok")
+
+
+def _smallest(d: pd.DataFrame) -> pd.Series:
+    return d["p_n"] == d["p_n"].min()
 
 
 class Toy(Experiment):
@@ -50,8 +67,10 @@ class Toy(Experiment):
                                      "items": {"type": "integer", "minimum": 1}}})
     figures = {"time": "time per sum against n"}
     explanations = (sums_counted,)
-    claims = (Claim("small sums are faster", small_is_faster),)
-    try_this = [("experiments.toy.sizes: [10]", "one point: the claim says so")]
+    claims = (Claim("every sum is exact", every_sum_exact, one_wrong, "exact"),
+              Claim("small sums are faster", small_is_faster,
+                    lambda d: slower(d, _smallest, 1e6), "small_faster"))
+    try_this = [TryThis("experiments.toy.sizes: [10]", "one point: the claim says so")]
 
     def points(self, block: dict[str, Any]) -> list[Point]:
         return [Point(self.name, "numpy", {"n": n}, gpu=False) for n in block["sizes"]]
@@ -75,8 +94,3 @@ class Toy(Experiment):
         ax.plot(d["p_n"], d["time_median_s"], "o-")
         ax.set(xlabel="n", ylabel="time (s)", title=self.title)
         return fig
-
-    def expectations(self, df: pd.DataFrame) -> list[Expectation]:
-        d = self.ok(df)
-        return [Expectation("every sum is exact", bool(len(d)) and len(d) == len(df),
-                            f"{len(d)} of {len(df)} ok")]
