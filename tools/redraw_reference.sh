@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Redraw a committed reference folder's figures, report and slides with the current code,
+# from its own results.csv (and raw/, telemetry/ where it has them); no GPU needed.
+#   tools/redraw_reference.sh reports/reference/NVIDIA-H100-80GB-HBM3
+set -euo pipefail
+REF=${1:?usage: tools/redraw_reference.sh REFERENCE_FOLDER}
+CUDALAB="${PYTHON:-python3} -m cudalab.cli"
+TABLE="$REF/results.csv"
+CONF=$(mktemp --suffix .json)
+trap 'rm -f "$CONF"' EXIT
+# the config the report states: the reference's own where it kept one, else the default
+SRC="$REF/report-config.yaml"; [ -f "$SRC" ] || SRC=config.yaml
+"${PYTHON:-python3}" -c 'import json, sys; from cudalab import config; json.dump(config.load(sys.argv[1]), open(sys.argv[2], "w"))' "$SRC" "$CONF"
+for exp in $("${PYTHON:-python3}" -c 'import sys; from cudalab import results; print(" ".join(sorted(set(results.read_table(sys.argv[1])["experiment"]))))' "$TABLE"); do
+  $CUDALAB figures "$exp" --table "$TABLE" --out "$REF/figures" > /dev/null
+done
+$CUDALAB report --config "$CONF" --table "$TABLE" --figures "$REF/figures" --results "$REF" \
+  --telemetry-figures "$REF/figures/_telemetry" --out "$REF/report.html"
+$CUDALAB slides --table "$TABLE" --out "$REF/slides"
+# the deck holds every slide (embedded): the PNG and SVG files stay out of the repository
+rm -f "$REF"/slides/*.png "$REF"/slides/*.svg
