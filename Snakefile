@@ -14,7 +14,7 @@ include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/slides.smk"
-if config["exercises"]["submissions"]:  # a class run: docs/exercises.md
+if config["exercises"]["submissions"]:  # a class's submissions (docs/exercises.md)
     include: "workflow/rules/exercises.smk"
 
 

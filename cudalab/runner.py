@@ -443,7 +443,9 @@ def _one_point(job: Job, ctx: RunContext, point: Point,
             if not old.get("cached"):
                 results.write_json_atomic(path, old | {"cached": True})
             return old, f"cached from {old['job_id']}"
-        cuda = job.gpu.cuda if point.gpu and job.gpu is not None else None
+        # the driver module moves buffers between trials; a session without one (a CPU-side
+        # double of the GPU) has none to move
+        cuda = getattr(job.gpu, "cuda", None) if point.gpu else None
         result, trial_list = trials.measure_trials(lambda: job.exp.measure(ctx, point),
                                                    ctx.harness, ctx.cache, cuda)
     except Skipped as exc:  # an optional dependency is missing: no fault, no speed

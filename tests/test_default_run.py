@@ -80,7 +80,7 @@ def test_its_report_names_every_not_measured_point(default_run) -> None:
     for pid in nm["point_id"]:
         assert pid in page, f"{pid} not named in the report"
     assert 'data-state="not measured"' in page
-    # not measured is never "not seen", nor a contradiction of a caption
-    assert "not seen" not in page
-    assert "contradicts the lesson" not in page
+    # not measured is never "not seen", nor a contradiction of the lesson
+    assert 'data-state="not seen"' not in page and 'class="fail"' not in page
+    assert "contradicts the lesson:" not in page
     assert "This run contradicts the lesson" not in page

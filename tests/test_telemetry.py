@@ -639,7 +639,9 @@ def test_gpu_job_without_nvidia_smi_or_nvml_measures_and_says_why(tmp_path, monk
 
 
 def test_gpu_job_with_telemetry_aligns_samples_and_points(fake_smi, tmp_path, monkeypatch):
-    nvml = FakeNvml([(1980, 0), (1980, 0), (1980, 0x4), (1980, 0)])
+    # a throttle reason on every other reading: the trials and the resolution floor read
+    # NVML too, so a sparser pattern may miss every sample
+    nvml = FakeNvml([(1980, 0), (1980, 0x4)])
     config, m, recs = _fake_gpu_job(tmp_path, monkeypatch, nvml, str(fake_smi))
     tel = m["telemetry"]
     assert tel["nvidia_smi"] == "ok" and tel["nvml"] == "ok", tel
