@@ -10,7 +10,6 @@ that trips over a malformed value (already reported by the schema) is skipped.
 from __future__ import annotations
 
 import math
-import os
 import re
 import subprocess
 from collections import Counter
@@ -218,33 +217,12 @@ def _max_points(config: dict[str, Any]) -> int:
 
 # -- the toolkit ---------------------------------------------------------------------------
 def _toolkit(config: dict[str, Any], notes: list[str]) -> list[str]:
-    """static_analysis' nvcc must be executable and able to build every requested arch."""
-    from cudalab.experiments import static_analysis as sa
+    """Each enabled experiment's own check of the tools its jobs run (Experiment.toolchain:
+    static analysis' nvcc and the architectures it can build)."""
+    from cudalab.experiments import REGISTRY
 
-    block = _blocks(config).get("static_analysis")
-    if block is None or not isinstance(block.get("nvcc"), str):
-        return []
-    key = "experiments.static_analysis"
-    name = block["nvcc"]
-    if os.sep in name:
-        if not (os.path.isfile(name) and os.access(name, os.X_OK)):
-            what = "does not exist" if not os.path.exists(name) else "is not an executable file"
-            return [f"{key}.nvcc: {name!r} {what}; allowed: the path of an executable nvcc, "
-                    f"or a name on PATH"]
-        nvcc: str | None = name
-    else:
-        nvcc = sa.find_nvcc(name)
-    if nvcc is None:
-        notes.append(f"{key}.archs not checked: no {name!r} on PATH or in the usual CUDA "
-                     f"homes here (static analysis needs it when it runs)")
-        return []
-    buildable = sa.supported_archs(nvcc)
-    if not buildable:
-        notes.append(f"{key}.archs not checked: {nvcc} --list-gpu-arch gave no list")
-        return []
-    return [f"{key}.archs[{i}]: {a!r} cannot be built by {nvcc} ({sa._nvcc_version(nvcc)}); "
-            f"allowed with this toolkit: {', '.join(buildable)}"
-            for i, a in enumerate(block.get("archs", [])) if a not in buildable]
+    return [m for name, block in _blocks(config).items()
+            for m in REGISTRY[name].toolchain(block, notes)]
 
 
 # -- size guards -----------------------------------------------------------------------------

@@ -374,6 +374,12 @@ class Experiment:
     def points(self, block: dict[str, Any]) -> list[Point]:
         raise NotImplementedError
 
+    def toolchain(self, block: dict[str, Any], notes: list[str]) -> list[str]:
+        """Before any job: errors (each starting with its key) where a tool this
+        experiment's jobs run cannot do what the block asks; what cannot be checked here
+        goes to notes. [] : nothing to check."""
+        return []
+
     def gpu_bytes(self, point: Point) -> int:
         """Device memory one point allocates at once (inputs, outputs), for the plan's size
         guard; 0 = not declared (never refused)."""

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -136,6 +137,32 @@ class StaticAnalysis(Experiment):
     # kernels share its compile)
     point_cost_s = 0.25
     needs_nvcc = True
+
+    def toolchain(self, block: dict[str, Any], notes: list[str]) -> list[str]:
+        """Its nvcc must be executable and able to build every requested architecture."""
+        key, name = f"experiments.{self.name}", block.get("nvcc")
+        if not isinstance(name, str):
+            return []
+        if os.sep in name:
+            if not (os.path.isfile(name) and os.access(name, os.X_OK)):
+                what = ("does not exist" if not os.path.exists(name)
+                        else "is not an executable file")
+                return [f"{key}.nvcc: {name!r} {what}; allowed: the path of an executable "
+                        f"nvcc, or a name on PATH"]
+            nvcc: str | None = name
+        else:
+            nvcc = find_nvcc(name)
+        if nvcc is None:
+            notes.append(f"{key}.archs not checked: no {name!r} on PATH or in the usual CUDA "
+                         f"homes here (static analysis needs it when it runs)")
+            return []
+        buildable = supported_archs(nvcc)
+        if not buildable:
+            notes.append(f"{key}.archs not checked: {nvcc} --list-gpu-arch gave no list")
+            return []
+        return [f"{key}.archs[{i}]: {a!r} cannot be built by {nvcc} ({_nvcc_version(nvcc)}); "
+                f"allowed with this toolkit: {', '.join(buildable)}"
+                for i, a in enumerate(block.get("archs", [])) if a not in buildable]
     figures = {
         "occupancy": "Theoretical occupancy against block size of every kernel (and compile "
         "variant) for the newest analysed architecture, from ptxas' registers and shared "
