@@ -217,3 +217,19 @@ def first_gpu(d: pd.DataFrame) -> pd.Series:
 def one_wrong(d: pd.DataFrame) -> pd.DataFrame:
     """The flip of 'every result is correct': the first ok GPU point is wrong."""
     return with_value(d, first_gpu, "status", "wrong")
+
+
+def all_correct(counted: str = "points correct") -> Judge:
+    """The judge of "every measured point is right": seen where every point the run
+    measured is ok, with 'k/n <counted>' and the first points that are not; a point left
+    out (not measured) is neither."""
+    def judge(d: pd.DataFrame, c: Ceilings) -> Judgement:
+        done = d[d["status"].astype(str) != "not_measured"]
+        bad = done[done["status"].astype(str) != "ok"]
+        if done.empty:
+            return no_data("no point measured")
+        return judged(bad.empty, f"{len(done) - len(bad)}/{len(done)} {counted}"
+                      + (f"; not ok: {', '.join(bad['point_id'].astype(str).head(5))}"
+                         if len(bad) else ""))
+    judge.__name__ = "_correct"
+    return judge

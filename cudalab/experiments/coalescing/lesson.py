@@ -18,6 +18,7 @@ from cudalab.experiments.lesson import (
     Claim,
     Judgement,
     TryThis,
+    all_correct,
     col,
     judged,
     ncu,
@@ -147,16 +148,6 @@ def coalescing_dram_traffic(d: pd.DataFrame, c: Ceilings) -> str | None:
 
 
 # -- claims ------------------------------------------------------------------------------------
-def _correct(d: pd.DataFrame, c: Ceilings) -> Judgement:
-    done = d[d["status"].astype(str) != "not_measured"]
-    bad = done[done["status"].astype(str) != "ok"]
-    if done.empty:
-        return no_data("no point measured")
-    return judged(bad.empty, f"{len(done) - len(bad)}/{len(done)} points correct"
-                  + (f"; not ok: {', '.join(bad['point_id'].astype(str).head(5))}"
-                     if len(bad) else ""))
-
-
 def _offset_flat(d: pd.DataFrame, c: Ceilings) -> Judgement:
     off = _at(_gpu(d), "offset")
     if len(off) < 2:
@@ -472,7 +463,8 @@ _flip_copy_share = turn(_copy_share, lambda d: slower(d, _variant("copy"), 3.0),
 
 EXPLANATIONS = (coalescing_vs_ceiling, coalescing_transpose_l2, coalescing_dram_traffic)
 CLAIMS = (
-    Claim("every GPU result matches numpy bit for bit", _correct, one_wrong, "correct"),
+    Claim("every GPU result matches numpy bit for bit",
+          all_correct("points correct"), one_wrong, "correct"),
     Claim(f"the offset curve is almost flat: no offset loses more than {FLAT_LOSS:.0%} "
           "against the best (an extra sector per warp fetched from DRAM would cost 1/9)",
           _offset_flat, _flip_offset_flat, "offset_flat"),

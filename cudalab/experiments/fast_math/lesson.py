@@ -15,6 +15,7 @@ from cudalab.experiments.lesson import (
     Claim,
     Judgement,
     TryThis,
+    all_correct,
     col,
     judged,
     largest,
@@ -86,16 +87,6 @@ def fast_math_ridge(d: pd.DataFrame, c: Ceilings) -> str | None:
 
 
 # -- claims ----------------------------------------------------------------------------------
-def _correct(d: pd.DataFrame, c: Ceilings) -> Judgement:
-    done = d[d["status"].astype(str) != "not_measured"]
-    bad = done[done["status"].astype(str) != "ok"]
-    if done.empty:
-        return no_data("no point measured")
-    return judged(bad.empty, f"{len(done) - len(bad)}/{len(done)} points within bound"
-                  + (f"; not ok: {', '.join(bad['point_id'].astype(str).head(5))}"
-                     if len(bad) else ""))
-
-
 def _fast_gain(d: pd.DataFrame, c: Ceilings) -> Judgement:
     done = _done(d)
     if done.empty:
@@ -177,7 +168,8 @@ def _precise_at_one(d: pd.DataFrame) -> pd.Series:
 EXPLANATIONS = (fast_math_ridge,)
 CLAIMS = (
     Claim("every build stays within its stated error bound (precise: tolerance_precise, "
-          "fast_math and intrinsics: tolerance_fast)", _correct, one_wrong, "correct"),
+          "fast_math and intrinsics: tolerance_fast)",
+          all_correct("points within bound"), one_wrong, "correct"),
     Claim(f"fast math is at least {FAST_GAIN:g}x faster than the precise build on the "
           "compute-bound kernel (largest n and iterations)", _fast_gain,
           lambda d: slower(d, lambda x: x["variant"] == "precise", 1 / 2.2), "fast_gain"),

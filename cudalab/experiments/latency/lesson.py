@@ -20,6 +20,7 @@ from cudalab.experiments.lesson import (
     Judgement,
     Mask,
     TryThis,
+    all_correct,
     col,
     judged,
     no_data,
@@ -172,16 +173,6 @@ def _largest(variant: str) -> Mask:
 
 
 # -- claims ------------------------------------------------------------------------------------
-def _correct(d: pd.DataFrame, c: Ceilings) -> Judgement:
-    done = d[d["status"].astype(str) != "not_measured"]
-    bad = done[done["status"].astype(str) != "ok"]
-    if done.empty:
-        return no_data("no point measured")
-    return judged(bad.empty, f"{len(done) - len(bad)}/{len(done)} chases correct"
-                  + (f"; not ok: {', '.join(bad['point_id'].astype(str).head(5))}"
-                     if len(bad) else ""))
-
-
 def _faster_than_dram(key: str) -> Judge:
     def judge(d: pd.DataFrame, c: Ceilings) -> Judgement:
         lv = _levels(d)
@@ -283,7 +274,7 @@ def _constant_spills(d: pd.DataFrame, c: Ceilings) -> Judgement:
 EXPLANATIONS = ()
 CLAIMS = (
     Claim("every chase stops on the node the CPU reaches following the same chain",
-          _correct, one_wrong, "correct"),
+          all_correct("chases correct"), one_wrong, "correct"),
     Claim(f"shared memory latency is at least {SHARED_VS_DRAM:g}x lower than DRAM's",
           _shared_vs_dram,
           turn(_shared_vs_dram, _level_to(_of(("shared",)), "dram", 1 / 5),

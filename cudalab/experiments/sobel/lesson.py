@@ -15,6 +15,7 @@ from cudalab.experiments.lesson import (
     LARGE_FRACTION,
     Claim,
     Judgement,
+    all_correct,
     col,
     judged,
     largest,
@@ -84,16 +85,6 @@ def sobel_caches(d: pd.DataFrame, c: Ceilings) -> str | None:
 
 
 # -- claims ----------------------------------------------------------------------------------
-def _correct(d: pd.DataFrame, c: Ceilings) -> Judgement:
-    done = d[d["status"].astype(str) != "not_measured"]
-    bad = done[done["status"].astype(str) != "ok"]
-    if done.empty:
-        return no_data("no point measured")
-    return judged(bad.empty, f"{len(done) - len(bad)}/{len(done)} points exact"
-                  + (f"; not ok: {', '.join(bad['point_id'].astype(str).head(5))}"
-                     if len(bad) else ""))
-
-
 def _far_from_bandwidth(d: pd.DataFrame, c: Ceilings) -> Judgement:
     d = ok(d).dropna(subset=["gbps"])
     dram, what = ref(c)
@@ -141,7 +132,7 @@ def _variant(name: str):  # noqa: ANN202 - a mask for a flip
 EXPLANATIONS = (sobel_caches,)
 CLAIMS = (
     Claim("every kernel reproduces the CPU edge map exactly, for every block shape",
-          _correct, one_wrong, "correct"),
+          all_correct("points exact"), one_wrong, "correct"),
     Claim("far from the DRAM bandwidth even at large images: the best kernel stays below "
           f"{LARGE_FRACTION:.0%} of the DRAM ceiling at the largest image", _far_from_bandwidth,
           lambda d: slower(d, lambda x: col(x, "p_width") == col(x, "p_width").max(), 1 / 6),

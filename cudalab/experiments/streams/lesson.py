@@ -22,6 +22,7 @@ from cudalab.experiments.lesson import (
     Judgement,
     Mask,
     TryThis,
+    all_correct,
     col,
     judged,
     no_data,
@@ -107,16 +108,6 @@ def streams_copy_engines(d: pd.DataFrame, c: Ceilings) -> str | None:
 
 
 # -- claims ------------------------------------------------------------------------------------
-def _correct(d: pd.DataFrame, c: Ceilings) -> Judgement:
-    done = d[d["status"].astype(str) != "not_measured"]
-    bad = done[done["status"].astype(str) != "ok"]
-    if done.empty:
-        return no_data("no point measured")
-    return judged(bad.empty, f"{len(done) - len(bad)}/{len(done)} points correct"
-                  + (f"; not ok: {', '.join(bad['point_id'].astype(str).head(5))}"
-                     if len(bad) else ""))
-
-
 def _beats_serial(d: pd.DataFrame, c: Ceilings) -> Judgement:
     parts, holds = [], True
     for g in _per_iterations(d):
@@ -314,7 +305,8 @@ EXPLANATIONS = (streams_copy_engines,)
 # the serial program takes the sum of the stages, so best / ideal is the share of the bound
 # reached; one claim, with the bound's threshold, says it.
 CLAIMS = (
-    Claim("every GPU result matches the float64 reference", _correct, one_wrong, "correct"),
+    Claim("every GPU result matches the float64 reference",
+          all_correct("points correct"), one_wrong, "correct"),
     Claim("with 2 or more streams the pipeline beats the serial program at every iteration "
           "count", _beats_serial, turn(_beats_serial, _beats_fail, _beats_hold),
           "beats_serial"),

@@ -22,6 +22,7 @@ from cudalab.experiments.lesson import (
     Mask,
     State,
     TryThis,
+    all_correct,
     col,
     judged,
     no_data,
@@ -117,16 +118,6 @@ def transfer_fixed_cost(d: pd.DataFrame, c: Ceilings) -> str | None:
 
 
 # -- claims ------------------------------------------------------------------------------------
-def _correct(d: pd.DataFrame, c: Ceilings) -> Judgement:
-    done = d[d["status"].astype(str) != "not_measured"]
-    bad = done[done["status"].astype(str) != "ok"]
-    if done.empty:
-        return no_data("no point measured")
-    return judged(bad.empty, f"{len(done) - len(bad)}/{len(done)} round trips exact"
-                  + (f"; not ok: {', '.join(bad['point_id'].astype(str).head(5))}"
-                     if len(bad) else ""))
-
-
 def _common_largest(d: pd.DataFrame, direction: str) -> float:
     both = set(_rows(d, "pinned", direction)["size"]) & set(_rows(d, "pageable", direction)
                                                              ["size"])
@@ -246,7 +237,8 @@ _level = _each_direction(_level_one, f"pinned copy of {fmt.nbytes(LEVEL_FROM)} o
 
 EXPLANATIONS = (transfer_fixed_cost,)
 CLAIMS = (
-    Claim("every copied byte arrives unchanged (host -> device -> host)", _correct, one_wrong,
+    Claim("every copied byte arrives unchanged (host -> device -> host)",
+          all_correct("round trips exact"), one_wrong,
           "correct"),
     Claim(f"pinned memory is at least {PINNED_GAIN:g}x faster than pageable for the largest "
           "H2D copies", _pinned_gain("h2d"),

@@ -16,6 +16,7 @@ from cudalab.experiments.lesson import (
     Claim,
     Judgement,
     TryThis,
+    all_correct,
     col,
     judged,
     largest,
@@ -81,16 +82,6 @@ def warp_slots_of_32(d: pd.DataFrame, c: Ceilings) -> str | None:
 
 
 # -- claims ----------------------------------------------------------------------------------
-def _correct(d: pd.DataFrame, c: Ceilings) -> Judgement:
-    done = d[d["status"].astype(str) != "not_measured"]
-    bad = done[done["status"].astype(str) != "ok"]
-    if done.empty:
-        return no_data("no point measured")
-    return judged(bad.empty, f"{len(done) - len(bad)}/{len(done)} points correct"
-                  + (f"; not ok: {', '.join(bad['point_id'].astype(str).head(5))}"
-                     if len(bad) else ""))
-
-
 def _large(d: pd.DataFrame, c: Ceilings) -> Judgement:
     dram, what = ref(c)
     big = largest(_gpu(d), "p_n")
@@ -150,7 +141,8 @@ def _largest_n(d: pd.DataFrame) -> pd.Series:
 
 EXPLANATIONS = (vector_add_share, warp_slots_of_32)
 CLAIMS = (
-    Claim("every GPU result matches the float64 sum", _correct, one_wrong, "correct"),
+    Claim("every GPU result matches the float64 sum",
+          all_correct("points correct"), one_wrong, "correct"),
     Claim(f"millions of elements reach at least {LARGE_FRACTION:.0%} of the DRAM ceiling "
           "(measured where the run measured it, else theoretical)", _large,
           lambda d: slower(d, _largest_n, 3.0), "large_near_bandwidth"),
