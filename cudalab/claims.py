@@ -89,10 +89,17 @@ def evaluate_try_this(name: str, df: pd.DataFrame) -> list[ClaimResult | None]:
             for t in exp.try_this]
 
 
+# The claim every lesson opens with: its results are right. A precondition of the lesson,
+# not its point, so a slide's one sentence is the first claim after it.
+CORRECTNESS_KEY = "correct"
+
+
 def headline(name: str, df: pd.DataFrame) -> ClaimResult | None:
-    """The lesson's first claim judged on this run (the slides' one sentence)."""
+    """The lesson's point judged on this run (the slides' one sentence): its first claim
+    other than the correctness check, else the correctness check."""
     got = evaluate(name, df)
-    return got[0] if got else None
+    point = [r for r in got if r.key != CORRECTNESS_KEY]
+    return (point or got or [None])[0]
 
 
 def counts(results: list[ClaimResult]) -> dict[str, int]:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from cudalab import claims
 from cudalab.embed import data_uri
 from cudalab.experiments import REGISTRY
 
@@ -314,35 +315,14 @@ def _headline(r: Any) -> Headline:
 
 
 def claims_of(name: str, df: pd.DataFrame) -> list[Headline]:
-    """The lesson's claims judged on this run: cudalab.claims.evaluate where it exists,
-    else the caption's claims (explain.check_caption, True/False/None as the states)."""
-    try:
-        from cudalab import claims
-    except ImportError:
-        from cudalab import explain
-
-        check = getattr(explain, "check_caption", None)
-        if check is None:
-            return []
-        states = {True: "seen", False: "not seen", None: "not measured"}
-        return [Headline(r.phrase, states[r.supported], r.evidence)
-                for r in check(name, REGISTRY[name].caption, df)]
+    """The lesson's claims judged on this run (cudalab.claims)."""
     return [_headline(r) for r in claims.evaluate(name, df)]
 
 
 def headline(name: str, df: pd.DataFrame) -> Headline | None:
-    """The claim a slide states: cudalab.claims.headline's choice where it exists, else
-    the lesson's first claim (its author puts the lesson's point first)."""
-    try:
-        from cudalab import claims
-    except ImportError:
-        claims = None  # type: ignore[assignment]
-    pick = getattr(claims, "headline", None)
-    if pick is not None:
-        r = pick(name, df)
-        return None if r is None else _headline(r)
-    got = claims_of(name, df)
-    return got[0] if got else None
+    """The claim a slide states: the lesson's point (cudalab.claims.headline)."""
+    r = claims.headline(name, df)
+    return None if r is None else _headline(r)
 
 
 def write_slides(df: pd.DataFrame, out: Path, names: list[str] | None = None) -> list[Path]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from cudalab import figcheck, results, slides
+from cudalab import claims, figcheck, results, slides
 from cudalab.experiments import REGISTRY
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -124,29 +124,13 @@ def test_the_deck_is_one_file_with_one_slide_per_lesson(built, ref):
     assert page.count('class="claim"') == len(facts)
 
 
-def test_a_headline_adapts_to_either_claims_api(ref, monkeypatch):
+def test_a_slide_states_the_lesson_s_point_not_its_correctness_check(ref):
     h = slides.headline("vector_add", ref)
     assert h is not None and h.state in {"seen", "not seen", "not measured", "not applicable"}
-    assert h.statement
-
-    import builtins
-
-    real = builtins.__import__
-
-    def no_claims(name, globals=None, locals=None, fromlist=(), level=0):
-        if name == "cudalab" and fromlist and "claims" in fromlist:
-            raise ImportError("no cudalab.claims")
-        return real(name, globals, locals, fromlist, level)
-
-    from cudalab import explain
-
-    class R:
-        phrase, supported, evidence = "the older caption claim", False, "numbers"
-
-    monkeypatch.setattr(builtins, "__import__", no_claims)
-    monkeypatch.setattr(explain, "check_caption", lambda *a: [R()], raising=False)
-    old = slides.headline("vector_add", ref)
-    assert old == slides.Headline("the older caption claim", "not seen", "numbers")
+    keys = [c.key for c in claims.evaluate("vector_add", ref)]
+    assert keys[0] == "correct"  # every lesson opens with it: a precondition, not the point
+    point = next(c for c in claims.evaluate("vector_add", ref) if c.key != "correct")
+    assert h.statement == point.statement
 
 
 def _browser():
