@@ -113,10 +113,9 @@ def _section_claims(name: str, df: pd.DataFrame) -> list[claims.ClaimResult]:
     return sec["claims"]
 
 
-def test_the_rendered_states_are_the_judged_ones(refs, tmp_path):
+def test_the_rendered_states_are_the_judged_ones(refs, h100_page):
     """The HTML's data-state of every claim is the state the audit judges."""
-    df = refs["H100"]
-    page = _render(df, tmp_path)
+    df, page = refs["H100"], h100_page
     shown = dict(re.findall(r'<li data-claim="([^"]+)" data-state="([^"]+)"', page))
     judged = {f"{n}:{c.key}": c.state.value for n in REGISTRY
               for c in claims.evaluate(n, df)}
@@ -194,9 +193,14 @@ def _render(df: pd.DataFrame, tmp: Path) -> str:
     return report.render(df, tmp / "figures", conf, tmp / "report.html").read_text()
 
 
-def test_the_rendered_reports_prose_states_no_measured_number(refs, tmp_path):
-    df = refs["H100"]
-    page = _render(df, tmp_path)
+@pytest.fixture(scope="module")
+def h100_page(refs, tmp_path_factory) -> str:
+    """The H100 reference's report rendered once for the module's audits."""
+    return _render(refs["H100"], tmp_path_factory.mktemp("h100"))
+
+
+def test_the_rendered_reports_prose_states_no_measured_number(h100_page):
+    page = h100_page
     p = _Prose()
     p.feed(page)
     assert len(p.found) > 20, "the report marks its prose (class prose)"
