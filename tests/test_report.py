@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from browser import chromium
 
 from cudalab import config as cfg
 from cudalab import figures, fmt, report, results
@@ -86,23 +85,9 @@ def test_failed_points_are_listed_not_plotted(tmp_path):
     assert 'class="fail"' in html  # the correctness expectation now fails
 
 
-def _browser():
-    exe = shutil.which("chromium") or shutil.which("chromium-browser")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        sync_playwright = None
-    if exe and sync_playwright:
-        return exe, sync_playwright
-    why = "needs Debian's chromium and the playwright package"
-    if os.environ.get("CUDALAB_REQUIRE_BROWSER"):
-        pytest.fail(why + " (CUDALAB_REQUIRE_BROWSER is set)")
-    pytest.skip(why)
-
-
 @pytest.mark.browser
 def test_report_loads_in_headless_chromium_without_errors(rendered, tmp_path):
-    exe, sync_playwright = _browser()
+    exe, sync_playwright = chromium()
     path, _ = rendered
     errors: list[str] = []
     with sync_playwright() as pw:
@@ -224,7 +209,7 @@ def _pdf_pages(data: bytes) -> tuple[int, set[float]]:
 @pytest.mark.parametrize("paper", list(PAPERS))
 @pytest.mark.parametrize("ref", REFERENCE_REPORTS, ids=lambda p: p.parent.name)
 def test_reference_report_prints_without_clipping(paper, ref, tmp_path):
-    exe, sync_playwright = _browser()
+    exe, sync_playwright = chromium()
     page_pt, width = PAPERS[paper]
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
@@ -246,7 +231,7 @@ def test_reference_report_prints_without_clipping(paper, ref, tmp_path):
 @pytest.mark.browser
 @pytest.mark.parametrize("which", [*(p.parent.name for p in REFERENCE_REPORTS), "rendered"])
 def test_report_has_no_horizontal_overflow_at_400_px(which, rendered):
-    exe, sync_playwright = _browser()
+    exe, sync_playwright = chromium()
     refs = {p.parent.name: p for p in REFERENCE_REPORTS}
     path = refs[which] if which in refs else rendered[0]
     with sync_playwright() as pw:

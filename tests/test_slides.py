@@ -3,14 +3,13 @@ no text under 20 pt, no text colliding; the deck in headless Chromium."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
 import pytest
+from browser import chromium
 
 from cudalab import claims, figcheck, results, slides
 from cudalab.experiments import REGISTRY
@@ -133,20 +132,6 @@ def test_a_slide_states_the_lesson_s_point_not_its_correctness_check(ref):
     assert h.statement == point.statement
 
 
-def _browser():
-    exe = shutil.which("chromium") or shutil.which("chromium-browser")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        sync_playwright = None
-    if exe and sync_playwright:
-        return exe, sync_playwright
-    why = "needs Debian's chromium and the playwright package"
-    if os.environ.get("CUDALAB_REQUIRE_BROWSER"):
-        pytest.fail(why + " (CUDALAB_REQUIRE_BROWSER is set)")
-    pytest.skip(why)
-
-
 CURRENT_JS = """() => {
   const s = Array.from(document.querySelectorAll('.slide'));
   const shown = s.filter(e => getComputedStyle(e).display !== 'none');
@@ -162,7 +147,7 @@ CURRENT_JS = """() => {
 
 @pytest.mark.browser
 def test_the_deck_presents_in_headless_chromium(built, tmp_path):
-    exe, sync_playwright = _browser()
+    exe, sync_playwright = chromium()
     _, facts, deck = built
     errors: list[str] = []
     with sync_playwright() as pw:
@@ -199,7 +184,7 @@ def test_the_deck_screenshots_with_the_chromium_command_line(built, tmp_path):
 
     from PIL import Image
 
-    exe, _ = _browser()
+    exe, _ = chromium()
     _, _, deck = built
     shot = tmp_path / "deck.png"
     subprocess.run([exe, "--headless", *CHROMIUM_ARGS, "--hide-scrollbars",
