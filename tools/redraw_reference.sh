@@ -19,3 +19,6 @@ $CUDALAB report --config "$CONF" --table "$TABLE" --figures "$REF/figures" --res
 $CUDALAB slides --table "$TABLE" --out "$REF/slides"
 # the deck holds every slide (embedded): the PNG and SVG files stay out of the repository
 rm -f "$REF"/slides/*.png "$REF"/slides/*.svg
+# the report embeds every figure; the folder keeps their PNG twins only (the repository, and
+# with it what a GPU call carries, stays small)
+find "$REF/figures" "$REF/telemetry" -name '*.svg' -delete 2>/dev/null || true
