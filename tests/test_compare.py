@@ -305,7 +305,8 @@ def test_without_trials_the_class_floors_judge():
     assert "host-synchronous: 1 (1 unstable" in grouped
     assert "k/long-a" in grouped and "1.100x > 1 + bar, bar 5.0 % (threshold)" in grouped
     assert ("7 of 7 timed comparison(s) have a side measured without trials" in text
-            and "0.5 us for kernel, 40 % for host-synchronous, 75 % for host" in text)
+            and "0.5 us for kernel, 0.5 us or 10 % for small-grid, 40 % for "
+                "host-synchronous, 75 % for host" in text)
 
 
 def test_with_trials_the_spread_and_the_floor_judge():
@@ -362,6 +363,66 @@ def test_unstable_never_fails_the_gate(tmp_path, capsys):
         folders.append(tmp_path / name)
     assert cli.main(["compare", str(folders[0]), str(folders[1]), "--fail-on-slower"]) == 0
     assert cli.main(["compare", str(folders[0]), str(folders[2]), "--fail-on-slower"]) == 1
+    capsys.readouterr()
+
+
+def _grid_points(rows: list[tuple[str, float, float]], sm_count: float = 132) -> compare.Run:
+    """Kernel points (point, time, blocks of its launch) timed in trials that agree within
+    0.2 %, on a job with a 20 ns floor and `sm_count` SMs."""
+    df = pd.DataFrame([{"experiment": "matmul", "point_id": pid, "variant": "warptile",
+                        "gpu": "G", "status": "ok", "median_s": t, "noise": 0.002,
+                        "n_samples": 10, "method": KERNEL, "trial_spread": 0.002,
+                        "floor_s": 20e-9, "blocks": blocks, "sm_count": sm_count}
+                       for pid, t, blocks in rows], columns=compare.POINT_COLS)
+    return compare.Run("x", Path("x"), "G", df)
+
+
+def test_a_kernel_with_fewer_blocks_than_sms_is_small_grid():
+    """The 1.089x two H100s gave a 6-block warp tile of unchanged code is 'same' under the
+    small-grid floor (10 %), whatever the rule; 1.12x is still slower. A grid of at least
+    one block per SM, or a record without the block count or the SM count, is a kernel
+    judged as before (slower at 1.089x)."""
+    base = _grid_points([("six", 44.5e-6, 6), ("six-far", 44.5e-6, 6), ("full", 44.5e-6, 132),
+                         ("unknown", 44.5e-6, math.nan)])
+    run = _grid_points([("six", 48.46e-6, 6), ("six-far", 49.9e-6, 6), ("full", 48.46e-6, 132),
+                        ("unknown", 48.46e-6, math.nan)])
+    for rule in (compare.Rule(3.0, True), compare.Rule(3.0, False)):
+        cmp = compare.compare_pair(base, run, rule=rule).set_index("point_id")
+        assert cmp.loc["six", "class"] == "small-grid" and cmp.loc["six", "verdict"] == "same"
+        assert cmp.loc["six", "bar_from"] == "class floor"
+        assert cmp.loc["six", "bar"] == pytest.approx(compare.SMALL_GRID_FLOOR)
+        assert cmp.loc["six-far", "verdict"] == "slower"
+        for pid in ("full", "unknown"):
+            assert cmp.loc[pid, "class"] == "kernel" and cmp.loc[pid, "verdict"] == "slower"
+    no_sms = compare.compare_pair(_grid_points([("six", 44.5e-6, 6)], math.nan),
+                                  _grid_points([("six", 48.46e-6, 6)], math.nan)).iloc[0]
+    assert no_sms["class"] == "kernel" and no_sms["verdict"] == "slower"
+    text = compare.format_text(compare.compare_pair(base, run))
+    assert "small-grid: 1 (1 slower" in text and "kernel: 2 (2 slower" in text
+
+
+def test_launch_blocks_and_sm_count_come_from_the_records(tmp_path, capsys):
+    """A record's launch.blocks and provenance sm_count make a point small-grid: the gate
+    passes the 1.089x of a 6-block kernel; without them (an older record) it fails."""
+    def write(folder: Path, t: float, launch: bool) -> Path:
+        raw = folder / "raw" / "matmul"
+        raw.mkdir(parents=True)
+        rec = {"schema_version": results.SCHEMA_VERSION, "experiment": "matmul",
+               "variant": "warptile", "point_id": "warptile-m256", "status": "ok",
+               "provenance": {"gpu_name": "G", **({"sm_count": 132} if launch else {})},
+               "floor": {"floor_s": 20e-9},
+               "timing": {"samples_s": [t] * 10, "timer": KERNEL, "trial_spread": 0.002}}
+        if launch:
+            rec["launch"] = {"grid": [3, 2, 1], "block": [128, 1, 1], "blocks": 6,
+                             "threads_per_block": 128}
+        (raw / "warptile-m256.json").write_text(json.dumps(rec))
+        return folder
+    new = [str(write(tmp_path / n, t, True)) for n, t in (("a", 44.5e-6), ("b", 48.46e-6))]
+    old = [str(write(tmp_path / n, t, False)) for n, t in (("c", 44.5e-6), ("d", 48.46e-6))]
+    assert cli.main(["compare", *new, "--fail-on-slower"]) == 0
+    assert cli.main(["compare", *old, "--fail-on-slower"]) == 1
+    pts = compare.load_points(Path(new[0]))
+    assert pts.loc[0, "blocks"] == 6 and pts.loc[0, "sm_count"] == 132
     capsys.readouterr()
 
 
