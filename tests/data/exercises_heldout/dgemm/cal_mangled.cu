@@ -1,0 +1,13 @@
+// cudalab-exercise: dgemm
+// Forgets extern "C": the kernel compiles, but its symbol is C++-mangled (_Z5dgemm...),
+// so there is no "dgemm" in the cubin for the harness to launch.
+__global__ void dgemm(const double* __restrict__ A, const double* __restrict__ B,
+                      double* __restrict__ C, int M, int N, int K)
+{
+    int row = blockIdx.y * blockDim.y + threadIdx.y;
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= M || col >= N) return;
+    double acc = 0.0;
+    for (int k = 0; k < K; ++k) acc += A[(size_t)row * K + k] * B[(size_t)k * N + col];
+    C[(size_t)row * N + col] = acc;
+}

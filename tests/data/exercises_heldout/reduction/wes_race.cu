@@ -1,0 +1,22 @@
+// cudalab-exercise: reduction
+// A data race: each block adds its total to *out with a plain read-modify-write, not
+// atomicAdd. With one block it is right; with thousands, concurrent blocks lose updates.
+#ifndef BLOCK
+#define BLOCK 256
+#endif
+
+extern "C" __global__ void sum_reduce(const float* __restrict__ x, float* out, int n)
+{
+    __shared__ float s[BLOCK];
+    unsigned int tid = threadIdx.x;
+    size_t i = (size_t)blockIdx.x * 2 * BLOCK + tid;
+    float v = i < (size_t)n ? x[i] : 0.0f;
+    if (i + BLOCK < (size_t)n) v += x[i + BLOCK];
+    s[tid] = v;
+    __syncthreads();
+    for (unsigned int stride = BLOCK / 2; stride > 0; stride >>= 1) {
+        if (tid < stride) s[tid] += s[tid + stride];
+        __syncthreads();
+    }
+    if (tid == 0) *out += s[0];
+}
