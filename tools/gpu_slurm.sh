@@ -43,7 +43,7 @@ unpack() {
   mkdir -p "$LIBS"
   for p in $LIB_PKGS; do  # only a library the system lacks (never replace one of its own)
     local deb so
-    deb=$(ls "$DEBS"/${p}_*.deb 2>/dev/null | head -1)
+    deb=$(ls "$DEBS"/${p}_*.deb 2>/dev/null | head -1 || true)
     [ -n "$deb" ] || continue  # not carried: the image is expected to have it
     so=$(dpkg -c "$deb" | grep -o '[^/]*\.so\.[0-9]*' | head -1)  # its soname, lib*.so.N
     if [ -n "$so" ] && ! ldconfig -p | grep -q "$so"; then
