@@ -122,6 +122,8 @@ class GpuSession:
             "pycuda_version": pycuda.VERSION_TEXT,
             "nvcc_version": nvcc_version(),
             "total_memory_bytes": int(self.device.total_memory()),
+            # a launch of fewer blocks than this runs one partial wave (compare: small-grid)
+            "sm_count": self.attr("MULTIPROCESSOR_COUNT"),
         }
 
     @property

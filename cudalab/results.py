@@ -44,6 +44,11 @@ COLUMNS: dict[str, tuple[str, str]] = {
               "ahead: no host launch cost), cuda_event (device time, launches issued one by "
               "one) or perf_counter (host time)"),
     "stop_reason": ("string", "converged | budget | max_samples"),
+    "launch_blocks": ("Int64", "blocks in the grid of the timed kernel's launch (the "
+                      "record's launch; empty where the experiment does not launch the kernel "
+                      "itself: cuBLAS, host work): fewer than sm_count is cudalab compare's "
+                      "small-grid class"),
+    "launch_threads": ("Int64", "threads per block of that launch"),
     "time_median_s": ("float64", "median time of one launch / operation, seconds"),
     "time_iqr_s": ("float64", "interquartile range of the samples, seconds"),
     "time_cv": ("float64", "coefficient of variation of the samples (std / mean)"),
@@ -106,6 +111,8 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "gpu_name": ("string", "GPU model"),
     "gpu_uuid": ("string", "GPU UUID"),
     "compute_capability": ("string", "major.minor"),
+    "sm_count": ("Int64", "streaming multiprocessors of the GPU (the driver's "
+                 "MULTIPROCESSOR_COUNT)"),
     "driver_version": ("string", "NVIDIA driver version"),
     "cuda_version": ("string", "CUDA version pycuda was built against"),
     "pycuda_version": ("string", "pycuda version"),
@@ -137,7 +144,8 @@ CEILING_COLUMNS = ("peak_fp32_gflops", "ceil_dram_gbps", "ceil_l2_gbps", "ceil_s
 # Columns a table written before them lacks: read back empty (an older reference stays
 # readable); every other column must be there.
 LATER_COLUMNS = (*CEILING_COLUMNS, "time_trial_spread", "time_floor_s", "cpu_threads",
-                 "blas", "python_executable", "loaded_modules", "nvcc_path")
+                 "blas", "python_executable", "loaded_modules", "nvcc_path",
+                 "launch_blocks", "launch_threads", "sm_count")
 
 PROVENANCE_KEYS = [k for k in list(COLUMNS)[list(COLUMNS).index("gpu_name"):]]
 
@@ -405,6 +413,8 @@ def record_to_row(rec: dict[str, Any]) -> dict[str, Any]:
         "batch": t.get("batch"),
         "timer": t.get("timer"),
         "stop_reason": t.get("stop_reason"),
+        "launch_blocks": (rec.get("launch") or {}).get("blocks"),
+        "launch_threads": (rec.get("launch") or {}).get("threads_per_block"),
         "time_median_s": med,
         "time_iqr_s": t.get("iqr", math.nan) if ok else math.nan,
         "time_cv": t.get("cv", math.nan) if ok else math.nan,

@@ -591,6 +591,7 @@ def record_body(result: Result, env: dict[str, Any], key: str,
                  "working_set": result.working_set, **(peaks or {})},
         "check": result.check.as_dict() if result.check else None,
         "metrics": result.metrics, "extra": result.extra, "provenance": prov,
+        "launch": result.launch.as_dict() if result.launch is not None else None,
     }
 
 

@@ -876,6 +876,12 @@ def test_every_variant_measures_and_checks_on_the_fake_gpu(monkeypatch, clean_cu
         assert res.timing.n == 3 and res.flops == 2.0 * 33 * 17 * 65
         if p.gpu:
             assert res.kernel is not None and "kernel_s" in res.metrics
+        if p.gpu and p.variant != "cublas":  # every kernel family records its launch
+            grid, block = mm.launch_geometry(p)
+            assert (res.launch.blocks, res.launch.threads_per_block) == (
+                math.prod(grid), math.prod(block)), p.point_id
+        else:
+            assert res.launch is None  # cuBLAS picks its own grid; the CPU has none
         if p.params.get("dtype") == "float64":
             assert res.check.tolerance == 1e-12 and res.bytes == 8.0 * (33 * 17 + 17 * 65 + 33 * 65)
             assert res.check.error < 1e-14  # float64 all the way: far below the tolerance

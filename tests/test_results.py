@@ -204,3 +204,18 @@ def test_aggregate_without_a_manifest_for_an_experiment_leaves_it_out(tmp_path):
     assert kept == [] and left["not_in_grid"] == len(recs)
     kept, left = results.select_records(recs, results.read_manifests(raw))
     assert len(kept) == len(recs) and left["not_in_grid"] == left["other_gpu"] == 0
+
+
+def test_the_launch_and_the_sm_count_become_columns(recorded):
+    """A record's launch (blocks, threads per block) and its GPU's SM count are columns; a
+    record without them (cuBLAS, host work, an older record) leaves them empty."""
+    rec = next(r for r in recorded if r["variant"] == "tiled" and r["status"] == "ok")
+    launch = {"grid": [3, 2, 1], "block": [16, 16, 1], "blocks": 6, "threads_per_block": 256}
+    with_launch = rec | {"launch": launch, "point_id": "with-launch",
+                         "provenance": rec["provenance"] | {"sm_count": 132}}
+    df = results.build_table([with_launch, rec]).set_index("point_id")
+    assert df.loc["with-launch", "launch_blocks"] == 6
+    assert df.loc["with-launch", "launch_threads"] == 256
+    assert df.loc["with-launch", "sm_count"] == 132
+    assert df.loc[rec["point_id"], ["launch_blocks", "launch_threads", "sm_count"]].isna().all()
+    assert not results.check_table(df.reset_index())

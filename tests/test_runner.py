@@ -224,3 +224,15 @@ def test_cpu_threads_are_set_for_the_job_and_recorded(counting, tmp_path):
     runner.run_experiment(_config(), "counting", tmp_path / "all")
     rec = next(iter(results.iter_records(tmp_path / "all" / "raw")))
     assert rec["provenance"]["cpu_threads"] == runner._usable_cores()
+
+
+def test_the_record_carries_the_launch_of_the_timed_kernel():
+    """Result.launch goes into the record as grid, block, blocks and threads per block;
+    a result without one (cuBLAS, host work) records None."""
+    from cudalab.experiments.base import Launch
+
+    r = Result(_timing(), check=Check(0.0, 1.0, "abs"), launch=Launch((3, 2), (128, 1, 1)))
+    body = runner.record_body(r, {}, "key", gpu_point=True)
+    assert body["launch"] == {"grid": [3, 2], "block": [128, 1, 1], "blocks": 6,
+                              "threads_per_block": 128}
+    assert runner.record_body(Result(_timing()), {}, "key")["launch"] is None

@@ -88,6 +88,29 @@ class Check:
         }
 
 
+@dataclass(frozen=True)
+class Launch:
+    """The launch configuration of the timed kernel: grid and block, in blocks and threads
+    per dimension (missing dimensions are 1). A grid with fewer blocks than the GPU has SMs
+    runs one partial wave on a few SMs (cudalab compare's small-grid class)."""
+
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+
+    @property
+    def blocks(self) -> int:
+        return math.prod(int(x) for x in self.grid)
+
+    @property
+    def threads_per_block(self) -> int:
+        return math.prod(int(x) for x in self.block)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record's launch: grid, block, blocks, threads_per_block."""
+        return {"grid": [int(x) for x in self.grid], "block": [int(x) for x in self.block],
+                "blocks": self.blocks, "threads_per_block": self.threads_per_block}
+
+
 @dataclass
 class Result:
     """What measure() returns for one point."""
@@ -105,6 +128,9 @@ class Result:
     # Device memory one launch touches, bytes (results: working_set_bytes, memory_level);
     # NaN: the declared bytes are the working set.
     working_set: float = float("nan")
+    # The timed kernel's grid and block where the experiment launches it itself (the
+    # record's launch; None: a library call such as cuBLAS, host work, several kernels).
+    launch: Launch | None = None
 
 
 # A GPU point of a run without a GPU: never a speed and never a verdict. An effect whose

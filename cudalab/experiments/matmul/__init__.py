@@ -33,7 +33,7 @@ import pandas as pd
 
 from cudalab import fmt
 from cudalab.experiments import base
-from cudalab.experiments.base import Experiment, Point, Result, block_schema
+from cudalab.experiments.base import Experiment, Launch, Point, Result, block_schema
 from cudalab.experiments.matmul import lesson
 from cudalab.experiments.matmul.build import (  # noqa: F401
     _dtype,
@@ -465,6 +465,7 @@ class Matmul(Experiment):
         c = self._host_out(ctx, m, k, n, dtype)
         a_d, b_d, c_d = cuda.mem_alloc(a.nbytes), cuda.mem_alloc(b.nbytes), cuda.mem_alloc(c.nbytes)
         extra: dict[str, Any] = {}
+        shape: Launch | None = None  # cuBLAS picks its own kernels and grids
         metrics: dict[str, Any] = {}
         try:
             cuda.memcpy_htod(a_d, a)
@@ -477,7 +478,7 @@ class Matmul(Experiment):
                 func = kernel.function(f"matmul_{point.variant}")
                 func.prepare("PPPiii")
                 grid, block = launch_geometry(point)
-                extra = {"grid": list(grid), "block": list(block)}
+                shape = Launch(grid, block)
                 metrics = kernel_resources(gpu, func, math.prod(block))
 
                 def launch() -> None:
@@ -498,7 +499,8 @@ class Matmul(Experiment):
                 metrics |= e2e
         finally:
             ctx.cache.retire(a_d, b_d, c_d)  # freed after the point's trials: each lands anew
-        return Result(timing, flops, nbytes, check, metrics, phases, kernel, extra)
+        return Result(timing, flops, nbytes, check, metrics, phases, kernel, extra,
+                      launch=shape)
 
     def _end_to_end(self, ctx, a, b, c, a_d, b_d, c_d, timing):
         """The nvprof view: allocation, H2D, kernel, D2H timed separately (pageable host

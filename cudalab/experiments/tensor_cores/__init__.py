@@ -215,7 +215,10 @@ class TensorCores(Experiment):
         metrics |= {"err_input": err_input.get("v", float("nan")), "check_tolerance": tol,
                     "expected_input_error": numerics.expected_input_error(prec)}
         nbytes = float(ITEMSIZE[prec] * (m * k + k * n) + 4 * m * n)
-        return Result(timing, flops, nbytes, chk, metrics, kernel=kernel, extra=extra)
+        shape = (base.Launch(extra.pop("grid"), extra.pop("block")) if "grid" in extra
+                 else None)  # cuBLAS picks its own kernels and grids
+        return Result(timing, flops, nbytes, chk, metrics, kernel=kernel, extra=extra,
+                      launch=shape)
 
     def _launcher(self, ctx: RunContext, point: Point, kernel: Any, a_d: Any, b_d: Any,
                   c_d: Any):
