@@ -316,6 +316,10 @@ def test_smoke_grid_through_the_runner_on_a_fake_gpu(tmp_path, monkeypatch):
     assert shared == {(("BX", 16), ("BY", 16)), (("BX", 32), ("BY", 8))}
     row = df[(df["p_height"] == 37) & (df["p_width"] == 50)].iloc[0]
     assert row["bytes"] == 2 * 37 * 50
+    # every record says how many blocks of how many threads its timed launch had
+    blocks = -(-df["p_width"] // df["p_bx"]) * -(-df["p_height"] // df["p_by"])
+    assert (df["launch_blocks"] == blocks).all()
+    assert (df["launch_threads"] == df["p_bx"] * df["p_by"]).all()
     assert EXP.plot("gbps", df) is not None
     assert len(claims.evaluate(NAME, df)) == 5
 

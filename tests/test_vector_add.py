@@ -258,6 +258,8 @@ def test_measure_checks_every_point_against_the_float64_sum_of_its_inputs(monkey
     monkeypatch.setattr(_Func, "skip", 0)
     first = EXP.measure(ctx, Point(NAME, "gpu", {"n": n, "threads": 256}))
     assert first.check.passed and first.check.detail == "" and first.timing.n == 3
+    blocks = -(-n // 256)  # the record says how many blocks the timed launch had
+    assert (first.launch.blocks, first.launch.threads_per_block) == (blocks, 256)
     # the launch-overhead lesson: host cost of both launch paths and one launch alone
     costs = {k: first.metrics[k] for k in ("host_call_s", "host_prepared_call_s",
                                            "one_launch_s")}

@@ -178,7 +178,8 @@ class Sobel(Experiment):
             ctx.cache.retire(u_d, e_d)  # freed after the point's trials: each lands anew
         metrics = {"edge_fraction": float(np.count_nonzero(ref)) / ref.size,
                    "threads_per_block": bx * by}
-        return Result(timing, float("nan"), 2.0 * h * w, check, metrics, kernel=kernel)
+        return Result(timing, float("nan"), 2.0 * h * w, check, metrics, kernel=kernel,
+                      launch=base.Launch(grid, (bx, by, 1)))
 
     # -- figures -----------------------------------------------------------------------
     def _frame(self, df: pd.DataFrame) -> pd.DataFrame:

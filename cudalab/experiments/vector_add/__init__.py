@@ -117,7 +117,8 @@ class VectorAdd(Experiment):
         metrics = {"blocks": grid[0],
                    **ctx.gpu.launch_costs(func, grid, (t, 1, 1), (a_d, b_d, c_d, np.int32(n)),
                                           launch)}
-        return Result(timing, float(n), 12.0 * n, check, metrics, kernel=kernel)
+        return Result(timing, float(n), 12.0 * n, check, metrics, kernel=kernel,
+                      launch=base.Launch(grid, (t, 1, 1)))
 
     def _buffers(self, ctx: RunContext, n: int) -> dict[str, Any]:
         cuda = ctx.gpu.cuda
