@@ -91,6 +91,29 @@ def test_verdicts_decided_before_any_launch(ex, name, verdict, tmp_path, monkeyp
     assert rc == 1
 
 
+def _table(stdout: str) -> dict[str, tuple[str, str, str]]:
+    """The script's table: student -> (expected, got, match)."""
+    rows = [re.split(r"\s{2,}", ln.strip()) for ln in stdout.splitlines()]
+    return {r[0]: (r[1], r[2], r[3]) for r in rows if len(r) == 4 and "/" in r[0]}
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.parametrize("ex", ["vector_add", "tiled_matmul"])
+def test_the_script_judges_a_folder_and_reports_every_entry(ex, tmp_path):
+    # with or without a GPU: entries refused or failing before any launch match already
+    r = subprocess.run(["bash", str(SCRIPT), str(tmp_path), "--only", ex], capture_output=True,
+                       text=True, timeout=900, cwd=ROOT)
+    assert r.returncode in (0, 1), r.stdout + r.stderr
+    table = _table(r.stdout)
+    assert sorted(table) == sorted(f"{ex}/{n}" for n in MANIFEST["exercises"][ex])
+    for name, want in MANIFEST["exercises"][ex].items():
+        expected, got, match = table[f"{ex}/{name}"]
+        if set(_expected(want, False)) <= BEFORE_LAUNCH and f"{ex}/{name}" not in KNOWN_HOLES:
+            assert (got, match) == (expected, "yes"), (name, r.stdout)
+    assert (tmp_path / ex / "results" / "class" / ex / "index.html").exists()
+    assert not list(tmp_path.rglob(MANIFEST["sentinel"]))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("sanitize", [False, True], ids=["plain", "sanitize"])
 def test_the_held_out_class_is_judged_right_on_the_gpu(sanitize, tmp_path):
