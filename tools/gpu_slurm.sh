@@ -73,6 +73,15 @@ run() {
   files=$(ls /dev/nvidia[0-9]* | sort -V | tr '\n' ' ')
   echo "gpu_slurm: $n GPU(s), model $model, devices $files"
   rm -rf "$STATE" && mkdir -p "$STATE"
+  # Slurm's cgroup/v2 plugin asks systemd (over dbus) for slurmstepd's scope; a container
+  # without a dbus system bus kills slurmd at start ("cannot connect to dbus system daemon").
+  # IgnoreSystemd makes slurmd create its cgroup directories itself.
+  if [ -f /sys/fs/cgroup/cgroup.controllers ] && [ ! -S /run/dbus/system_bus_socket ]; then
+    mkdir -p /etc/slurm
+    printf 'CgroupPlugin=cgroup/v2\nIgnoreSystemd=yes\nCgroupAutomount=yes\n' > /etc/slurm/cgroup.conf
+    echo "gpu_slurm: cgroup v2 without dbus: cgroup.conf IgnoreSystemd=yes" \
+      "(controllers: $(cat /sys/fs/cgroup/cgroup.controllers))"
+  fi
   # the daemons' logs reach $OUT even when the cluster does not come up
   trap '[ -n "${OUT:-}" ] && cp "$STATE"/log/*.log "$OUT/" 2>/dev/null; true' EXIT
   GPU_FILES="$model:${files% }" SLURM_CPUS=$(nproc) bash tests/slurm/one_node_slurm.sh up "$STATE"
