@@ -328,8 +328,10 @@ def compare_pair(base: Run, run: Run, threshold: float = DEFAULT_THRESHOLD,
     """One row per point of either side: times, ratio (this / baseline), noise, bar and the
     term that set it, verdict."""
     keys = ["experiment", "point_id"]
-    m = base.points.merge(run.points, on=keys, how="outer", suffixes=("_base", ""),
-                          indicator=True)
+    # a column a caller's points lack (a frame built before launch blocks) is empty
+    m = base.points.reindex(columns=POINT_COLS).merge(
+        run.points.reindex(columns=POINT_COLS), on=keys, how="outer", suffixes=("_base", ""),
+        indicator=True)
     m["variant"] = m["variant"].fillna(m["variant_base"])
     ratio = m["median_s"] / m["median_s_base"]
     noise = np.sqrt(m["noise_base"].fillna(0) ** 2 + m["noise"].fillna(0) ** 2)

@@ -285,17 +285,19 @@ def gb(n: float) -> str:
 
 def point_seconds(config: dict[str, Any], experiment: Any) -> float:
     """About how long one point of `experiment` takes. A timed point samples until its
-    budget runs out or, at the least, min_samples samples per trial of the shortest sample
-    (work that cannot be queued is batched up to min_sample_sync_s: the upper side is
-    counted), plus warm-up and the host's set-up. An untimed point (a compile) costs what
-    its experiment says."""
+    budget runs out or, at the least, min_samples samples in its first trial and
+    trial_min_samples in each later one, of the shortest sample (work that cannot be queued
+    is batched up to min_sample_sync_s: the upper side is counted), plus warm-up and the
+    host's set-up. An untimed point (a compile) costs what its experiment says."""
     if experiment.point_cost_s is not None:
         return float(experiment.point_cost_s)
     m = config["measurement"]
     shortest = max(m["min_sample_s"], m["min_sample_sync_s"])
-    trials = m.get("trials", 1)  # each trial takes at least min_samples samples
-    sampling = max(m["budget_s"], trials * m["min_samples"] * shortest)
-    return sampling + trials * m["warmup"] * shortest + POINT_OVERHEAD_S
+    later = max(0, m.get("trials", 1) - 1)  # trials after the first
+    samples = m["min_samples"] + later * min(m["min_samples"], m.get("trial_min_samples", 5))
+    warmups = m["warmup"] + later * min(m["warmup"], m.get("trial_warmup", 1))
+    sampling = max(m["budget_s"], samples * shortest)
+    return sampling + warmups * shortest + POINT_OVERHEAD_S
 
 
 def plan_estimate(config: dict[str, Any]) -> list[str]:

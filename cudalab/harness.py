@@ -56,6 +56,14 @@ class Settings:
     # Measurements of each point, its device buffers moved to fresh allocations between
     # them (cudalab.trials: the runner's loop).
     trials: int = 3
+    # A trial after a point's first needs only a median stable enough to show how far the
+    # trials' medians differ: fewer samples, and one warm-up (the verification launch on
+    # the moved buffers ran just before). Each trial still has 1/trials of budget_s.
+    trial_min_samples: int = 5
+    trial_warmup: int = 1
+    # Trials of a point whose timer makes it host-bound (compare's host classes, which
+    # never gate): 2, the fewest that give its spread.
+    host_trials: int = 2
 
     @classmethod
     def from_config(cls, block: dict[str, Any]) -> Settings:
@@ -240,6 +248,12 @@ class Harness:
         self.flush_l2 = flush_l2
         self.profiler = profiler
         self.trial: Trial | None = None  # set by cudalab.trials while a point has trials
+
+    @property
+    def later_trial(self) -> bool:
+        """Whether a trial after a point's first is running: what a point measures once
+        (matmul's end-to-end split) is measured in its first trial only."""
+        return self.trial is not None and self.trial.number > 0
 
     def measure(
         self,

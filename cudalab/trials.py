@@ -10,9 +10,12 @@ then free the old one when the point is done, so no trial reuses an address), an
 experiment's own allocations are retired, not freed, until the point is done. A later trial
 keeps the host inputs and CPU references, runs the verification launch and copy again, takes
 the first trial's Check (same kernel, same inputs, copied contents) and warms up and samples
-again. The point's result is the median trial's (its numbers stay consistent with its own
-samples); the record keeps every trial's median and their spread, which `cudalab compare`
-takes as the between-run noise of the point.
+again, with less of both (trial_warmup, trial_min_samples): its median only has to show how
+far the trials differ. A point whose first trial was timed by a host timer (compare's host
+classes, which never gate) stops after host_trials trials. The point's result is the median
+trial's (its numbers stay consistent with its own samples), with what only the first trial
+measured (matmul's end-to-end split); the record keeps every trial's median and their
+spread, which `cudalab compare` takes as the between-run noise of the point.
 
 Each GPU job also measures its resolution floor once (measure_floor): the trial-to-trial
 spread of an empty and of a tiny kernel under the same harness, in seconds, the smallest
@@ -29,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from cudalab import compare
 from cudalab.experiments.base import JobCache, Result
 from cudalab.gpu_errors import gpu_error_kind
 from cudalab.harness import Harness, Settings, Trial
@@ -38,12 +42,26 @@ FLOOR_TINY_N = 256  # elements the tiny kernel updates: one block, one cache lin
 FLOOR_MIN_TRIALS = 3
 
 
-def trial_settings(s: Settings) -> Settings:
+def trial_settings(s: Settings, later: bool = False) -> Settings:
     """One trial's share: the budget and the sample cap split, the minimum kept (a trial is
-    a measurement of its own)."""
+    a measurement of its own). A `later` trial (after a point's first) warms up
+    trial_warmup times and needs trial_min_samples (each at most the first trial's)."""
     n = max(1, s.trials)
-    return replace(s, budget_s=s.budget_s / n,
-                   max_samples=max(s.min_samples, math.ceil(s.max_samples / n)))
+    out = replace(s, budget_s=s.budget_s / n,
+                  max_samples=max(s.min_samples, math.ceil(s.max_samples / n)))
+    if later:
+        out = replace(out, warmup=min(s.warmup, s.trial_warmup),
+                      min_samples=min(s.min_samples, s.trial_min_samples))
+    return out
+
+
+def trials_after_first(first: Result, s: Settings) -> int:
+    """How many trials a point takes, seen its first: host_trials where a host timer timed
+    it (its class never gates, so only its spread is wanted), else trials."""
+    timer = first.timing.timer if first.timing is not None else ""
+    if compare.CLASS_OF_METHOD.get(timer) in compare.HOST_CLASSES:
+        return max(1, min(s.trials, s.host_trials))
+    return s.trials
 
 
 def measure_trials(measure: Callable[[], Result], harness: Harness,
@@ -56,18 +74,19 @@ def measure_trials(measure: Callable[[], Result], harness: Harness,
     whole = harness.settings
     n = max(1, whole.trials)
     state = Trial()
-    harness.settings = trial_settings(whole) if n > 1 else whole
     harness.trial = state if n > 1 else None
     if cache is not None:
         cache.holding = n > 1
     done: list[Result] = []
     info: list[dict[str, Any]] = []
     try:
-        for i in range(n):
+        i = 0
+        while i < n:
             t0 = time.perf_counter()
             moved = kept = 0
             if i and cache is not None and cuda is not None:
                 moved, kept = cache.replace_device(cuda)
+            harness.settings = trial_settings(whole, later=i > 0) if n > 1 else whole
             state.begin(i)
             r = _one_trial(measure, i, cache)
             done.append(r)
@@ -75,6 +94,9 @@ def measure_trials(measure: Callable[[], Result], harness: Harness,
                          "kept_in_place": kept, "checks_reused": state.reused})
             if r.timing is None or not r.timing.samples_s or (r.check and not r.check.passed):
                 return r, summaries(done, info)
+            if i == 0:
+                n = trials_after_first(r, whole) if n > 1 else n
+            i += 1
     finally:
         harness.settings = whole
         harness.trial = None
@@ -82,7 +104,17 @@ def measure_trials(measure: Callable[[], Result], harness: Harness,
             cache.holding = False
             cache.release_retired()
     order = sorted(range(len(done)), key=lambda i: done[i].timing.stats()["median"])
-    return done[order[len(order) // 2]], summaries(done, info)
+    return with_first_trial(done[order[len(order) // 2]], done[0]), summaries(done, info)
+
+
+def with_first_trial(chosen: Result, first: Result) -> Result:
+    """The chosen trial's result with what only the first trial measured: its phases where
+    the chosen has none, and the metrics the chosen lacks (matmul's end-to-end split is
+    measured once, Harness.later_trial)."""
+    if chosen is first:
+        return chosen
+    return replace(chosen, phases=chosen.phases or first.phases,
+                   metrics=first.metrics | chosen.metrics)
 
 
 def _one_trial(measure: Callable[[], Result], number: int, cache: JobCache | None) -> Result:

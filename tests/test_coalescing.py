@@ -386,12 +386,28 @@ def test_every_variant_is_correct_on_an_emulated_gpu(tmp_path, monkeypatch):
     others = df[df["variant"] != "memcpy"]
     assert others["m_pct_of_memcpy"].notna().all() and (others["m_pct_of_memcpy"] > 0).all()
     assert df[df["variant"] == "memcpy"]["m_pct_of_memcpy"].isna().all()
-    # memcpy is timed by its own point only (once per trial): the other points reuse it
-    assert timed == [100_003] * 3 + [40 * 40] * 3
+    # memcpy is timed by its own point only (once per trial): the other points reuse it;
+    # the fake GPU's events are plain ones, whose points take host_trials (2) trials
+    assert timed == [100_003] * 2 + [40 * 40] * 2
     # the working set is declared: both arrays
     assert d.loc["copy_vec4-n100003", "working_set_bytes"] == 8 * 100_003
     assert d.loc["transpose_padded-size40", "working_set_bytes"] == 8 * 40 * 40
     assert "m_read_sectors" in d and pd.isna(d.loc["copy_vec4-n100003", "m_read_sectors"])
+
+
+def test_the_expected_output_is_made_where_the_check_runs(tmp_path, monkeypatch):
+    """A later trial takes the first trial's check, so it makes no expected output: one
+    gather per strided point, not one per trial (each costs the host about a second at
+    2^26 floats)."""
+    import cudalab.experiments.coalescing as co
+
+    gathers = []
+    real = co.gather_index
+    monkeypatch.setattr(co, "gather_index", lambda *a, **k: gathers.append(a) or real(*a, **k))
+    block = SMALL | {"variants": ["stride"], "strides": [3, 5]}
+    df = run_on_fake_gpu(NAME, block, _fake_gpu(), tmp_path, monkeypatch)
+    assert (df["status"] == "ok").all() and len(df) == 2
+    assert len(gathers) == 2
 
 
 def test_a_copy_without_its_memcpy_point_times_memcpy_itself(tmp_path, monkeypatch):

@@ -944,6 +944,25 @@ def test_check_product_equals_the_float64_formula_and_names_unwritten_elements()
     assert bad.detail == "unwritten (NaN) elements"
 
 
+def test_the_end_to_end_split_is_measured_in_the_first_trial_only(monkeypatch):
+    """A later trial of a tiled point times the kernel again but not the end-to-end split
+    (host work that never gates); the point keeps the first trial's split."""
+    from cudalab import trials
+
+    ctx = _fake_ctx(sizes=[[20, 12, 36]])
+    ctx.harness.settings = Settings(warmup=1, min_samples=3, max_samples=9, budget_s=0.001,
+                                    min_sample_s=0, trials=3)
+    calls = []
+    real = mm.Matmul._end_to_end
+    monkeypatch.setattr(mm.Matmul, "_end_to_end",
+                        lambda self, *a: calls.append(1) or real(self, *a))
+    point = Point("matmul", "tiled", {"m": 20, "k": 12, "n": 36, "tile": 8})
+    res, done = trials.measure_trials(lambda: EXP.measure(ctx, point), ctx.harness,
+                                      ctx.cache, ctx.gpu.cuda)
+    assert len(done) > 1 and len(calls) == 1
+    assert {"h2d", "d2h", "alloc"} <= set(res.phases) and "copy_share" in res.metrics
+
+
 def test_variants_of_a_size_share_inputs_reference_and_host_output(monkeypatch):
     ctx = _fake_ctx(sizes=[[20, 12, 36]])
     dims = {"m": 20, "k": 12, "n": 36}

@@ -24,8 +24,10 @@ class Drifting(Experiment):
     name = "drifting"
     schema = {"type": "object"}
 
-    def __init__(self, times=(1e-3, 3e-3, 2e-3), wrong_at: int | None = None) -> None:
+    def __init__(self, times=(1e-3, 3e-3, 2e-3), wrong_at: int | None = None,
+                 timer: str = "cuda_event_queued") -> None:
         self.times, self.wrong_at, self.seen = list(times), wrong_at, []
+        self.timer = timer  # a host timer makes the point host-bound: host_trials
 
     def points(self, block):
         return [Point(self.name, "cpu", {"i": 0}, gpu=False)]
@@ -34,8 +36,8 @@ class Drifting(Experiment):
         i = len(self.seen)
         self.seen.append(ctx.harness.settings)
         t = Timing(samples_s=[self.times[i % len(self.times)]] * 5, batch=1,
-                   timer="perf_counter", stop_reason="converged")
-        return Result(t, flops=1e6, metrics={"call": i},
+                   timer=self.timer, stop_reason="converged")
+        return Result(t, flops=1e6, metrics={"call": i} | ({"first": True} if i == 0 else {}),
                       check=Check(1.0 if i == self.wrong_at else 0.0, 0.5, "abs"))
 
 
@@ -58,14 +60,40 @@ def test_three_trials_share_the_budget_and_the_median_trial_is_the_point(driftin
     assert len(drifting.seen) == 3
     assert all(s.budget_s == pytest.approx(0.1) for s in drifting.seen)
     assert {s.max_samples for s in drifting.seen} == {34}
+    # the first trial samples as one measurement would; the later ones need only a median
+    assert [(s.warmup, s.min_samples) for s in drifting.seen] == [(3, 10), (1, 5), (1, 5)]
     [rec] = results.iter_records(tmp_path / "raw")
     t = rec["timing"]
     assert t["median"] == pytest.approx(2e-3) and rec["metrics"]["call"] == 2
+    assert rec["metrics"]["first"]  # what only the first trial measured stays with the point
     assert [x["median"] for x in t["trials"]] == pytest.approx([1e-3, 3e-3, 2e-3])
     assert t["trial_spread"] == pytest.approx((3e-3 - 1e-3) / 2e-3)
     row = results.build_table([rec]).iloc[0]
     assert row["time_trial_spread"] == pytest.approx(1.0)
     assert row["gflops"] == pytest.approx(1e6 / 2e-3 / 1e9)  # the median trial's numbers
+
+
+def test_a_host_timed_point_takes_host_trials(drifting, tmp_path):
+    """A point its first trial timed with a host timer (host class: never gates) stops after
+    host_trials trials, which still give its spread; a kernel takes all of them."""
+    drifting.timer = "perf_counter"
+    runner.run_experiment(_config(), "drifting", tmp_path)
+    assert len(drifting.seen) == 2
+    [rec] = results.iter_records(tmp_path / "raw")
+    assert len(rec["timing"]["trials"]) == 2
+    assert rec["timing"]["trial_spread"] == pytest.approx((3e-3 - 1e-3) / 3e-3)
+    drifting.seen.clear()
+    drifting.timer = "cuda_event"  # host-synchronous: pageable copies, streams
+    runner.run_experiment(_config(host_trials=3, trials=4), "drifting", tmp_path / "b")
+    assert len(drifting.seen) == 3
+
+
+def test_later_trial_settings_never_exceed_the_first_trials():
+    s = Settings(trials=3, warmup=0, min_samples=3, trial_min_samples=5, trial_warmup=1)
+    later = trials.trial_settings(s, later=True)
+    assert (later.warmup, later.min_samples) == (0, 3)
+    assert trials.trial_settings(s) == trials.trial_settings(s, later=False)
+    assert trials.trial_settings(s).min_samples == 3
 
 
 def test_one_trial_is_one_measurement_without_a_spread(drifting, tmp_path):

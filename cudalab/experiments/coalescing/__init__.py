@@ -23,6 +23,7 @@ poisoning it with NaN.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -220,7 +221,7 @@ class Coalescing(Experiment):
         def launch() -> None:
             cuda.memcpy_dtod_async(bufs["out_d"], bufs["in_d"], 4 * count)
 
-        return self._run_checked(ctx, bufs, count, launch, bufs["in"])
+        return self._run_checked(ctx, bufs, count, launch, lambda: bufs["in"])
 
     def _memcpy_gbps(self, ctx: RunContext, key: tuple[str, int], bufs: dict[str, Any],
                      count: int) -> float:
@@ -257,10 +258,13 @@ class Coalescing(Experiment):
 
         return shared.buffer_set(ctx, key, make)
 
-    def _run_checked(self, ctx, bufs, count, launch, expected) -> tuple[Check, Any]:
-        """Poison the output, launch once, compare bit for bit; then time launch()."""
+    def _run_checked(self, ctx, bufs, count, launch,
+                     expected: Callable[[], np.ndarray]) -> tuple[Check, Any]:
+        """Poison the output, launch once, compare bit for bit with expected() (made only
+        where the check runs: a later trial takes the first trial's, and a gather of 2^26
+        floats costs the host about a second); then time launch()."""
         def check(out: np.ndarray) -> Check:
-            bad = mismatches(out, expected)
+            bad = mismatches(out, expected())
             return Check(float(bad), 0.0, "mismatched_elements",
                          detail=f"{bad} of {count} elements differ from numpy" if bad else "")
 
@@ -296,10 +300,11 @@ class Coalescing(Experiment):
         def launch() -> None:
             func.prepared_call(grid, (threads, 1, 1), *args)
 
-        if point.variant == "stride":
-            expected = bufs["in"][gather_index(n, 0, stride)]
-        else:  # copy / offset: a rotation, cheaper than a gather
-            expected = np.roll(bufs["in"], -offset)
+        def expected() -> np.ndarray:
+            if point.variant == "stride":
+                return bufs["in"][gather_index(n, 0, stride)]
+            return np.roll(bufs["in"], -offset)  # copy / offset: cheaper than a gather
+
         check, timing = self._run_checked(ctx, bufs, n, launch, expected)
         metrics = self._vs_memcpy(ctx, point, bufs, timing)
         if point.variant != "copy_vec4":  # its warps read 16-byte elements
@@ -319,8 +324,8 @@ class Coalescing(Experiment):
         def launch() -> None:
             func.prepared_call(grid, (TILE, BLOCK_ROWS, 1), out_d, in_d, size, size)
 
-        expected = bufs["in"].reshape(size, size).T.ravel()
-        check, timing = self._run_checked(ctx, bufs, size * size, launch, expected)
+        check, timing = self._run_checked(ctx, bufs, size * size, launch,
+                                          lambda: bufs["in"].reshape(size, size).T.ravel())
         return Result(timing, math.nan, 8.0 * size * size, check,
                       self._vs_memcpy(ctx, point, bufs, timing), kernel=kernel,
                       working_set=8.0 * size * size)
