@@ -17,7 +17,7 @@ import pandas as pd
 from cudalab import roofline
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.base import NOT_MEASURED, Experiment, not_measured_evidence
-from cudalab.experiments.lesson import Claim, ClaimResult, State, TryThis, no_data
+from cudalab.experiments.lesson import Claim, ClaimResult, State, no_data
 
 if TYPE_CHECKING:
     from cudalab.roofline import Ceilings
@@ -37,7 +37,7 @@ def judge(exp: Experiment, rows: pd.DataFrame, ceilings: Ceilings) -> list[Claim
     """exp's claims judged on its (annotated) rows."""
     if rows.empty:
         return []
-    return [_judge_one(exp, claim, rows, ceilings) for claim in exp.claims]
+    return [_judge_one(exp, claim, rows, ceilings) for claim in exp.lesson.claims]
 
 
 def _left_out(rows: pd.DataFrame) -> tuple[str, bool]:
@@ -65,8 +65,8 @@ def _judge_one(exp: Experiment, claim: Claim, rows: pd.DataFrame,
 
 def lesson_claims(exp: Experiment) -> list[Claim]:
     """Every claim a lesson states: its own, then those of its Try-this predictions."""
-    return list(exp.claims) + [t.claim for t in exp.try_this
-                               if isinstance(t, TryThis) and t.claim is not None]
+    lesson = exp.lesson
+    return list(lesson.claims) + [t.claim for t in lesson.try_this if t.claim is not None]
 
 
 def evaluate_claim(name: str, claim: Claim, df: pd.DataFrame) -> ClaimResult | None:
@@ -84,9 +84,8 @@ def evaluate_try_this(name: str, df: pd.DataFrame) -> list[ClaimResult | None]:
     exp = REGISTRY.get(name)
     if exp is None:
         return []
-    return [evaluate_claim(name, t.claim, df)
-            if isinstance(t, TryThis) and t.claim is not None else None
-            for t in exp.try_this]
+    return [evaluate_claim(name, t.claim, df) if t.claim is not None else None
+            for t in exp.lesson.try_this]
 
 
 # The claim every lesson opens with: its results are right. A precondition of the lesson,

@@ -1,8 +1,8 @@
 """The facts of each lesson computed from this run's data, shown under its caption.
 
-Each experiment's folder holds its lesson (Experiment.explanations, written in its lesson
-module); this module runs them on the run's annotated table (roofline.annotate) with the
-run's ceilings. The lesson's claims are judged in cudalab/claims.py.
+Each experiment's folder holds its lesson (Lesson.explanations, in its lesson module);
+this module runs them on the run's annotated table (roofline.annotate) with the run's
+ceilings. The lesson's claims are judged in cudalab/claims.py.
 """
 
 from __future__ import annotations
@@ -21,4 +21,4 @@ def explain(name: str, df: pd.DataFrame) -> list[str]:
     sub = full[full["experiment"] == name]
     if sub.empty or name not in REGISTRY:
         return []
-    return [s for f in REGISTRY[name].explanations if (s := f(sub, c))]
+    return [s for f in REGISTRY[name].lesson.explanations if (s := f(sub, c))]

@@ -53,13 +53,13 @@ def draw_experiment(name: str, df: pd.DataFrame, out_dir: Path) -> dict[str, boo
     exp = REGISTRY[name]
     sub = df[df["experiment"] == name]
     drawn = {}
-    for fig_name in exp.figures:
+    for fig_name in exp.lesson.figures:
         fig = exp.plot(fig_name, sub) if not sub.empty else None
         drawn[fig_name] = fig is not None
         if fig is None:
             n_bad = int((sub["status"] != "ok").sum()) if not sub.empty else 0
             why = (f"no correct measurements to plot ({n_bad} points not ok: see the table)"
                    if n_bad else "no data for this figure in this run's grid")
-            fig = placeholder(f"{exp.title}: {fig_name}", why)
+            fig = placeholder(f"{exp.lesson.title}: {fig_name}", why)
         save(fig, out_dir / name / fig_name)
     return drawn

@@ -152,7 +152,7 @@ def throttle_note(df: pd.DataFrame) -> str:
 
 def _figures(name: str, exp: Any, figures_dir: Path) -> list[dict[str, str]]:
     figs = []
-    for fig_name, cap in exp.figures.items():
+    for fig_name, cap in exp.lesson.figures.items():
         png = figures_dir / name / f"{fig_name}.png"
         if png.exists():
             figs.append({"name": fig_name, "caption": cap, "src": data_uri(png)})
@@ -161,8 +161,8 @@ def _figures(name: str, exp: Any, figures_dir: Path) -> list[dict[str, str]]:
 
 def main_figure(exp: Any, figures: list[dict[str, str]]) -> dict[str, str] | None:
     """The one figure of the lesson's handout page: the experiment's slide figure where it
-    names one (slide_figure = (figure name, axes)), else its first drawn figure."""
-    want = (getattr(exp, "slide_figure", None) or ("",))[0]
+    names one (Lesson.slide_figure = (figure name, axes)), else its first drawn figure."""
+    want = (exp.lesson.slide_figure or ("",))[0]
     named = [f for f in figures if f["name"] == want]
     return (named or figures or [None])[0]
 
@@ -185,16 +185,16 @@ def _section(name: str, exp: Any, sub: pd.DataFrame, figures_dir: Path, max_rows
     judged = claims.evaluate(name, df)
     figs = _figures(name, exp, figures_dir)
     return {
-        "name": name, "title": exp.title, "caption": exp.caption,
+        "name": name, "title": exp.lesson.title, "caption": exp.lesson.caption,
         "figures": figs, "main_figure": main_figure(exp, figs),
         # every claim of the lesson in one of four states; a claim not seen is a place
         # where this GPU contradicts the lesson, flagged with its evidence
         "claims": judged,
         "contradictions": [c for c in judged if c.state is State.NOT_SEEN],
         "tables": exp.tables(sub),
-        "try_this": exp.try_this,
+        "try_this": exp.lesson.try_this,
         "try_claims": claims.evaluate_try_this(name, df),
-        "questions": exp.questions,
+        "questions": exp.lesson.questions,
         "counts": sub["status"].value_counts().to_dict(),
         "failures": not_ok[["point_id", "status", "reason"]].to_dict("records"),
         # device_query's one row of ~50 facts reads as a key/value list, not a table

@@ -337,7 +337,7 @@ def on_device(experiment: Any, timer: Any) -> bool:
     from cudalab.experiments import REGISTRY
 
     exp = REGISTRY.get(str(experiment))
-    return (exp is not None and (exp.vs_device_peak or getattr(exp, "precision_roofs", False))
+    return (exp is not None and (exp.vs_device_peak or exp.precision_roofs)
             and str(timer) != "perf_counter")
 
 

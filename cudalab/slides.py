@@ -2,10 +2,10 @@
 one-file HTML deck that shows them with the lesson's headline claim.
 
 A slide is the experiment's own figure, so a lesson stays in one place: plot() draws the
-figure named by the optional Experiment attribute `slide_figure = (figure, axes index)`
-(default: the first figure, its first axes), then the figure is resized to 19.2×10.8 in
-at 100 dpi, every other panel is removed, the chosen one fills the figure, and every text
-is raised to at least 20 pt; labels that would then collide are thinned.
+figure its Lesson names in `slide_figure = (figure, axes index)` (default: the first
+figure, its first axes), then the figure is resized to 19.2×10.8 in at 100 dpi, every
+other panel is removed, the chosen one fills the figure, and every text is raised to at
+least 20 pt; labels that would then collide are thinned.
 """
 
 from __future__ import annotations
@@ -36,24 +36,24 @@ DECK = "index.html"
 
 
 def slide_choice(name: str) -> tuple[str, int]:
-    """(figure, axes index) of an experiment's slide: its slide_figure, else its first
-    figure's first axes."""
-    exp = REGISTRY[name]
-    choice = getattr(exp, "slide_figure", None)
-    if choice:
-        return str(choice[0]), int(choice[1])
-    return next(iter(exp.figures)), 0
+    """(figure, axes index) of an experiment's slide: its lesson's slide_figure, else its
+    first figure's first axes."""
+    lesson = REGISTRY[name].lesson
+    if lesson.slide_figure:
+        return str(lesson.slide_figure[0]), int(lesson.slide_figure[1])
+    return next(iter(lesson.figures)), 0
 
 
 def experiments_with_slides(names: list[str] | None = None) -> list[str]:
     """The experiments that have a figure (device_query has none: its table is the lesson)."""
-    return [n for n in (names if names is not None else list(REGISTRY)) if REGISTRY[n].figures]
+    return [n for n in (names if names is not None else list(REGISTRY))
+            if REGISTRY[n].lesson.figures]
 
 
 def _placeholder(name: str, why: str) -> Figure:
     from cudalab import figures
 
-    return figures.placeholder(REGISTRY[name].title, why)
+    return figures.placeholder(REGISTRY[name].lesson.title, why)
 
 
 def slide(name: str, df: pd.DataFrame) -> Figure:
@@ -441,11 +441,11 @@ def deck_html(df: pd.DataFrame, names: list[str], folder: Path) -> str:
              "print: one slide per page.</p>"
              f'<span class="number">1 / {total}</span></section>']
     for k, name in enumerate(names, start=2):
-        exp = REGISTRY[name]
+        title = REGISTRY[name].lesson.title
         img = data_uri(folder / f"{name}.png")
         parts.append(
-            f'<section class="slide" id="{e(name)}"><h1>{e(exp.title)}</h1>'
-            f'<div class="figure"><img src="{img}" alt="{e(exp.title)}"></div>'
+            f'<section class="slide" id="{e(name)}"><h1>{e(title)}</h1>'
+            f'<div class="figure"><img src="{img}" alt="{e(title)}"></div>'
             f"{_claim_html(headline(name, df))}"
             f'<span class="number">{k} / {total}</span></section>')
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

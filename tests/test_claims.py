@@ -23,7 +23,7 @@ import pytest
 from cudalab import claims, config, report, results, roofline
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.base import Experiment
-from cudalab.experiments.lesson import Claim, State
+from cudalab.experiments.lesson import Claim, Lesson, State
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCES = {
@@ -36,7 +36,7 @@ REFERENCES = {
 JUDGED = (State.SEEN, State.NOT_SEEN)
 
 # Numbers prose may state without a claim: facts of CUDA and of every NVIDIA GPU since
-# Kepler, with their source. A lesson adds its own (Experiment.sources).
+# Kepler, with their source. A lesson adds its own (Lesson.sources).
 ALLOWED = {
     "0": "zero", "1": "one", "2": "two", "3": "three", "4": "four (bytes of a float)",
     "8": "eight (bytes of a double)", "16": "half-warp / 16-byte vector",
@@ -98,7 +98,7 @@ def test_the_flip_turns_the_verdict_over(refs, name, key):
         after = _state(name, key, flipped)
         want = State.NOT_SEEN if before.state is State.SEEN else State.SEEN
         assert after.state is want, (label, before, after)
-        if claim in REGISTRY[name].claims:  # what the report's section renders, flipped too
+        if claim in REGISTRY[name].lesson.claims:  # what the report's section renders, flipped too
             rendered = {c.key: c.state for c in _section_claims(name, flipped)}
             assert rendered[key] is want, (label, key, rendered.get(key))
         turned.append(label)
@@ -126,7 +126,7 @@ def test_the_rendered_states_are_the_judged_ones(refs, h100_page):
 # -- prose states no measured number ---------------------------------------------------------
 def _allowed(name: str) -> set[str]:
     exp = REGISTRY.get(name)
-    own = getattr(exp, "sources", {}) if exp is not None else {}
+    own = exp.lesson.sources if exp is not None else {}
     return set(ALLOWED) | set(own)
 
 
@@ -135,19 +135,19 @@ def _numbers(text: str) -> list[str]:
             for m in NUMBER.finditer(text)]
 
 
-def _prose_of(exp: Experiment) -> list[tuple[str, str]]:
+def _prose_of(lesson: Lesson) -> list[tuple[str, str]]:
     """(where, text) of every sentence a lesson writes in advance of any run."""
-    out = [("caption", exp.caption)]
-    out += [(f"figure {k}", v) for k, v in exp.figures.items()]
-    out += [(f"try {t[0]}", t[1]) for t in exp.try_this]
-    out += [(f"question {i}", q) for i, q in enumerate(exp.questions)]
+    out = [("caption", lesson.caption)]
+    out += [(f"figure {k}", v) for k, v in lesson.figures.items()]
+    out += [(f"try {t[0]}", t[1]) for t in lesson.try_this]
+    out += [(f"question {i}", q) for i, q in enumerate(lesson.questions)]
     return out
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))
 def test_a_lesson_s_prose_states_no_measured_number(name):
-    exp, allowed = REGISTRY[name], _allowed(name)
-    bad = [(where, n) for where, text in _prose_of(exp) for n in _numbers(text)
+    allowed = _allowed(name)
+    bad = [(where, n) for where, text in _prose_of(REGISTRY[name].lesson) for n in _numbers(text)
            if n not in allowed]
     assert not bad, (f"{name}: numbers in prose that no claim or fact produced (state them "
                      f"as a claim, or add the static fact with its source to `sources`): {bad}")

@@ -226,7 +226,7 @@ def test_profiler_counters_judge_why():
     assert ex["offset_no_extra_dram"].state is State.NOT_MEASURED
 
 
-@pytest.mark.parametrize("fig", list(EXP.figures))
+@pytest.mark.parametrize("fig", list(EXP.lesson.figures))
 def test_plots_draw_from_synthetic_frame(fig):
     import matplotlib.pyplot as plt
 

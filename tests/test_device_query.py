@@ -84,7 +84,7 @@ def test_config():
 def test_one_gpu_point_and_no_figures():
     pts = EXP.points({"clock_source": "nvml"})
     assert len(pts) == 1 and pts[0].gpu and pts[0].params == {"clock_source": "nvml"}
-    assert EXP.figures == {} and EXP.smoke == {}
+    assert EXP.lesson.figures == {} and EXP.smoke == {}
 
 
 # -- measure against a fake driver ----------------------------------------------------------

@@ -16,6 +16,7 @@ import pytest
 
 from cudalab import cli
 from cudalab import experiments as exps
+from cudalab.experiments.lesson import Lesson
 
 TOY = Path(__file__).resolve().parent / "toy_experiment" / "toy"
 CONFIG = """run_name: toy
@@ -34,7 +35,8 @@ def toy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     exps.discover()
     yield tmp_path
     monkeypatch.delenv(exps.ENV_PATH)
-    sys.modules.pop("cudalab.experiments.toy", None)
+    for module in ("cudalab.experiments.toy", "cudalab.experiments.toy.lesson"):
+        sys.modules.pop(module, None)
     exps.discover()
     assert "toy" not in exps.REGISTRY
 
@@ -68,3 +70,30 @@ def test_a_toy_folder_is_planned_measured_tabled_and_reported(toy: Path, capsys)
                  "time per sum against n", "experiments.toy.sizes: [10]",
                  "toy: a sum of 1000 floats"):
         assert says in text, says
+
+
+def test_an_experiment_without_a_lesson_is_refused(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    where = tmp_path / "site_experiments"
+    shutil.copytree(TOY, where / "toy")
+    init = where / "toy" / "__init__.py"
+    init.write_text(init.read_text().replace("    lesson = LESSON\n", ""))
+    monkeypatch.setenv(exps.ENV_PATH, str(where))
+    try:
+        with pytest.raises(TypeError, match="'toy' .* declares no lesson"):
+            exps.discover()
+    finally:
+        monkeypatch.delenv(exps.ENV_PATH)
+        for module in ("cudalab.experiments.toy", "cudalab.experiments.toy.lesson"):
+            sys.modules.pop(module, None)
+        exps.discover()
+    assert "toy" not in exps.REGISTRY
+
+
+def test_what_the_report_says_is_declared_in_the_lesson_alone() -> None:
+    """A caption or claims set on the experiment class would be silently ignored: the
+    report reads the Lesson only."""
+    lesson_fields = set(Lesson.__dataclass_fields__)
+    stray = {name: sorted(lesson_fields & set(dir(type(exp))))
+             for name, exp in exps.REGISTRY.items()}
+    assert not any(stray.values()), stray

@@ -210,7 +210,7 @@ def test_explain_reads_the_whole_table_and_skips_absent_experiments():
 # -- caption claims ------------------------------------------------------------------------
 def _verdict(name: str, df: pd.DataFrame) -> list[bool | None]:
     """The verdicts of the lesson's own claims (not the older computed list)."""
-    keys = {c.name for c in REGISTRY[name].claims}
+    keys = {c.name for c in REGISTRY[name].lesson.claims}
     return [r.supported for r in claims.evaluate(name, df) if r.key in keys]
 
 

@@ -17,7 +17,7 @@ REFERENCE = ROOT / "reports" / "reference" / "NVIDIA-H100-80GB-HBM3"
 # column, so 8 pt text stays 8 pt (the old three-panel matmul figure was 18.6 in).
 MAX_WIDTH_IN = 11.5
 
-FIGS = [(name, fig) for name, exp in REGISTRY.items() for fig in exp.figures]
+FIGS = [(name, fig) for name, exp in REGISTRY.items() for fig in exp.lesson.figures]
 
 
 @pytest.fixture(scope="module")

@@ -433,7 +433,7 @@ def test_bank_conflict_degrees_stated_in_the_caption(tile, conflict_ways):
         assert bank_ways(ty * tile + k) == 1  # As[ty][k]: a broadcast per row
     assert bank_ways(tx * tile + ty) == conflict_ways  # the transposing store Bt[tx][ty]
     assert bank_ways(tx * (tile + 1) + ty) == (1 if tile == 32 else 2)  # once per tile
-    assert f"{conflict_ways}-way" in EXP.caption
+    assert f"{conflict_ways}-way" in EXP.lesson.caption
 
 
 @pytest.mark.parametrize("tiles", mm.DEFAULT_REGISTER_TILES)
@@ -1211,8 +1211,8 @@ def test_float64_unwritten_elements_are_caught(monkeypatch):
 
 
 def test_naive_caption_no_longer_says_straight_from_global_memory():
-    assert "straight from global memory" not in EXP.caption
-    assert "2K global loads" in EXP.caption and "L1 and L2" in EXP.caption
+    assert "straight from global memory" not in EXP.lesson.caption
+    assert "2K global loads" in EXP.lesson.caption and "L1 and L2" in EXP.lesson.caption
     assert set(mm.LADDER_NOTES) == set(mm.LADDER)
 
 

@@ -76,18 +76,18 @@ def test_all_not_measured(name: str, metric_cols: bool, tmp_path: Path) -> None:
 
     drawn = figures.draw_experiment(name, df, tmp_path)
     assert not any(drawn.values()), f"{name} drew a figure from no data: {drawn}"
-    for fig in exp.figures:
+    for fig in exp.lesson.figures:
         assert (tmp_path / name / f"{fig}.png").exists()
 
     sec = report._section(name, exp, report.roofline.annotate(df), tmp_path, 50, "raw",
                           report.roofline.annotate(df), {})
-    assert sec["claims"] or not exp.claims
+    assert sec["claims"] or not exp.lesson.claims
     for c in sec["claims"]:
         assert c.state is State.NOT_MEASURED, f"{name}: {c.statement!r} judged on no data"
         assert "not measured" in c.evidence, f"{name}: {c.statement!r}: {c.evidence}"
     assert not sec["contradictions"]
     assert sec["explanations"] == []  # nothing measured: nothing to explain
-    assert sec["try_this"] == exp.try_this
+    assert sec["try_this"] == exp.lesson.try_this
     assert sec["counts"] == {"not_measured": len(df)}
     assert all(f["status"] == "not_measured" for f in sec["failures"])
 

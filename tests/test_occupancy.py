@@ -572,7 +572,7 @@ def test_figures_draw(tmp_path):
     df = results.build_table(synthetic_records())
     drawn = figures.draw_experiment("occupancy", df, tmp_path)
     assert drawn == {"occupancy": True, "bandwidth": True}
-    for name in EXP.figures:
+    for name in EXP.lesson.figures:
         assert (tmp_path / "occupancy" / f"{name}.png").stat().st_size > 5000
 
 

@@ -36,7 +36,7 @@ def test_report_is_self_contained(rendered):
     from cudalab.experiments import REGISTRY
 
     # matmul's own figures, the run's roofline and matmul's roofline
-    assert html.count("data:image/png;base64,") == len(REGISTRY["matmul"].figures) + 2
+    assert html.count("data:image/png;base64,") == len(REGISTRY["matmul"].lesson.figures) + 2
 
 
 def test_report_has_summary_device_sections_and_checks(rendered):
@@ -110,7 +110,7 @@ def test_report_loads_in_headless_chromium_without_errors(rendered, tmp_path):
     from cudalab.experiments import REGISTRY
 
     # matmul's figures, the run's roofline and matmul's own (as in the self-contained test)
-    assert len(images) == len(REGISTRY["matmul"].figures) + 2
+    assert len(images) == len(REGISTRY["matmul"].lesson.figures) + 2
     for img in images:
         assert img["ok"] and img["w"] > 100 and img["h"] > 100, img
 
@@ -141,12 +141,13 @@ def test_every_experiment_has_try_this_and_questions_that_are_valid_configs():
 
     base = yaml.safe_load((ROOT / "config.yaml").read_text())
     for name, exp in REGISTRY.items():
-        assert 2 <= len(exp.try_this) <= 3, name
-        assert 2 <= len(exp.questions) <= 3, name
-        for change, expect, *_ in exp.try_this:
+        lesson = exp.lesson
+        assert 2 <= len(lesson.try_this) <= 3, name
+        assert 2 <= len(lesson.questions) <= 3, name
+        for change, expect, *_ in lesson.try_this:
             assert len(expect) > 40, (name, change)  # what to expect, and why
             cfg.validate(_apply_change(base, change))  # raises ConfigError if not valid
-        assert all(q.endswith("?") or q.endswith(".") for q in exp.questions), name
+        assert all(q.endswith("?") or q.endswith(".") for q in lesson.questions), name
 
 
 def test_try_this_and_questions_are_rendered(rendered):

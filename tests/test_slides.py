@@ -3,6 +3,7 @@ no text under 20 pt, no text colliding; the deck in headless Chromium."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -63,7 +64,7 @@ def test_the_reference_has_at_least_ten_lessons_with_a_figure(ref):
     assert len(_names(ref)) >= 10
 
 
-@pytest.mark.parametrize("name", [n for n, e in REGISTRY.items() if e.figures])
+@pytest.mark.parametrize("name", [n for n, e in REGISTRY.items() if e.lesson.figures])
 def test_a_slide_is_1920x1080_with_one_panel_and_20_pt_text(built, name):
     out, facts, _ = built
     if name not in facts:
@@ -75,7 +76,7 @@ def test_a_slide_is_1920x1080_with_one_panel_and_20_pt_text(built, name):
     assert f["problems"] == [], f["problems"]
 
 
-@pytest.mark.parametrize("name", [n for n, e in REGISTRY.items() if e.figures])
+@pytest.mark.parametrize("name", [n for n, e in REGISTRY.items() if e.lesson.figures])
 def test_png_and_svg_are_written_and_valid(built, name):
     from PIL import Image
 
@@ -93,14 +94,14 @@ def test_png_and_svg_are_written_and_valid(built, name):
     assert abs(w / h - 16 / 9) < 1e-3
 
 
-def test_slide_figure_attribute_picks_the_figure_and_panel(ref, monkeypatch):
+def test_the_lesson_s_slide_figure_picks_the_figure_and_panel(ref, monkeypatch):
     exp = REGISTRY["sobel"]
-    monkeypatch.setattr(type(exp), "slide_figure", ("gbps", -1), raising=False)
+    monkeypatch.setattr(exp, "lesson", dataclasses.replace(exp.lesson, slide_figure=("gbps", -1)))
     fig = slides.slide("sobel", ref)
     title = slides._panels(fig)[0].get_title()
     sizes = sorted(set(ref.loc[ref["experiment"] == "sobel", "p_width"].dropna().astype(int)))
     assert f"{sizes[-1]}x{sizes[-1]}" in title.replace("\n", " ")
-    assert slides.slide_choice("matmul") == (next(iter(REGISTRY["matmul"].figures)), 0)
+    assert slides.slide_choice("matmul") == (next(iter(REGISTRY["matmul"].lesson.figures)), 0)
 
 
 def test_a_lesson_without_data_gets_a_slide_that_says_so(ref):
@@ -119,7 +120,7 @@ def test_the_deck_is_one_file_with_one_slide_per_lesson(built, ref):
     assert page.count("data:image/png;base64,") == len(facts)
     assert not re.search(r'(src|href)="(?!data:|#)', page)  # nothing outside the file
     for name in facts:
-        assert REGISTRY[name].title.split(":")[0] in page
+        assert REGISTRY[name].lesson.title.split(":")[0] in page
     assert page.count('class="claim"') == len(facts)
 
 

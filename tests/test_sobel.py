@@ -266,7 +266,7 @@ def test_plot_draws_one_panel_per_size_with_units():
 
 def test_every_declared_figure_draws():
     df = synthetic_frame()
-    for name in EXP.figures:
+    for name in EXP.lesson.figures:
         assert EXP.plot(name, df) is not None
 
 

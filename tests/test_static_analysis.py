@@ -466,7 +466,7 @@ def test_figures_draw(tmp_path):
     df = results.build_table(synthetic_records(spill=True))
     assert figures.draw_experiment("static_analysis", df, tmp_path) == {
         "occupancy": True, "registers": True}
-    for name in EXP.figures:
+    for name in EXP.lesson.figures:
         assert (tmp_path / "static_analysis" / f"{name}.png").stat().st_size > 5000
 
 

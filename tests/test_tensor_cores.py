@@ -192,7 +192,8 @@ def _keys() -> list[str]:
 
 def test_the_lesson_states_its_claims_once_with_flips():
     exp = REGISTRY["tensor_cores"]
-    assert exp.claims is lesson.CLAIMS and exp.try_this is lesson.TRY_THIS
+    assert exp.lesson is lesson.LESSON
+    assert exp.lesson.claims is lesson.CLAIMS and exp.lesson.try_this is lesson.TRY_THIS
     assert len(_keys()) == len(set(_keys())) == len(lesson.CLAIMS) + 1
     assert all(c.flip is not None for c in claims.lesson_claims(exp))
 

@@ -362,7 +362,7 @@ def test_wrong_points_carry_no_speed():
     assert results.check_table(df) == []
 
 
-@pytest.mark.parametrize("fig", list(EXP.figures))
+@pytest.mark.parametrize("fig", list(EXP.lesson.figures))
 def test_plots_draw_from_synthetic_frame(fig):
     import matplotlib.pyplot as plt
 

@@ -1,6 +1,6 @@
 """Experiment registry: an experiment is a folder (a subpackage) of this package whose
-module defines an Experiment subclass with a `name`; every such folder is found here, so
-adding an experiment touches no list.
+module defines an Experiment subclass with a `name` and a `lesson`; every such folder is
+found here, so adding an experiment touches no list.
 
 Folders elsewhere (a site's own lessons, a test's toy experiment) are found the same way
 when their parent directory is listed in CUDALAB_EXPERIMENTS (os.pathsep-separated): it is
@@ -16,6 +16,7 @@ import pkgutil
 from pathlib import Path
 
 from cudalab.experiments.base import Experiment
+from cudalab.experiments.lesson import Lesson
 
 ENV_PATH = "CUDALAB_EXPERIMENTS"
 REGISTRY: dict[str, Experiment] = {}
@@ -30,9 +31,14 @@ def _search_path() -> list[str]:
 
 def _experiments_of(module_name: str) -> list[Experiment]:
     module = importlib.import_module(module_name)
-    return [obj() for obj in vars(module).values()
-            if isinstance(obj, type) and issubclass(obj, Experiment)
-            and obj is not Experiment and obj.__module__ == module.__name__ and obj.name]
+    found = [obj for obj in vars(module).values()
+             if isinstance(obj, type) and issubclass(obj, Experiment)
+             and obj is not Experiment and obj.__module__ == module.__name__ and obj.name]
+    for cls in found:
+        if not isinstance(getattr(cls, "lesson", None), Lesson):
+            raise TypeError(f"experiment {cls.name!r} ({module_name}) declares no lesson: "
+                            "set `lesson = LESSON`, a Lesson built in its folder's lesson.py")
+    return [cls() for cls in found]
 
 
 def discover() -> dict[str, Experiment]:

@@ -1,9 +1,10 @@
-"""What an experiment is. Adding one = a kernel file in cuda/, a module here, a config block.
+"""What an experiment is. Adding one = a kernel file in cuda/, a folder in this package (its
+Experiment in __init__.py, its Lesson in lesson.py), a config block.
 
-A module subclasses Experiment, declares its config schema, expands its grid into Points,
-measures one Point at a time through the shared Harness, checks the result against a CPU
-reference, declares its work (FLOPs, bytes), draws its figures and states the expected
-effects the report checks against the data.
+The Experiment subclass declares its config schema, expands its grid into Points, measures
+one Point at a time through the shared Harness, checks the result against a CPU reference,
+declares its work (FLOPs, bytes) and draws its figures; its Lesson states what the report
+says, the expected effects included, which the report checks against the data.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from cudalab.experiments.lesson import Claim, Explanation
+from cudalab.experiments.lesson import Lesson
 from cudalab.harness import Harness, Settings, Timer, Timing
 
 NAN_BITS = 0x7FC00000  # float32 quiet NaN: poisons float outputs before every check
@@ -344,10 +345,30 @@ def size_schema(length: int, minimum: int, maximum: int, description: str) -> di
 
 
 class Experiment:
+    """One lesson's measurement. The framework owns timing, checking and rendering; an
+    experiment declares three groups of members, each with a default where one makes sense:
+
+    - what it measures: name, order, schema, smoke; points() (or grid()), prepare(),
+      kernel_for(), measure(), and notes on its measurements (noise, own_timer,
+      no_check_reason);
+    - optional plan-time hooks, asked before any job: check_config(), toolchain(),
+      gpu_bytes(), plan_warnings(), compile_variants(), reads_blocks, point_cost_s,
+      needs_nvcc;
+    - presentation: lesson (a Lesson from its folder's lesson.py: title, caption, figure
+      captions, claims, facts, Try-this, questions), plot() for each of the lesson's
+      figures, tables(), summary_table(), and the flags roofline, vs_device_peak and
+      precision_roofs.
+
+    Subclasses measure through verify_then_time() (correct first, then timed) and read
+    their block with settings_in() where the block may be absent."""
+
+    # -- what it measures ----------------------------------------------------------------
     name: str = ""
-    title: str = ""
-    # What to look for and the expected effect: shown above the figures in the report.
-    caption: str = ""
+    # Position in the report (course order).
+    order: int = 100
+    schema: dict[str, Any] = {}
+    # A small grid (a config block) for the GPU smoke test (tests/gpu) and quick runs.
+    smoke: dict[str, Any] = {}
     # variant -> why its samples may not converge (the report's list of such points says it)
     noise: dict[str, str] = {}
     # The Result.metrics key of a kernel's own timer, where the kernel times itself (latency:
@@ -355,50 +376,42 @@ class Experiment:
     # so ncu's duration of a kernel that ran at another speed there is told apart from a
     # timing that disagrees (timing_report.ncu_agreement).
     own_timer: str = ""
-    schema: dict[str, Any] = {}
-    # figure name -> caption; plot() draws each of these names
-    figures: dict[str, str] = {}
-    # A small grid (a config block) for the GPU smoke test (tests/gpu) and quick runs.
-    smoke: dict[str, Any] = {}
-    # Position in the report (course order).
-    order: int = 100
+    # Why this experiment's timed GPU results carry no correctness check ('' : they all do;
+    # the runner marks a timed GPU result without a check failed unless this is set).
+    no_check_reason: str = ""
+
+    def points(self, block: dict[str, Any]) -> list[Point]:
+        """The points of this experiment's validated block, in the order they run."""
+        raise NotImplementedError
+
+    def grid(self, config: dict[str, Any]) -> list[Point]:
+        """The points of this experiment in a validated config (its block, by default)."""
+        return self.points(config["experiments"][self.name])
+
+    def prepare(self, ctx: RunContext) -> None:
+        """Once per job, before any point (compile kernels, allocate shared buffers)."""
+
+    def kernel_for(self, ctx: RunContext, point: Point) -> Any:
+        """The compiled kernel (cudalab.gpu.Kernel) a GPU point uses, for its cache key and
+        provenance; compiling is cached, so this is cheap after the first call."""
+        return None
+
+    def measure(self, ctx: RunContext, point: Point) -> Result:
+        raise NotImplementedError
+
+    # -- optional plan-time hooks ----------------------------------------------------------
+    # Other experiments' blocks this one's grid reads (static_analysis: matmul's register
+    # tiles): grid() gets the whole config, and the workflow reruns the job when they change.
+    reads_blocks: tuple[str, ...] = ()
     # Seconds one point takes where it is not timed under the harness's budget (a compile);
     # None: a timed point (the plan's estimate counts the measurement settings).
     point_cost_s: float | None = None
     # Whether its jobs run nvcc themselves, GPU or not (the doctor checks the toolkit).
     needs_nvcc: bool = False
-    # Whether GB/s and GFLOP/s of this experiment's GPU points are shown as % of the device's
-    # theoretical DRAM bandwidth and FP32 peak (results: pct_peak_gbps, pct_peak_gflops).
-    # False where the bytes do not go through device memory alone (PCIe copies).
-    vs_device_peak: bool = True
-    # Whether the report section shows a roofline of this experiment's points of its own.
-    roofline: bool = False
-    # Other experiments' blocks this one's grid reads (static_analysis: matmul's register
-    # tiles): grid() gets the whole config, and the workflow reruns the job when they change.
-    reads_blocks: tuple[str, ...] = ()
-    # Why this experiment's timed GPU results carry no correctness check ('' : they all do;
-    # the runner marks a timed GPU result without a check failed unless this is set).
-    no_check_reason: str = ""
-    # Report hooks (owned by the report): "Try this" as TryThis (config change, what to
-    # expect and why, and the claim that judges it where one run can) and questions for the
-    # reader, shown at the end of the section.
-    try_this: list[Any] = []
-    questions: list[str] = []
-    # The lesson's sentences computed from this run's data and the caption's claims checked
-    # on it (the folder's lesson module; see cudalab/experiments/lesson.py).
-    explanations: tuple[Explanation, ...] = ()
-    claims: tuple[Claim, ...] = ()
-    # Numbers the lesson's prose states (caption, figure captions, Try-this, questions),
-    # each a static fact with its source: prose never states a measured number (the
-    # report's audit, tests/test_claims.py, holds it to that).
-    sources: dict[str, str] = {}
 
     def check_config(self, block: dict[str, Any]) -> list[str]:
         """Cross-field rules the schema cannot express; messages start with the key."""
         return []
-
-    def points(self, block: dict[str, Any]) -> list[Point]:
-        raise NotImplementedError
 
     def toolchain(self, block: dict[str, Any], notes: list[str]) -> list[str]:
         """Before any job: errors (each starting with its key) where a tool this
@@ -416,27 +429,40 @@ class Experiment:
         take very long); messages start with the key."""
         return []
 
-    def grid(self, config: dict[str, Any]) -> list[Point]:
-        """The points of this experiment in a validated config (its block, by default)."""
-        return self.points(config["experiments"][self.name])
-
-    def prepare(self, ctx: RunContext) -> None:
-        """Once per job, before any point (compile kernels, allocate shared buffers)."""
-
-    def kernel_for(self, ctx: RunContext, point: Point) -> Any:
-        """The compiled kernel (cudalab.gpu.Kernel) a GPU point uses, for its cache key and
-        provenance; compiling is cached, so this is cheap after the first call."""
-        return None
-
-    def measure(self, ctx: RunContext, point: Point) -> Result:
-        raise NotImplementedError
-
     def compile_variants(self, config: dict[str, Any] | None) -> list[CompileVariant]:
         """The kernels this experiment compiles with its own defines or launches with
         dynamic shared memory, as static analysis must analyse them (config: the whole
         validated config, or None for the defaults). [] : the files' defaults are right."""
         return []
 
+    # -- presentation ----------------------------------------------------------------------
+    # What the report, the slides and the course table say about it: every experiment
+    # declares one (its folder's lesson.py builds it).
+    lesson: Lesson
+    # Whether the report section shows a roofline of this experiment's points of its own.
+    roofline: bool = False
+    # Whether GB/s and GFLOP/s of this experiment's GPU points are shown as % of the device's
+    # theoretical DRAM bandwidth and FP32 peak (results: pct_peak_gbps, pct_peak_gflops).
+    # False where the bytes do not go through device memory alone (PCIe copies).
+    vs_device_peak: bool = True
+    # Whether the roofline draws its points under the roof of their own precision (tensor
+    # cores, whose roof is not the FP32 peak) where vs_device_peak is off.
+    precision_roofs: bool = False
+
+    def plot(self, name: str, df: pd.DataFrame) -> Figure | None:
+        """Draw figure `name` (a key of lesson.figures) from this experiment's rows (None if
+        nothing to draw)."""
+        raise NotImplementedError
+
+    def tables(self, df: pd.DataFrame) -> list[dict[str, str]]:
+        """Small extra tables for the report section: [{"title": ..., "html": ...}]."""
+        return []
+
+    def summary_table(self, df: pd.DataFrame) -> str:
+        """HTML shown instead of the section's results table ('' : the results table)."""
+        return ""
+
+    # -- helpers for subclasses ------------------------------------------------------------
     def settings_in(self, config: dict[str, Any] | None) -> dict[str, Any]:
         """This experiment's block in `config`, or its schema defaults where the block is
         absent or disabled (a disabled block is not validated, so it may not even hold)."""
@@ -504,19 +530,6 @@ class Experiment:
                                      asynchronous=asynchronous, settings=settings)
         return result, timing
 
-    def plot(self, name: str, df: pd.DataFrame) -> Figure | None:
-        """Draw figure `name` from this experiment's ok rows (None if nothing to draw)."""
-        raise NotImplementedError
-
-    def tables(self, df: pd.DataFrame) -> list[dict[str, str]]:
-        """Small extra tables for the report section: [{"title": ..., "html": ...}]."""
-        return []
-
-    def summary_table(self, df: pd.DataFrame) -> str:
-        """HTML shown instead of the section's results table ('' : the results table)."""
-        return ""
-
-    # shared helpers -------------------------------------------------------------------
     @staticmethod
     def ok(df: pd.DataFrame) -> pd.DataFrame:
         return df[df["status"] == "ok"]

@@ -1,5 +1,10 @@
 """What a lesson is made of, for the experiment folders' lesson modules.
 
+Each folder's lesson.py builds one Lesson: everything the report, the slides and the course
+table say about its experiment (title, caption, figure captions, claims, facts, Try-this,
+questions, the sources of its numbers). The experiment declares it (`lesson = LESSON`) and
+keeps only what it measures and draws.
+
 A lesson says two kinds of things about a run, and nothing else:
 - a **claim**: a predicate over this run's table with its threshold, written once in the
   lesson it belongs to. Judged on the run it has one of four states: seen, not seen (a
@@ -18,8 +23,8 @@ that no data could contradict.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -179,6 +184,30 @@ class TryThis(NamedTuple):
     change: str
     expect: str
     claim: Claim | None = None
+
+
+@dataclass(frozen=True)
+class Lesson:
+    """What the report says about one experiment: declared once, in its folder's lesson.py.
+
+    title: the section's heading; caption: what to look for and the expected effects, shown
+    above the figures; figures: figure name -> caption, in the report's order (the
+    experiment's plot() draws each name); claims: judged on every run; explanations: the
+    facts computed from the run; try_this: config changes to try with what to expect;
+    questions for the reader; sources: each number the prose states (caption, figure
+    captions, Try-this, questions) with where it comes from, since prose never states a
+    measured number (tests/test_claims.py holds it to that); slide_figure: (figure name,
+    axes index) of the slide and the handout page, None: the first figure drawn."""
+
+    title: str
+    caption: str
+    figures: Mapping[str, str] = field(default_factory=dict)
+    claims: Sequence[Claim] = ()
+    explanations: Sequence[Explanation] = ()
+    try_this: Sequence[TryThis] = ()
+    questions: Sequence[str] = ()
+    sources: Mapping[str, str] = field(default_factory=dict)
+    slide_figure: tuple[str, int] | None = None
 
 
 # -- flips: the data changes the mutation test applies ---------------------------------------

@@ -13,16 +13,16 @@ for _exp in EXPERIMENTS:
                 report(
                     f"{{folder}}/figures/{_exp}/{fig}.png",
                     caption="../report/figure.rst",
-                    category=REGISTRY[_exp].title,
+                    category=REGISTRY[_exp].lesson.title,
                     subcategory="{folder}",
                     labels={"experiment": _exp, "figure": fig, "results": "{folder}"},
                 )
-                for fig in REGISTRY[_exp].figures
+                for fig in REGISTRY[_exp].lesson.figures
             ],
-            [f"{{folder}}/figures/{_exp}/{fig}.svg" for fig in REGISTRY[_exp].figures],
+            [f"{{folder}}/figures/{_exp}/{fig}.svg" for fig in REGISTRY[_exp].lesson.figures],
         params:
             experiment=_exp,
-            caption=REGISTRY[_exp].caption,
+            caption=REGISTRY[_exp].lesson.caption,
         log:
             f"{{folder}}/logs/figures_{_exp}.log",
         wildcard_constraints:
@@ -38,4 +38,4 @@ for _exp in EXPERIMENTS:
 def all_figures():
     """Every figure of every folder (each model of a sweep has its own)."""
     return [f"{folder}/figures/{e}/{f}.png" for folder in FOLDERS for e in EXPERIMENTS
-            for f in REGISTRY[e].figures]
+            for f in REGISTRY[e].lesson.figures]

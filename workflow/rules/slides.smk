@@ -1,6 +1,6 @@
 # Slides of the run (the first folder's table): one 16:9 figure per lesson that has a figure,
 # as PNG and SVG at 1920x1080, and a one-file HTML deck (cudalab/slides.py).
-SLIDE_EXPERIMENTS = [e for e in EXPERIMENTS if REGISTRY[e].figures]
+SLIDE_EXPERIMENTS = [e for e in EXPERIMENTS if REGISTRY[e].lesson.figures]
 SLIDES_DIR = f"{RESULTS}/slides"
 SLIDES = [f"{SLIDES_DIR}/{e}.{ext}" for e in SLIDE_EXPERIMENTS for ext in ("png", "svg")]
 SLIDES_DECK = f"{SLIDES_DIR}/index.html"

@@ -35,8 +35,7 @@ import pandas as pd
 
 from cudalab import fmt
 from cudalab.experiments import base
-from cudalab.experiments.atomics import lesson
-from cudalab.experiments.atomics.lesson import racy_runs
+from cudalab.experiments.atomics.lesson import LESSON, racy_runs
 from cudalab.experiments.base import Check, Experiment, Point, Result, block_schema
 
 if TYPE_CHECKING:
@@ -62,24 +61,10 @@ _launch = base.int_tuple_schema(2, 1, description="[blocks, threads per block]")
 class Atomics(Experiment):
     name = "atomics"
     order = 90
-    title = "Atomics: a racy counter, atomicAdd, and a float sum by atomics or reduction"
+    lesson = LESSON
     noise = {"racy_counter": ("how the race unfolds sets how many read-modify-writes collide, "
                               "so each launch takes a different time; a sample averages at least "
                               f"{fmt.seconds(RACY_MIN_SAMPLE_S)} of launches")}
-    claims = lesson.CLAIMS
-    caption = (
-        "Counter: each of grid x block threads adds 1 to one global counter. The plain "
-        "version reads, adds and writes back in three steps, so threads that read the same "
-        "value overwrite each other's increments (the 32 threads of a warp read together: "
-        "a warp adds at most 1). atomicAdd makes the read-modify-write indivisible. Look "
-        "for: the racy count far below the expected count, and different from run to run; "
-        "the atomic count exactly equal to it. Sum: adding n floats into one address with "
-        "atomicAdd is correct but serialises all n additions on that address and rounds "
-        "like a sequential sum; a shared-memory tree reduction per block followed by one "
-        "atomicAdd per block does n / (2 block) atomics. Look for: the reduction much "
-        "faster, and at least as close to the float64 sum. The claims below judge each of "
-        "these on this run."
-    )
     schema = block_schema({
             "variants": base.choices_schema(VARIANTS),
             "counter_launches": {
@@ -108,24 +93,6 @@ class Atomics(Experiment):
             },
         })
     smoke = {"counter_launches": [[64, 256], [1024, 1024]], "sum_sizes": [1000, 1 << 16]}
-    figures = {
-        "counter": "Count reached by the racy and the atomic counter against the expected "
-        "count (grid x block increments), log scale; the count the racy counter reached is "
-        "written above its bar.",
-        "sum": "Summing n floats: kernel time (left) and relative error against the float64 "
-        "sum (right) of per-element atomicAdd and of the shared-memory tree reduction. "
-        "Dashed line: the tolerance.",
-    }
-
-    # -- teaching (report) ----------------------------------------------------------------
-    try_this = lesson.TRY_THIS
-    questions = [
-        "Why does the racy counter end far below even half the expected count? What sets "
-        "the value it ends at?",
-        "Why is a float sum by atomicAdd both slow and less accurate than the tree "
-        "reduction?",
-        "Would the racy count be the same on every run? Look at the run-by-run table.",
-    ]
 
     def check_config(self, block: dict[str, Any]) -> list[str]:
         msgs = []

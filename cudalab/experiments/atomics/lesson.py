@@ -14,6 +14,7 @@ from cudalab.experiments.base import NOT_MEASURED, not_measured_evidence
 from cudalab.experiments.lesson import (
     Claim,
     Judgement,
+    Lesson,
     TryThis,
     col,
     judged,
@@ -202,3 +203,37 @@ TRY_THIS = [
             "the reduction's advantage shrinks because the launch itself is a large share "
             "of both times"),
 ]
+
+LESSON = Lesson(
+    title="Atomics: a racy counter, atomicAdd, and a float sum by atomics or reduction",
+    caption=(
+        "Counter: each of grid x block threads adds 1 to one global counter. The plain "
+        "version reads, adds and writes back in three steps, so threads that read the same "
+        "value overwrite each other's increments (the 32 threads of a warp read together: "
+        "a warp adds at most 1). atomicAdd makes the read-modify-write indivisible. Look "
+        "for: the racy count far below the expected count, and different from run to run; "
+        "the atomic count exactly equal to it. Sum: adding n floats into one address with "
+        "atomicAdd is correct but serialises all n additions on that address and rounds "
+        "like a sequential sum; a shared-memory tree reduction per block followed by one "
+        "atomicAdd per block does n / (2 block) atomics. Look for: the reduction much "
+        "faster, and at least as close to the float64 sum. The claims below judge each of "
+        "these on this run."
+    ),
+    figures={
+        "counter": "Count reached by the racy and the atomic counter against the expected "
+        "count (grid x block increments), log scale; the count the racy counter reached is "
+        "written above its bar.",
+        "sum": "Summing n floats: kernel time (left) and relative error against the float64 "
+        "sum (right) of per-element atomicAdd and of the shared-memory tree reduction. "
+        "Dashed line: the tolerance.",
+    },
+    claims=CLAIMS,
+    try_this=TRY_THIS,
+    questions=[
+        "Why does the racy counter end far below even half the expected count? What sets "
+        "the value it ends at?",
+        "Why is a float sum by atomicAdd both slow and less accurate than the tree "
+        "reduction?",
+        "Would the racy count be the same on every run? Look at the run-by-run table.",
+    ],
+)

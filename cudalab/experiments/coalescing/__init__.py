@@ -32,7 +32,7 @@ import pandas as pd
 from cudalab.experiments import base, shared
 from cudalab.experiments.base import Check, Experiment, Point, Result, block_schema
 from cudalab.experiments.coalescing import lesson
-from cudalab.experiments.coalescing.lesson import memcpy_gbps_at
+from cudalab.experiments.coalescing.lesson import LESSON, memcpy_gbps_at
 from cudalab.experiments.shared import peak_line, peak_of, size_label
 
 if TYPE_CHECKING:
@@ -85,29 +85,8 @@ def transpose_grid(size: int) -> tuple[int, int]:
 class Coalescing(Experiment):
     name = "coalescing"
     order = 60
-    explanations, claims = lesson.EXPLANATIONS, lesson.CLAIMS
+    lesson = LESSON
     roofline = True
-    title = "Coalescing: access patterns of global memory, and matrix transpose"
-    caption = (
-        "A warp's 32 loads are served in 32-byte sectors: when neighbouring threads read "
-        "neighbouring floats, 4 sectors (128 bytes) serve the whole warp and every byte is "
-        "used. GB/s here counts only the bytes the kernel asks for (8 per element), so it "
-        "drops when the hardware must move more than that. Look for: the offset curve "
-        "almost flat (a shifted start makes each warp touch one more sector, but its "
-        "neighbour reads that sector too and a cache serves the second read); the stride "
-        "curve falling steeply as each warp touches more sectors while using 4 bytes of "
-        "each, then flat at its worst once every element needs a DRAM fetch of its own; "
-        "and, for the transpose, the shared-memory tile beating the naive kernel (whose "
-        "writes are strided), with the padded tile (32 x 33) faster than the unpadded one "
-        "(whose column reads hit the same shared-memory bank 32 times). cudaMemcpy of the "
-        "same bytes is the ceiling a copy is compared with: a good copy kernel (float4 "
-        "accesses) comes close to it, and m_pct_of_memcpy says how far each access pattern "
-        "stays below it. Where the run profiled the kernels, the DRAM bytes and bank "
-        "conflicts they counted show why. The claims below judge each of these on this run."
-    )
-    sources = {
-        "33": "the padded tile's row: 32 floats + 1 of padding (cuda/coalescing.cu)",
-    }
     schema = block_schema({
             "n": {
                 "type": "integer", "minimum": 1024, "maximum": MAX_N, "default": 1 << 26,
@@ -144,25 +123,6 @@ class Coalescing(Experiment):
     # power-of-two AND path) and a partial last block
     smoke = {"n": 1_000_003, "offsets": [0, 1], "strides": [1, 3, 32],
              "transpose_sizes": [100, 256]}
-    figures = {
-        "offset": "Effective bandwidth of a[i] = b[(i + offset) % n] against the offset; "
-        "solid: the coalesced copy, dashed: theoretical DRAM bandwidth.",
-        "stride": "Effective bandwidth of a[i] = b[(i * stride) % n] against the stride, with "
-        "the 32-byte sectors one warp's read touches.",
-        "transpose": "Matrix transpose bandwidth by matrix size: naive, shared-memory tile, "
-        "and tile padded against bank conflicts, beside cudaMemcpy of the same bytes.",
-    }
-
-    # -- teaching (report) ----------------------------------------------------------------
-    try_this = lesson.TRY_THIS
-    questions = [
-        "A warp reads 32 consecutive floats: how many 32-byte sectors is that, and how many "
-        "at stride 2 and stride 32?",
-        "What does an offset of 1 cost on this GPU, and where does the extra sector each "
-        "warp touches come from?",
-        "In the naive transpose, is it the reads or the writes that are not coalesced, and "
-        "how does the shared tile fix that?",
-    ]
 
     def check_config(self, block: dict[str, Any]) -> list[str]:
         if "offset" in block["variants"]:

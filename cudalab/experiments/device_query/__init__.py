@@ -18,7 +18,7 @@ from cudalab import devicespec, fmt
 from cudalab import occupancy as occ
 from cudalab.experiments import base
 from cudalab.experiments.base import Check, Experiment, Point, Result, block_schema
-from cudalab.experiments.device_query import lesson
+from cudalab.experiments.device_query.lesson import LESSON
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -90,21 +90,7 @@ REQUIRED = ("sm_count", "bus_width_bits", "max_threads_per_sm", "regs_per_sm", "
 class DeviceQuery(Experiment):
     name = "device_query"
     order = 10
-    title = "Device query: the GPU's limits and theoretical peaks"
-    claims = lesson.CLAIMS
-    sources = {
-        "2048": "the most resident threads per SM at compute capability 3.7, the K80's "
-                "(CUDA C++ Programming Guide, Compute Capabilities, technical specifications)",
-    }
-    caption = (
-        "What deviceQuery prints: SMs, clocks, memory bus, caches, shared memory and "
-        "registers per block and per SM, copy engines, PCIe. The theoretical peaks follow "
-        "from them: DRAM bandwidth = 2 x memory clock x bus width / 8 and FP32 = 2 x FP32 "
-        "cores per SM x SMs x SM clock. They are the ceilings the other experiments' GB/s "
-        "and GFLOP/s are measured against. The check compares cudalab's "
-        "per-compute-capability limits table (the occupancy calculator's input) with this "
-        "device."
-    )
+    lesson = LESSON
     schema = block_schema({
             "clock_source": {
                 "enum": ["driver", "nvml"], "default": "driver",
@@ -114,25 +100,6 @@ class DeviceQuery(Experiment):
             },
         })
     smoke: dict[str, Any] = {}
-    figures: dict[str, str] = {}
-
-    # -- teaching (report) ----------------------------------------------------------------
-    try_this = [
-        ("device_query.clock_source: nvml", "the peaks are computed from NVML's maximum "
-         "clocks instead of the driver's attributes; on most GPUs the numbers agree, "
-         "where they differ the 'Clocks read from' line says which one the other "
-         "experiments were compared with"),
-        ("gpu_index: 1", "on a machine with two GPUs the whole run moves to the second "
-         "one: if it is another model, SMs, bus width and clocks change, and with them both "
-         "peaks and every % of peak in this report"),
-    ]
-    questions = [
-        "Derive the DRAM peak from the memory clock and bus width above: why the factor 2?",
-        "FP32 peak = 2 x cores x clock: where does the 2 come from, and which kernel here "
-        "could ever reach it?",
-        "How many warps can one SM hold at once, and how does that bound the occupancy "
-        "experiment's curves?",
-    ]
 
     def points(self, block: dict[str, Any]) -> list[Point]:
         return [Point(self.name, "device", {"clock_source": block["clock_source"]})]

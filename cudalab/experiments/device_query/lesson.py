@@ -11,7 +11,16 @@ import pandas as pd
 
 from cudalab import fmt
 from cudalab.experiments.base import NOT_MEASURED
-from cudalab.experiments.lesson import Claim, Judgement, col, judged, no_data, with_value
+from cudalab.experiments.lesson import (
+    Claim,
+    Judgement,
+    Lesson,
+    TryThis,
+    col,
+    judged,
+    no_data,
+    with_value,
+)
 
 if TYPE_CHECKING:
     from cudalab.roofline import Ceilings
@@ -60,4 +69,39 @@ CLAIMS = (
     Claim("the theoretical peaks could be computed (clocks, bus width and SMs reported)",
           _peaks_computed,
           lambda d: with_value(d, _first, "m_peak_mem_gbps", float("nan")), "peaks_computed"),
+)
+
+LESSON = Lesson(
+    title="Device query: the GPU's limits and theoretical peaks",
+    caption=(
+        "What deviceQuery prints: SMs, clocks, memory bus, caches, shared memory and "
+        "registers per block and per SM, copy engines, PCIe. The theoretical peaks follow "
+        "from them: DRAM bandwidth = 2 x memory clock x bus width / 8 and FP32 = 2 x FP32 "
+        "cores per SM x SMs x SM clock. They are the ceilings the other experiments' GB/s "
+        "and GFLOP/s are measured against. The check compares cudalab's "
+        "per-compute-capability limits table (the occupancy calculator's input) with this "
+        "device."
+    ),
+    # no figures: its summary table (summary_table) is the lesson
+    claims=CLAIMS,
+    try_this=[
+        TryThis("device_query.clock_source: nvml", "the peaks are computed from NVML's maximum "
+                "clocks instead of the driver's attributes; on most GPUs the numbers agree, "
+                "where they differ the 'Clocks read from' line says which one the other "
+                "experiments were compared with"),
+        TryThis("gpu_index: 1", "on a machine with two GPUs the whole run moves to the second "
+                "one: if it is another model, SMs, bus width and clocks change, and with them both "
+                "peaks and every % of peak in this report"),
+    ],
+    questions=[
+        "Derive the DRAM peak from the memory clock and bus width above: why the factor 2?",
+        "FP32 peak = 2 x cores x clock: where does the 2 come from, and which kernel here "
+        "could ever reach it?",
+        "How many warps can one SM hold at once, and how does that bound the occupancy "
+        "experiment's curves?",
+    ],
+    sources={
+        "2048": "the most resident threads per SM at compute capability 3.7, the K80's "
+                "(CUDA C++ Programming Guide, Compute Capabilities, technical specifications)",
+    },
 )

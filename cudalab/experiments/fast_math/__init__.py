@@ -25,7 +25,7 @@ import pandas as pd
 
 from cudalab.experiments import base
 from cudalab.experiments.base import Check, Experiment, Point, Result, block_schema
-from cudalab.experiments.fast_math import lesson
+from cudalab.experiments.fast_math.lesson import LESSON
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -47,23 +47,8 @@ _pos_int_list = {"type": "array", "minItems": 1, "uniqueItems": True}
 class FastMath(Experiment):
     name = "fast_math"
     order = 80
-    explanations, claims = lesson.EXPLANATIONS, lesson.CLAIMS
+    lesson = LESSON
     roofline = True
-    title = "Fast math: --use_fast_math and intrinsics against IEEE-accurate functions"
-    caption = (
-        "The same kernel (sin, cos, exp, a square root and a division, evaluated `iterations` "
-        "times per element) is built three ways: precise (IEEE division and square root, "
-        "sinf/cosf/expf within 2 ulp), with --use_fast_math (every one of them replaced by a "
-        "hardware approximation, denormals flushed) and precise but with intrinsics "
-        "(__sinf, __cosf, __expf, __fdividef, rsqrtf) written into the source. Look for: the "
-        "fast variants clearly faster once the kernel is compute-bound (many iterations) "
-        "and a smaller gain at 1 iteration, where the memory traffic, the same for every "
-        "build, is a larger share of the time; their error larger than the precise build's "
-        "but still within the bounds the CUDA Programming Guide gives for these functions "
-        "on [-pi, pi] (tolerance lines). Outside [-pi, pi] __sinf and __cosf have no such "
-        "bound: that is why the inputs are kept there. The claims below judge each of these "
-        "on this run."
-    )
     schema = block_schema({
             "sizes": {
                 **_pos_int_list,
@@ -104,23 +89,6 @@ class FastMath(Experiment):
             },
         })
     smoke = {"sizes": [1000, 65536], "iterations": [1, 7], "check_samples": 4096}
-    figures = {
-        "time_error": "Kernel time (left) and largest relative error against the float64 "
-        "reference (right) of each build, against the number of evaluations per element, "
-        "at the largest size. Dashed (precise) and dotted (fast builds) lines: the "
-        "tolerances.",
-    }
-
-    # -- teaching (report) ----------------------------------------------------------------
-    try_this = lesson.TRY_THIS
-    questions = [
-        "Why does -use_fast_math gain more when the iteration count is large than at one "
-        "iteration? What does the kernel spend its time on in each case?",
-        "__sinf is accurate for small arguments: what happens to its error for |x| of "
-        "thousands?",
-        "Name a computation where the fast builds' relative error (right panel of the "
-        "figure) is fine, and one where it is not.",
-    ]
 
     def check_config(self, block: dict[str, Any]) -> list[str]:
         if block["tolerance_fast"] < block["tolerance_precise"]:

@@ -40,7 +40,7 @@ from cudalab.experiments.base import (
     choices_schema,
 )
 from cudalab.experiments.latency import lesson
-from cudalab.experiments.latency.lesson import COURSE_CYCLES, GLOBAL, VARIANTS, fact, levels
+from cudalab.experiments.latency.lesson import COURSE_CYCLES, GLOBAL, LESSON, VARIANTS, fact, levels
 from cudalab.experiments.shared import bytes_label
 
 if TYPE_CHECKING:
@@ -77,34 +77,7 @@ class Latency(Experiment):
     name = "latency"
     order = 65
     own_timer = "ns_per_load"  # %globaltimer around the chase, in the kernel
-    title = "Memory latency: pointer chasing through L1, L2, DRAM, shared and constant memory"
-    caption = (
-        "One thread follows a chain of dependent loads (j = next[j]) through a random cycle "
-        "of cache lines: each load needs the previous one's value, so nothing overlaps and "
-        "the time per step is the latency of a single load. The kernel counts SM cycles "
-        "(clock64) and nanoseconds (%globaltimer) around its own loop, so both are measured. "
-        "Look for: steps in the global curve where the chain outgrows L1 (which shares its "
-        "storage with shared memory) and then the L2 (dotted lines: their sizes on this "
-        "GPU); L1-bypassing loads (global_cg) starting at the L2 level; shared memory flat "
-        "and far below DRAM; a constant chain fast while it fits the small constant cache "
-        "and slower beyond. The course quotes ~5 cycles for shared and cached constant "
-        "memory and ~500 for global memory: the table 'Latency per memory level' sets each "
-        "level's number beside the course's, each the median over the working sets clearly "
-        "inside that level. Far beyond the L2 nearly every step of a random chain misses "
-        "both caches (and, in a chain large enough, the TLB): that is DRAM latency as a "
-        "program with random accesses sees it. The claims below judge each of these on this "
-        "run."
-    )
-    sources = {
-        "5": "the course's latency of shared memory and of a cached constant read, in "
-             "cycles (the course's slides: ~5 cycles)",
-        "500": "the course's latency of global memory, in cycles (the course's slides: "
-               "~500 cycles)",
-        "8192": "WARM_NODES: a chain of at most this many nodes is walked whole, untimed, "
-                "at the start of every launch (latency/__init__.py)",
-        "512": "the default largest working set, latency.max_bytes = 2^29 bytes (512 MiB)",
-    }
-    explanations, claims = lesson.EXPLANATIONS, lesson.CLAIMS
+    lesson = LESSON
     schema = block_schema({
         "variants": choices_schema(VARIANTS, "which memory to chase through: global (default "
                                    "caching), global_cg (bypass L1), shared, constant"),
@@ -120,22 +93,7 @@ class Latency(Experiment):
                   "from DRAM: a few ms)"},
     })
     smoke = {"min_bytes": 1024, "max_bytes": 1 << 20, "steps": 2048}
-    figures = {
-        "latency": "Latency of one dependent load (cycles, left; ns at the measured SM clock, "
-        "right) against the chain's working set (log scale), one line per kind of memory; "
-        "dotted: the L1 (unified with shared memory) and L2 sizes; dashed: the course's ~5 "
-        "and ~500 cycles.",
-    }
     vs_device_peak = False  # a latency is no bandwidth: no % of peak
-    try_this = lesson.TRY_THIS
-    questions = [
-        "Why must each load's address depend on the previous load's value to measure "
-        "latency, and what would a loop over consecutive addresses measure instead?",
-        "How many dependent DRAM loads per thread can a warp have in flight, and how many "
-        "warps does an SM need to keep the memory bus busy given this latency?",
-        "The course quotes ~5 cycles for shared memory; what does a pointer chase add to the "
-        "cost of the access itself?",
-    ]
 
     def check_config(self, block: dict[str, Any]) -> list[str]:
         msgs = []

@@ -18,6 +18,7 @@ from cudalab.experiments.lesson import (
     Flip,
     Judge,
     Judgement,
+    Lesson,
     Mask,
     TryThis,
     all_correct,
@@ -317,3 +318,50 @@ TRY_THIS = [
             "the L2: if the latency still rises beyond 512 MiB, address translation (TLB "
             "misses on the 2 MiB pages) is what adds to it"),
 ]
+
+LESSON = Lesson(
+    title="Memory latency: pointer chasing through L1, L2, DRAM, shared and constant memory",
+    caption=(
+        "One thread follows a chain of dependent loads (j = next[j]) through a random cycle "
+        "of cache lines: each load needs the previous one's value, so nothing overlaps and "
+        "the time per step is the latency of a single load. The kernel counts SM cycles "
+        "(clock64) and nanoseconds (%globaltimer) around its own loop, so both are measured. "
+        "Look for: steps in the global curve where the chain outgrows L1 (which shares its "
+        "storage with shared memory) and then the L2 (dotted lines: their sizes on this "
+        "GPU); L1-bypassing loads (global_cg) starting at the L2 level; shared memory flat "
+        "and far below DRAM; a constant chain fast while it fits the small constant cache "
+        "and slower beyond. The course quotes ~5 cycles for shared and cached constant "
+        "memory and ~500 for global memory: the table 'Latency per memory level' sets each "
+        "level's number beside the course's, each the median over the working sets clearly "
+        "inside that level. Far beyond the L2 nearly every step of a random chain misses "
+        "both caches (and, in a chain large enough, the TLB): that is DRAM latency as a "
+        "program with random accesses sees it. The claims below judge each of these on this "
+        "run."
+    ),
+    figures={
+        "latency": "Latency of one dependent load (cycles, left; ns at the measured SM clock, "
+        "right) against the chain's working set (log scale), one line per kind of memory; "
+        "dotted: the L1 (unified with shared memory) and L2 sizes; dashed: the course's ~5 "
+        "and ~500 cycles.",
+    },
+    claims=CLAIMS,
+    explanations=EXPLANATIONS,
+    try_this=TRY_THIS,
+    questions=[
+        "Why must each load's address depend on the previous load's value to measure "
+        "latency, and what would a loop over consecutive addresses measure instead?",
+        "How many dependent DRAM loads per thread can a warp have in flight, and how many "
+        "warps does an SM need to keep the memory bus busy given this latency?",
+        "The course quotes ~5 cycles for shared memory; what does a pointer chase add to the "
+        "cost of the access itself?",
+    ],
+    sources={
+        "5": "the course's latency of shared memory and of a cached constant read, in "
+             "cycles (the course's slides: ~5 cycles)",
+        "500": "the course's latency of global memory, in cycles (the course's slides: "
+               "~500 cycles)",
+        "8192": "WARM_NODES: a chain of at most this many nodes is walked whole, untimed, "
+                "at the start of every launch (latency/__init__.py)",
+        "512": "the default largest working set, latency.max_bytes = 2^29 bytes (512 MiB)",
+    },
+)

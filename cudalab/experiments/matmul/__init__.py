@@ -134,6 +134,7 @@ from cudalab.experiments.matmul.ladder import (  # noqa: F401
     pipe_geometry,
     warp_geometry,
 )
+from cudalab.experiments.matmul.lesson import LESSON
 from cudalab.harness import WallTimer
 
 if TYPE_CHECKING:
@@ -143,52 +144,8 @@ if TYPE_CHECKING:
 class Matmul(Experiment):
     name = "matmul"
     order = 30
-    explanations, claims = lesson.EXPLANATIONS, lesson.CLAIMS
+    lesson = LESSON
     roofline = True
-    title = ("Matrix multiplication: global memory, shared-memory tiles, registers, the "
-             "ladder to cuBLAS, double precision")
-    caption = (
-        "Each thread of the naive kernel issues 2K global loads (a row of A and a column of "
-        "B) for 2K flops; neighbouring threads share rows of A and columns of B, so most of "
-        "those loads are served by the L1 and L2 caches, not by DRAM (with profile.ncu on, "
-        "the L2 hit rate says how many: it falls once the matrices outgrow the L2), and "
-        "what limits the kernel is the load traffic through the caches, not its arithmetic. "
-        "The tiled kernel loads TILE x TILE tiles of A and B into shared memory once per "
-        "block and reuses every value TILE times, cutting global loads by the tile width. "
-        "Bank conflicts: tiled_conflict and tiled_padded store the B tile transposed, so in "
-        "the inner loop the 32 threads of a warp read down a column of it. With rows of "
-        "TILE = 32 floats (tiled_conflict) that column lies in a single one of the 32 "
-        "shared-memory banks and the warp's load is replayed once per thread (a 32-way "
-        "conflict; 8-way for TILE 16, 2-way for TILE 8; nvcc's 128-bit loads do not avoid "
-        "it). One float of padding per row (tiled_padded, TILE + 1) shifts each row by one "
-        "bank, the column spreads over all 32 banks and the same code runs conflict-free. "
-        "Register tiling (unroll-and-jam) lets each thread compute an rt x rt block of C "
-        "from a bt x bt block tile: per shared-memory load it does rt FMAs instead of one. "
-        "The ladder goes on toward cuBLAS: vec4 moves tiles with 128-bit loads, dbuf "
-        "overlaps the next tile's loads with the current tile's math, warptile gives each "
-        "warp its own sub-tile (the ladder table explains each step). "
-        "cuBLAS SGEMM (through CuPy, plain FP32: no TF32, whose 10-bit mantissa would fail "
-        "the correctness check) is the float32 ceiling. In double precision (naive, tiled, "
-        "cuBLAS DGEMM) the kernels run on the GPU's FP64 CUDA cores, at half the FP32 rate "
-        "on GH100 and GA100 and 1/64 of it on consumer chips, while cuBLAS DGEMM uses the "
-        "FP64 tensor cores where the GPU has them (sm_80, sm_90); each float64 point is "
-        "judged against the FP64 peak of the units it runs on, each float32 point against "
-        "the FP32 ceiling. "
-        "Look for: tiling paying over the naive kernel (at the course's product and at the "
-        "largest size), register tiling paying over shared-memory tiles, padding paying "
-        "over the conflicting layout at every tile, the best hand-written kernel close to "
-        "cuBLAS, cuBLAS on top once the products are large, the GPU far above the CPU "
-        "(numpy's multithreaded BLAS, not the course's single-core loop), and, in the time "
-        "split, copies taking most of the GPU time of small products. The claims below "
-        "state each with its threshold and judge it on this run."
-    )
-    sources = {
-        "10": "TF32's explicit mantissa bits (NVIDIA A100 Tensor Core GPU Architecture "
-              "whitepaper)",
-        "1000": "a size of the default grid that no tile divides (matmul.sizes)",
-        "256": "16 x 16, the course's factor for 16 x 16 tiles (the course table names the "
-               "error)",
-    }
     schema = block_schema({
             "sizes": {
                 "type": "array", "items": _size, "minItems": 1,
@@ -276,39 +233,8 @@ class Matmul(Experiment):
         "pipe_tiles": DEFAULT_PIPE_TILES[:1] + DEFAULT_PIPE_TILES[2:],
         "dtypes": ["float32", "float64"],
     }
-    figures = {
-        "ladder": "The ladder from the naive kernel to cuBLAS SGEMM, float32: TFLOP/s of "
-        "each step's best configuration at the largest square size (top) and at the "
-        "course's 160x240.240x320 (bottom); each bar is labelled with its % of cuBLAS "
-        "(same run) and % of the GPU's FP32 peak. The ladder table of this section gives "
-        "each step's registers, shared memory and occupancy.",
-        "gflops": "GFLOP/s of the square products against n (both axes log scale), one "
-        "panel per lesson: global memory vs shared-memory tiles, bank conflicts (padded vs "
-        "conflicting layout, same colour per tile, dotted = conflicting), register tiling; "
-        "the fourth panel is the course's rectangular product 160x240.240x320 on its own "
-        "(best configuration of each variant). Each legend entry gives that configuration's "
-        "percentage of cuBLAS at the largest size. The unlabelled tick just left of 1024 is "
-        "n = 1000, a size no tile divides. cuBLAS (dashed) is the ceiling only for large "
-        "products (the claim on cuBLAS states from which n): in the grey band a product "
-        "takes microseconds, every variant is bound by its launch path rather than its "
-        "arithmetic, and cuBLAS is called through CuPy, whose per-call host work is larger "
-        "than a prepared pycuda launch; it also picks kernels tuned for large matrices. "
-        "There it can fall below the course kernels.",
-        "time_split": "End-to-end time of the tiled kernel split into allocation "
-        "(cudaMalloc, host time), host-to-device copy, kernel and device-to-host copy; the "
-        "claim on copies counts the GPU time alone (copies and kernel), as nvprof does.",
-    }
 
     # -- config ------------------------------------------------------------------------
-    # -- teaching (report) ----------------------------------------------------------------
-    try_this = lesson.TRY_THIS
-    questions = [
-        "What does double buffering overlap, and why does it need twice the shared memory?",
-        "How many global-memory loads does the naive kernel make per output element, and "
-        "how many does a TILE x TILE tiled kernel make?",
-        "Why does padding the shared tile by one float remove the bank conflict?",
-    ]
-
     def check_config(self, block: dict[str, Any]) -> list[str]:
         msgs = []
         for i, size in enumerate(block.get("sizes", [])):

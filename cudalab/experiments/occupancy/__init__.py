@@ -29,7 +29,7 @@ from cudalab import devicespec
 from cudalab import occupancy as occ
 from cudalab.experiments import base, shared
 from cudalab.experiments.base import Check, Experiment, Point, Result, block_schema
-from cudalab.experiments.occupancy import lesson
+from cudalab.experiments.occupancy.lesson import LESSON
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -49,31 +49,8 @@ LABELS = {
 class Occupancy(Experiment):
     name = "occupancy"
     order = 25
-    explanations, claims = lesson.EXPLANATIONS, lesson.CLAIMS
+    lesson = LESSON
     roofline = True
-    title = "Occupancy: block size, registers and shared memory against resident warps"
-    caption = (
-        "Occupancy is the share of an SM's warp slots a kernel can fill: resident blocks "
-        "per SM are limited by the warp slots, the block slots, the register file (registers "
-        "are allocated per warp in units of 256) and shared memory (per block, plus 1 KB "
-        "reserved from cc 8.0). Look for: the few-register vec_mul at or near full occupancy "
-        "for most block sizes, dipping where the block slots or the warp count do not "
-        "divide evenly, and held by the block slots with one-warp blocks; the "
-        "register-heavy kernel capped far lower, and with enough live values unable to "
-        "launch its largest blocks at all; the shared-memory kernel starved at small "
-        "blocks, where the per-block shared memory, not the threads, fills the SM. "
-        "Theoretical occupancy is an upper bound, not a prediction: the smallest blocks can "
-        "reach full occupancy on paper yet run slower, because blocks that start and retire "
-        "within microseconds leave warp slots empty (Nsight Compute's achieved occupancy, "
-        "with profile.ncu on, shows how many). The project's calculator must agree with the "
-        "CUDA driver at every point. The claims below judge each of these on this run."
-    )
-    sources = {
-        "256": "registers are allocated per warp in units of 256 (CUDA Occupancy Calculator, "
-               "every compute capability since 3.0); also a block size of the grid",
-        "8.0": "compute capability 8.0, from which the driver reserves 1 KB of shared memory "
-               "per block (cudaDevAttrReservedSharedMemoryPerBlock)",
-    }
     schema = block_schema({
             "variants": base.choices_schema(VARIANTS, "kernels of cuda/occupancy.cu to run"),
             "block_sizes": {
@@ -113,35 +90,8 @@ class Occupancy(Experiment):
         })
     smoke = {"block_sizes": [32, 256, 1024], "n": 100_000, "matmul_size": 200,
              "matmul_tiles": [8, 16]}
-    figures = {
-        "occupancy": "Theoretical occupancy (project calculator: line; CUDA driver: crosses) "
-        "and measured kernel time (right axis) against block size, one panel per kernel.",
-        "bandwidth": "Achieved bandwidth of the vector kernels against their theoretical "
-        "occupancy: memory-bound kernels need enough resident warps to reach full bandwidth.",
-    }
 
     # -- grid --------------------------------------------------------------------------
-    # -- teaching (report) ----------------------------------------------------------------
-    try_this = [
-        ("occupancy.live_values: 32", "vec_mul_regs keeps fewer values live and uses fewer "
-         "registers: its occupancy curve rises, and the largest blocks, which it could not "
-         "launch, may launch again"),
-        ("occupancy.smem_bytes: 49152", "more dynamic shared memory per block: fewer blocks "
-         "fit an SM, and vec_mul_smem's occupancy falls wherever shared memory, not the "
-         "warps, is the limit (the small blocks)"),
-        ("occupancy.matmul_tiles: [8, 16, 32]", "the calculator's best tile must be among "
-         "the measured ones; the claim on the best square tile compares its pick with the "
-         "fastest measured tile"),
-    ]
-    questions = [
-        "Which resource limits vec_mul_regs at 256 threads per block (registers, shared "
-        "memory, warps or blocks)? Compute it by hand from the registers per thread.",
-        "Occupancy went up but the kernel did not get faster: when is more occupancy "
-        "useless?",
-        "Why do the occupancy curves zig-zag with the block size instead of changing "
-        "smoothly?",
-    ]
-
     def points(self, block: dict[str, Any]) -> list[Point]:
         pts = []
         for v in block["variants"]:

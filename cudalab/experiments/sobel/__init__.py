@@ -21,7 +21,7 @@ import pandas as pd
 from cudalab import fmt
 from cudalab.experiments import base
 from cudalab.experiments.base import Check, Experiment, Point, Result, block_schema
-from cudalab.experiments.sobel import lesson
+from cudalab.experiments.sobel.lesson import LESSON
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -40,27 +40,8 @@ _shape = base.int_tuple_schema(2, 1, 1024, "[bx, by]: threads along a row x alon
 class Sobel(Experiment):
     name = "sobel"
     order = 100
-    explanations, claims = lesson.EXPLANATIONS, lesson.CLAIMS
+    lesson = LESSON
     roofline = True
-    title = "Sobel edge detection: global memory, shared-memory tiles, constant memory"
-    caption = (
-        "Every output pixel needs its 3 x 3 neighbourhood, so each input pixel is read by "
-        "nine threads. The global-memory kernel reads all nine from global memory and "
-        "relies on the L1/L2 caches for the re-reads; the shared-memory kernel loads each "
-        "block's tile plus a one-pixel halo once and reads the neighbours from shared "
-        "memory; the constant-memory kernel takes the two 3 x 3 masks from __constant__ "
-        "memory (set from the host) instead of the arithmetic. All three must match the "
-        "numpy reference pixel for pixel. Look for: GB/s (image in + edges out) far from "
-        "the DRAM bandwidth even at large images (nine one-byte loads and the gradient "
-        "arithmetic per pixel limit it before DRAM does); the course expects the tiled "
-        "kernel to be at least as fast as the global one - on GPUs with large L1 caches the "
-        "cache already does the tiling's job and the difference may vanish or reverse; "
-        "block shapes 32 threads wide (32 x 8) reading rows in whole 32-byte sectors, "
-        "faster than narrower ones. The claims below judge each of these on this run."
-    )
-    sources = {
-        "2048": "an image size of the default grid (sobel.sizes)",
-    }
     schema = block_schema({
             "sizes": {
                 "type": "array", "items": _size, "minItems": 1,
@@ -80,32 +61,6 @@ class Sobel(Experiment):
             },
         })
     smoke = {"sizes": [64, [37, 50], 300], "block_shapes": [[16, 16], [32, 8]]}
-    figures = {
-        "gbps": "Effective bandwidth (image in + edge map out, GB/s) of each kernel and "
-        "block shape, one panel per image size, each with its own y axis (small images run "
-        "at a fraction of the GB/s of large ones). The DRAM peak is drawn where the bars "
-        "reach a quarter of it; elsewhere the panel says it is off the scale.",
-    }
-
-    # -- teaching (report) ----------------------------------------------------------------
-    try_this = [
-        ("measurement.cold_l2: true", "the 2048 x 2048 image no longer starts in L2: every "
-         "kernel first fetches it from DRAM. Which kernel loses most, and does the shared "
-         "tile's single load of each pixel matter more then?"),
-        ("sobel.block_shapes: [[64, 4], [8, 32]]", "64 x 4 reads whole rows of 64 bytes but "
-         "has a larger halo share; 8 x 32 reads 8-byte pieces of rows, a quarter of a "
-         "32-byte sector each: expect it slower than the wide shapes"),
-        ("sobel.threshold: 0", "every pixel with any gradient is an edge: the edge map "
-         "changes, the time should not (the edge test is a select, not a branch)"),
-    ]
-    questions = [
-        "How many times is each input pixel read by the global-memory kernel, and how many "
-        "times from DRAM if the caches work perfectly?",
-        "Why can the shared-memory kernel be slower than the global one on a GPU with a "
-        "large L1 cache?",
-        "Why does constant memory suit the Sobel weights (hint: which threads read which "
-        "address at the same time)?",
-    ]
 
     def check_config(self, block: dict[str, Any]) -> list[str]:
         msgs = []

@@ -15,6 +15,8 @@ from cudalab.experiments.lesson import (
     LARGE_FRACTION,
     Claim,
     Judgement,
+    Lesson,
+    TryThis,
     all_correct,
     col,
     judged,
@@ -152,4 +154,52 @@ CLAIMS = (
           f"largest image (a warp then reads a whole 32-byte sector of one row; a narrower "
           "block reads parts of sectors of several rows)", _wide_blocks,
           lambda d: slower(d, lambda x: col(x, "p_bx") >= WIDE, 1.5), "wide_blocks"),
+)
+
+LESSON = Lesson(
+    title="Sobel edge detection: global memory, shared-memory tiles, constant memory",
+    caption=(
+        "Every output pixel needs its 3 x 3 neighbourhood, so each input pixel is read by "
+        "nine threads. The global-memory kernel reads all nine from global memory and "
+        "relies on the L1/L2 caches for the re-reads; the shared-memory kernel loads each "
+        "block's tile plus a one-pixel halo once and reads the neighbours from shared "
+        "memory; the constant-memory kernel takes the two 3 x 3 masks from __constant__ "
+        "memory (set from the host) instead of the arithmetic. All three must match the "
+        "numpy reference pixel for pixel. Look for: GB/s (image in + edges out) far from "
+        "the DRAM bandwidth even at large images (nine one-byte loads and the gradient "
+        "arithmetic per pixel limit it before DRAM does); the course expects the tiled "
+        "kernel to be at least as fast as the global one - on GPUs with large L1 caches the "
+        "cache already does the tiling's job and the difference may vanish or reverse; "
+        "block shapes 32 threads wide (32 x 8) reading rows in whole 32-byte sectors, "
+        "faster than narrower ones. The claims below judge each of these on this run."
+    ),
+    figures={
+        "gbps": "Effective bandwidth (image in + edge map out, GB/s) of each kernel and "
+        "block shape, one panel per image size, each with its own y axis (small images run "
+        "at a fraction of the GB/s of large ones). The DRAM peak is drawn where the bars "
+        "reach a quarter of it; elsewhere the panel says it is off the scale.",
+    },
+    claims=CLAIMS,
+    explanations=EXPLANATIONS,
+    try_this=[
+        TryThis("measurement.cold_l2: true", "the 2048 x 2048 image no longer starts in L2: every "
+                "kernel first fetches it from DRAM. Which kernel loses most, and does the shared "
+                "tile's single load of each pixel matter more then?"),
+        TryThis("sobel.block_shapes: [[64, 4], [8, 32]]", "64 x 4 reads whole rows of 64 bytes but "
+                "has a larger halo share; 8 x 32 reads 8-byte pieces of rows, a quarter of a "
+                "32-byte sector each: expect it slower than the wide shapes"),
+        TryThis("sobel.threshold: 0", "every pixel with any gradient is an edge: the edge map "
+                "changes, the time should not (the edge test is a select, not a branch)"),
+    ],
+    questions=[
+        "How many times is each input pixel read by the global-memory kernel, and how many "
+        "times from DRAM if the caches work perfectly?",
+        "Why can the shared-memory kernel be slower than the global one on a GPU with a "
+        "large L1 cache?",
+        "Why does constant memory suit the Sobel weights (hint: which threads read which "
+        "address at the same time)?",
+    ],
+    sources={
+        "2048": "an image size of the default grid (sobel.sizes)",
+    },
 )

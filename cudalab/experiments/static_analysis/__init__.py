@@ -47,7 +47,7 @@ from cudalab.experiments import base
 from cudalab.experiments import matmul as mm
 from cudalab.experiments.base import Check, Experiment, Point, Result, block_schema
 from cudalab.experiments.static_analysis import lesson
-from cudalab.experiments.static_analysis.lesson import TILE_PARAMS, _tile_labels  # noqa: F401
+from cudalab.experiments.static_analysis.lesson import LESSON, TILE_PARAMS, _tile_labels  # noqa: F401
 from cudalab.gpu import Kernel, nvcc_banner
 from cudalab.resources import CUDA_DIR
 
@@ -70,20 +70,7 @@ _VARIANT_RE = re.compile(r"^\s*//\s*cudalab-variant:\s*(.*?)\s*$", re.M)
 class StaticAnalysis(Experiment):
     name = "static_analysis"
     order = 27
-    title = "Static analysis: registers, shared memory, spills and occupancy per architecture"
-    explanations, claims = lesson.EXPLANATIONS, lesson.CLAIMS
-    caption = (
-        "What the compiler makes of each kernel before anything runs: ptxas reports the "
-        "registers per thread, static shared memory, stack and spills it chose for every "
-        "target architecture, and the occupancy calculator turns registers and shared "
-        "memory into the share of warp slots a block size can fill. Look for: kernels whose "
-        "register count keeps occupancy below full (the curve steps down as the block "
-        "grows, and stops where a block no longer fits the register file), shared-memory "
-        "tiles that cap the resident blocks, any spill bytes (registers that did not fit and "
-        "went to local memory), and how the same source needs a different number of "
-        "registers on each architecture. No GPU is needed: this runs in CI. The claims below "
-        "judge each of these on this run."
-    )
+    lesson = LESSON
     schema = block_schema({
             "archs": {
                 "type": "array", "items": {"enum": ARCHS}, "minItems": 1, "uniqueItems": True,
@@ -163,26 +150,8 @@ class StaticAnalysis(Experiment):
         return [f"{key}.archs[{i}]: {a!r} cannot be built by {nvcc} ({_nvcc_version(nvcc)}); "
                 f"allowed with this toolkit: {', '.join(buildable)}"
                 for i, a in enumerate(block.get("archs", [])) if a not in buildable]
-    figures = {
-        "occupancy": "Theoretical occupancy against block size of every kernel (and compile "
-        "variant) for the newest analysed architecture, from ptxas' registers and shared "
-        "memory (plus dynamic_smem_bytes); each cell gives the occupancy in %, shown every 64 "
-        "threads per block (and at 32): results.csv has every multiple of 32.",
-        "registers": "Registers per thread of every kernel on every target architecture "
-        "(spilling kernels marked).",
-    }
 
     # -- grid --------------------------------------------------------------------------
-    # -- teaching (report) ----------------------------------------------------------------
-    try_this = lesson.TRY_THIS
-    questions = [
-        "Why is the register count of the same kernel different for sm_75 and sm_90?",
-        "What does a register spill cost at run time, and where does the spilled value "
-        "live?",
-        "__launch_bounds__(NTHREADS) lets matmul_register use more registers: what does it "
-        "forbid in return?",
-    ]
-
     def check_config(self, block: dict[str, Any]) -> list[str]:
         msgs = []
         for f in block.get("files", []):

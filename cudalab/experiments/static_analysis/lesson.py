@@ -14,6 +14,7 @@ from cudalab.experiments.base import NOT_MEASURED
 from cudalab.experiments.lesson import (
     Claim,
     Judgement,
+    Lesson,
     TryThis,
     col,
     judged,
@@ -184,3 +185,37 @@ TRY_THIS = [
             "the larger tiles, which need the most registers and so reach the lowest "
             "occupancy, leave both figures"),
 ]
+
+LESSON = Lesson(
+    title="Static analysis: registers, shared memory, spills and occupancy per architecture",
+    caption=(
+        "What the compiler makes of each kernel before anything runs: ptxas reports the "
+        "registers per thread, static shared memory, stack and spills it chose for every "
+        "target architecture, and the occupancy calculator turns registers and shared "
+        "memory into the share of warp slots a block size can fill. Look for: kernels whose "
+        "register count keeps occupancy below full (the curve steps down as the block "
+        "grows, and stops where a block no longer fits the register file), shared-memory "
+        "tiles that cap the resident blocks, any spill bytes (registers that did not fit and "
+        "went to local memory), and how the same source needs a different number of "
+        "registers on each architecture. No GPU is needed: this runs in CI. The claims below "
+        "judge each of these on this run."
+    ),
+    figures={
+        "occupancy": "Theoretical occupancy against block size of every kernel (and compile "
+        "variant) for the newest analysed architecture, from ptxas' registers and shared "
+        "memory (plus dynamic_smem_bytes); each cell gives the occupancy in %, shown every 64 "
+        "threads per block (and at 32): results.csv has every multiple of 32.",
+        "registers": "Registers per thread of every kernel on every target architecture "
+        "(spilling kernels marked).",
+    },
+    claims=CLAIMS,
+    explanations=EXPLANATIONS,
+    try_this=TRY_THIS,
+    questions=[
+        "Why is the register count of the same kernel different for sm_75 and sm_90?",
+        "What does a register spill cost at run time, and where does the spilled value "
+        "live?",
+        "__launch_bounds__(NTHREADS) lets matmul_register use more registers: what does it "
+        "forbid in return?",
+    ],
+)

@@ -37,8 +37,7 @@ import pandas as pd
 from cudalab.experiments import base, shared
 from cudalab.experiments.base import Check, Experiment, Point, Result, block_schema
 from cudalab.experiments.shared import size_label
-from cudalab.experiments.streams import lesson
-from cudalab.experiments.streams.lesson import OPS, busy_spans
+from cudalab.experiments.streams.lesson import LESSON, OPS, busy_spans
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -86,30 +85,10 @@ def timeline_rows(marks: list[list[float]]) -> list[list[Any]]:
 class Streams(Experiment):
     name = "streams"
     order = 50
-    explanations, claims = lesson.EXPLANATIONS, lesson.CLAIMS
-    title = "CUDA streams: overlapping copies with computation"
+    lesson = LESSON
     noise = {v: ("every sample is a pipeline of pinned copies over PCIe, which crosses the "
                  "host's root complex that other devices and guests share: bursts of slower "
                  "copies (tens of ms) are seen on a shared VM") for v in ("serial", "streams")}
-    caption = (
-        "The serial program copies the whole array to the GPU, runs the map kernel, and copies "
-        "the result back: the copy engines and the SMs take turns and each waits for the "
-        "others. Split into chunks on k streams, the H2D copy of chunk 2 runs while the kernel "
-        "works on chunk 1 and the D2H copy returns chunk 0. The best possible time is the "
-        "slowest of the three stages (ideal, dotted), so the serial time over the slowest "
-        "stage, (H2D + kernel + D2H) / slowest, bounds the speedup however many streams or "
-        "copy engines there are; k equal chunks predict sum / k + (k - 1) / k x slowest "
-        "(dashed). Look for: every run with 2 or more streams beating the serial one, the "
-        "best of them close to the bound the stages set (when the copies dominate it stays "
-        "somewhat further: H2D and D2H at the same time share the PCIe link and host "
-        "memory), one stream being no faster than serial, and in the timeline the bars of "
-        "different streams overlapping in time. The `iterations` knob sets how much math "
-        "each element gets, i.e. whether the copies or the kernel are the slowest stage. In "
-        "the timeline, events mark when a stream reached an operation and when it finished; "
-        "faint bars are time an operation was queued behind the same kind of operation of "
-        "another stream (one copy engine per direction), solid bars when it ran. The claims "
-        "below judge each of these on this run."
-    )
     # its bytes cross PCIe: the times are compared with the serial program and the ideal
     vs_device_peak = False
     schema = block_schema({
@@ -155,23 +134,6 @@ class Streams(Experiment):
         })
     # n not a multiple of the chunk alignment: the last chunk is shorter
     smoke = {"n": (1 << 20) + 3, "iterations": [4], "streams": [1, 2, 4], "timeline_streams": 2}
-    figures = {
-        "pipeline": "Time of the whole H2D -> kernel -> D2H pipeline against the number of "
-        "streams, with the serial program, the ideal (slowest stage alone) and the k-chunk "
-        "pipeline model.",
-        "timeline": "Per-stream timeline of one run (from CUDA events around every "
-        "operation): the serial program and the pipeline with `timeline_streams` streams; "
-        "faint: queued behind another stream's operation of the same kind.",
-    }
-
-    # -- teaching (report) ----------------------------------------------------------------
-    try_this = lesson.TRY_THIS
-    questions = [
-        "Why is the ideal time the slowest of H2D, kernel and D2H alone, not their sum "
-        "divided by the number of streams?",
-        "Which host memory must the copies use for streams to overlap, and why?",
-        "How many copy engines does this GPU have, and what would change with only one?",
-    ]
 
     def check_config(self, block: dict[str, Any]) -> list[str]:
         msgs = []

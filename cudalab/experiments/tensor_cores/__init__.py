@@ -27,7 +27,7 @@ import pandas as pd
 from cudalab import tensor_peaks
 from cudalab.experiments import base
 from cudalab.experiments.base import Check, Experiment, Point, Result, block_schema
-from cudalab.experiments.tensor_cores import cublas_ex, kernels, lesson, numerics
+from cudalab.experiments.tensor_cores import cublas_ex, kernels, numerics
 from cudalab.experiments.tensor_cores import figures as tc_figures
 from cudalab.experiments.tensor_cores.kernels import (
     DEFAULT_MMA_TILES,
@@ -38,6 +38,7 @@ from cudalab.experiments.tensor_cores.kernels import (
     SIZE_MULTIPLE,
     VARIANTS,
 )
+from cudalab.experiments.tensor_cores.lesson import LESSON
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -58,30 +59,7 @@ class TensorCores(Experiment):
     # draws these points under the roof of their precision
     precision_roofs = True
     roofline = True
-    explanations, claims = lesson.EXPLANATIONS, lesson.CLAIMS
-    try_this = lesson.TRY_THIS
-    title = "Tensor cores: WMMA, mma.sync and cuBLAS in TF32, FP16 and BF16; precision as a knob"
-    caption = (
-        "The same product C = A B in four input precisions, all accumulating in FP32: FP32 "
-        "(cuBLAS SGEMM on the CUDA cores), TF32, BF16 and FP16 (tensor cores). The hand "
-        "kernels climb two rungs: WMMA fragments fed from one shared-memory stage, then "
-        "mma.sync fed by ldmatrix from a cp.async pipeline several stages deep. cuBLAS in "
-        "each precision, in the same job, is the ceiling, and each precision's dense tensor "
-        "peak (SMs x clock x rate per SM) the roof. Every result is checked against the "
-        "float64 product of its rounded inputs within a tolerance derived from K and FP32 "
-        "accumulation; its error against the product of the unrounded inputs is what the "
-        "precision costs. Look for: TF32 far faster than FP32, FP16 and BF16 faster again; "
-        "TF32 and FP16 with about the same error (10 stored mantissa bits each), BF16 about "
-        "8 times worse (7 bits), FP32 orders of magnitude better; mma.sync faster than WMMA; "
-        "and how close the best hand FP16 kernel comes to cuBLAS FP16 (Hopper's cuBLAS uses "
-        "wgmma, which mma.sync cannot match). The claims below judge each of these on this "
-        "run.")
-    sources = {
-        "10": "stored mantissa bits of FP16 (IEEE 754 binary16) and of TF32 (NVIDIA A100 "
-              "Tensor Core GPU Architecture whitepaper)",
-        "7": "stored mantissa bits of BF16 (bfloat16: the upper half of an IEEE 754 binary32)",
-        "8": "BF16's rounding error over FP16's: three fewer mantissa bits, 2^3",
-    }
+    lesson = LESSON
     schema = block_schema({
         "sizes": {"type": "array", "items": _size, "minItems": 1,
                   "default": [1024, 2048, 4096],
@@ -103,14 +81,6 @@ class TensorCores(Experiment):
     })
     smoke = {"sizes": [256, [512, 256, 768]],
              "mma_tiles": DEFAULT_MMA_TILES[:1] + DEFAULT_MMA_TILES[3:4]}
-    figures = tc_figures.FIGURES
-    questions = [
-        "Why is a product of two fp16 numbers exact in FP32, and what error is then left?",
-        "TF32 and FP16 keep the same number of mantissa bits: why does TF32 still run at "
-        "half the FP16 rate?",
-        "What does a cp.async stage overlap, and why does mma.sync need ldmatrix.trans for "
-        "a row-major B?",
-    ]
 
     def check_config(self, block: dict[str, Any]) -> list[str]:
         msgs = []

@@ -13,17 +13,6 @@ import pandas as pd
 
 ORDER = ["fp32", "tf32", "bf16", "fp16"]
 VARIANT_LABEL = {"wmma": "WMMA", "mma": "mma.sync + ldmatrix + cp.async", "cublas": "cuBLAS"}
-FIGURES = {
-    "precision_knob": "Precision is a knob: at the largest size, the relative Frobenius error "
-    "of each precision's result against the float64 product of the unrounded inputs (x, log "
-    "scale) and its TFLOP/s (y, log scale); one colour per precision, one marker per "
-    "variant (cuBLAS, WMMA, the best mma.sync tile). Lower precision moves right "
-    "(more error) and up (more speed); the dotted lines mark the error that rounding the "
-    "inputs alone predicts.",
-    "tflops": "TFLOP/s of each variant against matrix size, one panel per precision "
-    "(best tile of the mma kernel per size), with the precision's dense peak (SMs x clock x "
-    "rate per SM; dashed) above cuBLAS.",
-}
 
 
 def largest(d: pd.DataFrame) -> pd.DataFrame:

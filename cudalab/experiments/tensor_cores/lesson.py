@@ -21,6 +21,7 @@ from cudalab.experiments.lesson import (
     Claim,
     Flip,
     Judgement,
+    Lesson,
     Mask,
     TryThis,
     col,
@@ -496,3 +497,49 @@ TRY_THIS = [
             "the roofline; the low precisions, which gained by computing faster, now wait on "
             "memory as well, so their lead over SGEMM shrinks"),
 ]
+
+LESSON = Lesson(
+    title="Tensor cores: WMMA, mma.sync and cuBLAS in TF32, FP16 and BF16; precision as a knob",
+    caption=(
+        "The same product C = A B in four input precisions, all accumulating in FP32: FP32 "
+        "(cuBLAS SGEMM on the CUDA cores), TF32, BF16 and FP16 (tensor cores). The hand "
+        "kernels climb two rungs: WMMA fragments fed from one shared-memory stage, then "
+        "mma.sync fed by ldmatrix from a cp.async pipeline several stages deep. cuBLAS in "
+        "each precision, in the same job, is the ceiling, and each precision's dense tensor "
+        "peak (SMs x clock x rate per SM) the roof. Every result is checked against the "
+        "float64 product of its rounded inputs within a tolerance derived from K and FP32 "
+        "accumulation; its error against the product of the unrounded inputs is what the "
+        "precision costs. Look for: TF32 far faster than FP32, FP16 and BF16 faster again; "
+        "TF32 and FP16 with about the same error (10 stored mantissa bits each), BF16 about "
+        "8 times worse (7 bits), FP32 orders of magnitude better; mma.sync faster than WMMA; "
+        "and how close the best hand FP16 kernel comes to cuBLAS FP16 (Hopper's cuBLAS uses "
+        "wgmma, which mma.sync cannot match). The claims below judge each of these on this "
+        "run."),
+    figures={
+        "precision_knob": "Precision is a knob: at the largest size, the relative Frobenius error "
+        "of each precision's result against the float64 product of the unrounded inputs (x, log "
+        "scale) and its TFLOP/s (y, log scale); one colour per precision, one marker per "
+        "variant (cuBLAS, WMMA, the best mma.sync tile). Lower precision moves right "
+        "(more error) and up (more speed); the dotted lines mark the error that rounding the "
+        "inputs alone predicts.",
+        "tflops": "TFLOP/s of each variant against matrix size, one panel per precision "
+        "(best tile of the mma kernel per size), with the precision's dense peak (SMs x clock x "
+        "rate per SM; dashed) above cuBLAS.",
+    },
+    claims=CLAIMS,
+    explanations=EXPLANATIONS,
+    try_this=TRY_THIS,
+    questions=[
+        "Why is a product of two fp16 numbers exact in FP32, and what error is then left?",
+        "TF32 and FP16 keep the same number of mantissa bits: why does TF32 still run at "
+        "half the FP16 rate?",
+        "What does a cp.async stage overlap, and why does mma.sync need ldmatrix.trans for "
+        "a row-major B?",
+    ],
+    sources={
+        "10": "stored mantissa bits of FP16 (IEEE 754 binary16) and of TF32 (NVIDIA A100 "
+              "Tensor Core GPU Architecture whitepaper)",
+        "7": "stored mantissa bits of BF16 (bfloat16: the upper half of an IEEE 754 binary32)",
+        "8": "BF16's rounding error over FP16's: three fewer mantissa bits, 2^3",
+    },
+)

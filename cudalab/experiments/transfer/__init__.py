@@ -24,6 +24,7 @@ from cudalab.experiments import shared
 from cudalab.experiments.base import Check, Experiment, Point, Result, block_schema
 from cudalab.experiments.shared import bytes_label
 from cudalab.experiments.transfer import lesson
+from cudalab.experiments.transfer.lesson import LESSON
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -88,8 +89,7 @@ def link_metrics(facts: dict[str, Any], unavailable: str = "") -> dict[str, Any]
 class Transfer(Experiment):
     name = "transfer"
     order = 40
-    explanations, claims = lesson.EXPLANATIONS, lesson.CLAIMS
-    title = "Host-device transfers: pageable against pinned memory over PCIe"
+    lesson = LESSON
     vs_device_peak = False  # bytes cross PCIe: compared with the link instead
     noise = {
         "pageable": ("a pageable copy is staged by the CPU through a pinned buffer, so its "
@@ -100,17 +100,6 @@ class Transfer(Experiment):
                    "guests share: bursts of slower copies (tens of ms) are seen on a shared "
                    "VM"),
     }
-    caption = (
-        "Copies between host and GPU memory cross the PCIe link, whose theoretical bandwidth "
-        "per direction is set by its generation and width (dashed line; read from NVML). "
-        "From ordinary (pageable) host memory the driver first copies the data into a "
-        "pinned staging buffer, piece by piece, and DMAs from there; page-locked (pinned) "
-        "memory is DMA'd directly. Look for: small copies far below the link's bandwidth "
-        "(each copy has a fixed cost of microseconds, which the fact below measures), the "
-        "curves rising with size and levelling off from a few MiB on, and pinned memory "
-        "clearly faster than pageable for large copies in both directions, getting close "
-        "to the link's limit. The claims below judge each of these on this run."
-    )
     schema = block_schema({
             "min_bytes": {
                 "type": "integer", "minimum": 1, "maximum": MAX_BYTES, "default": 4096,
@@ -136,21 +125,6 @@ class Transfer(Experiment):
             },
         })
     smoke = {"min_bytes": 4096, "max_bytes": 1 << 22, "step": 4}
-    figures = {
-        "bandwidth": "Copy bandwidth against copy size (log scale) for each direction, "
-        "pageable and pinned host memory; dashed: the PCIe link's theoretical bandwidth.",
-    }
-
-    # -- teaching (report) ----------------------------------------------------------------
-    try_this = lesson.TRY_THIS
-    questions = [
-        "Why is a pageable copy slower than a pinned one, although the same bytes cross "
-        "the same link?",
-        "The smallest copies move at a small fraction of the link's bandwidth: what "
-        "dominates their time?",
-        "The link's theoretical rate is per direction: what would you expect from H2D and "
-        "D2H at the same time?",
-    ]
 
     def check_config(self, block: dict[str, Any]) -> list[str]:
         if block["min_bytes"] > block["max_bytes"]:

@@ -19,6 +19,7 @@ from cudalab.experiments.lesson import (
     Flip,
     Judge,
     Judgement,
+    Lesson,
     Mask,
     State,
     TryThis,
@@ -268,3 +269,33 @@ TRY_THIS = [
             "through its own pinned buffer, so the CPU's memcpy speed and not the PCIe link "
             "sets the rate"),
 ]
+
+LESSON = Lesson(
+    title="Host-device transfers: pageable against pinned memory over PCIe",
+    caption=(
+        "Copies between host and GPU memory cross the PCIe link, whose theoretical bandwidth "
+        "per direction is set by its generation and width (dashed line; read from NVML). "
+        "From ordinary (pageable) host memory the driver first copies the data into a "
+        "pinned staging buffer, piece by piece, and DMAs from there; page-locked (pinned) "
+        "memory is DMA'd directly. Look for: small copies far below the link's bandwidth "
+        "(each copy has a fixed cost of microseconds, which the fact below measures), the "
+        "curves rising with size and levelling off from a few MiB on, and pinned memory "
+        "clearly faster than pageable for large copies in both directions, getting close "
+        "to the link's limit. The claims below judge each of these on this run."
+    ),
+    figures={
+        "bandwidth": "Copy bandwidth against copy size (log scale) for each direction, "
+        "pageable and pinned host memory; dashed: the PCIe link's theoretical bandwidth.",
+    },
+    claims=CLAIMS,
+    explanations=EXPLANATIONS,
+    try_this=TRY_THIS,
+    questions=[
+        "Why is a pageable copy slower than a pinned one, although the same bytes cross "
+        "the same link?",
+        "The smallest copies move at a small fraction of the link's bandwidth: what "
+        "dominates their time?",
+        "The link's theoretical rate is per direction: what would you expect from H2D and "
+        "D2H at the same time?",
+    ],
+)

@@ -17,7 +17,7 @@ import pandas as pd
 from cudalab.experiments import base, shared
 from cudalab.experiments.base import Check, Experiment, Point, Result, block_schema
 from cudalab.experiments.shared import peak_line, size_label
-from cudalab.experiments.vector_add import lesson
+from cudalab.experiments.vector_add.lesson import LESSON
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -29,26 +29,8 @@ MAX_N = 1 << 28  # three float32 vectors of 1 GiB each
 class VectorAdd(Experiment):
     name = "vector_add"
     order = 20
-    explanations, claims = lesson.EXPLANATIONS, lesson.CLAIMS
+    lesson = LESSON
     roofline = True
-    title = "Vector addition: one thread per element, block size and problem size"
-    caption = (
-        "c[i] = a[i] + b[i] on n float32 values, one thread per element in blocks of 32 to "
-        "1024 threads (grid = ceil(n / block), with a bounds check for the last, partial "
-        "block). Each element moves 12 bytes for one addition, so the speed to look at is "
-        "GB/s against the card's DRAM bandwidth (dashed line). Look for: the course's "
-        "50 000-element example taking a few microseconds, far below the bandwidth limit "
-        "(launch overhead dominates: there is not enough work to fill the GPU); millions of "
-        "elements reaching a large fraction of the bandwidth; and blocks of 32 threads "
-        "lagging behind, because an SM holds a limited number of blocks, so tiny blocks "
-        "leave it too few warps to hide memory latency. The claims below judge each of "
-        "these on this run."
-    )
-    sources = {
-        "12": "bytes per element: two float32 loads and one store (3 x 4 bytes)",
-        "50 000": "the course's example size (the lecture's vector_add)",
-        "256": "a block size of the grid (vector_add.threads)",
-    }
     schema = block_schema({
             "sizes": {
                 "type": "array", "minItems": 1, "uniqueItems": True,
@@ -68,25 +50,8 @@ class VectorAdd(Experiment):
             },
         })
     smoke = {"sizes": [1000, 50_000, 1 << 20], "threads": [32, 256, 1024]}
-    figures = {
-        "bandwidth": "Effective bandwidth (12 bytes per element / kernel time) against threads "
-        "per block, one line per vector length; dashed: theoretical DRAM bandwidth.",
-        "time": "Kernel time against vector length (log-log), one line per block size: flat "
-        "while launch overhead dominates, then proportional to n.",
-    }
 
     # -- grid --------------------------------------------------------------------------
-    # -- teaching (report) ----------------------------------------------------------------
-    try_this = lesson.TRY_THIS
-    questions = [
-        "Why does vector_add count 12 bytes per element, and why is it bandwidth-bound "
-        "rather than compute-bound?",
-        "With n = 50 000 and 256 threads per block, how many blocks are launched, and how "
-        "many threads of the last block do nothing?",
-        "Why can 32-thread blocks not reach the bandwidth of 256-thread blocks even though "
-        "the work is the same?",
-    ]
-
     def points(self, block: dict[str, Any]) -> list[Point]:
         return [Point(self.name, "gpu", {"n": n, "threads": t})
                 for n in sorted(block["sizes"]) for t in sorted(block["threads"])]

@@ -15,6 +15,7 @@ from cudalab.experiments.lesson import (
     LARGE_FRACTION,
     Claim,
     Judgement,
+    Lesson,
     TryThis,
     all_correct,
     col,
@@ -170,3 +171,41 @@ TRY_THIS = [
                   "the GB/s of 1024-thread blocks", _blocks_of_64,
                   lambda d: slower(d, _threads(64), 0.4), "blocks_of_64_full")),
 ]
+
+LESSON = Lesson(
+    title="Vector addition: one thread per element, block size and problem size",
+    caption=(
+        "c[i] = a[i] + b[i] on n float32 values, one thread per element in blocks of 32 to "
+        "1024 threads (grid = ceil(n / block), with a bounds check for the last, partial "
+        "block). Each element moves 12 bytes for one addition, so the speed to look at is "
+        "GB/s against the card's DRAM bandwidth (dashed line). Look for: the course's "
+        "50 000-element example taking a few microseconds, far below the bandwidth limit "
+        "(launch overhead dominates: there is not enough work to fill the GPU); millions of "
+        "elements reaching a large fraction of the bandwidth; and blocks of 32 threads "
+        "lagging behind, because an SM holds a limited number of blocks, so tiny blocks "
+        "leave it too few warps to hide memory latency. The claims below judge each of "
+        "these on this run."
+    ),
+    figures={
+        "bandwidth": "Effective bandwidth (12 bytes per element / kernel time) against threads "
+        "per block, one line per vector length; dashed: theoretical DRAM bandwidth.",
+        "time": "Kernel time against vector length (log-log), one line per block size: flat "
+        "while launch overhead dominates, then proportional to n.",
+    },
+    claims=CLAIMS,
+    explanations=EXPLANATIONS,
+    try_this=TRY_THIS,
+    questions=[
+        "Why does vector_add count 12 bytes per element, and why is it bandwidth-bound "
+        "rather than compute-bound?",
+        "With n = 50 000 and 256 threads per block, how many blocks are launched, and how "
+        "many threads of the last block do nothing?",
+        "Why can 32-thread blocks not reach the bandwidth of 256-thread blocks even though "
+        "the work is the same?",
+    ],
+    sources={
+        "12": "bytes per element: two float32 loads and one store (3 x 4 bytes)",
+        "50 000": "the course's example size (the lecture's vector_add)",
+        "256": "a block size of the grid (vector_add.threads)",
+    },
+)
