@@ -12,7 +12,7 @@ python -m cudalab.cli aggregate --results "$ref" --out "$ref/results.csv"
 rm -f "$ref/results.parquet"
 exps=$(python -c "import pandas as pd, sys; from cudalab.experiments import REGISTRY; \
 d = pd.read_csv(sys.argv[1]); print(' '.join(n for n, e in REGISTRY.items() \
-if e.figures and (d['experiment'] == n).any()))" "$ref/results.csv")
+if e.lesson.figures and (d['experiment'] == n).any()))" "$ref/results.csv")
 for e in $exps; do
   python -m cudalab.cli figures "$e" --table "$ref/results.csv" --out "$ref/figures"
 done
