@@ -77,7 +77,7 @@ run() {
   # without a dbus system bus kills slurmd at start ("cannot connect to dbus system daemon").
   # IgnoreSystemd makes slurmd create its cgroup directories itself.
   if [ -f /sys/fs/cgroup/cgroup.controllers ] && [ ! -S /run/dbus/system_bus_socket ]; then
-    mkdir -p /etc/slurm
+    mkdir -p /etc/slurm /sys/fs/cgroup/system.slice  # where slurmd puts its stepd scope
     printf 'CgroupPlugin=cgroup/v2\nIgnoreSystemd=yes\nCgroupAutomount=yes\n' > /etc/slurm/cgroup.conf
     echo "gpu_slurm: cgroup v2 without dbus: cgroup.conf IgnoreSystemd=yes" \
       "(controllers: $(cat /sys/fs/cgroup/cgroup.controllers))"
