@@ -309,11 +309,19 @@ class _Gpu:
         return WallTimer()
 
 
+def _host_fill(buf, n, dtype, seed, centred):
+    """The device's input generator, on the mock's memory."""
+    from cudalab.exercises import fresh
+
+    buf.a.view(dtype)[:n] = fresh.values(np.arange(n), seed, centred).astype(dtype)
+
+
 class _VectorAdd:
     """vector_add on the host; `cheat` picks how it games the timing."""
 
     def __init__(self, cheat=""):
-        self.cheat, self.calls, self.seen = cheat, 0, set()
+        self.cheat, self.calls, self.seen, self.hits = cheat, 0, set(), 0
+        self.cache = {}
 
     def prepared_call(self, grid, block, a, b, c, n):
         self.calls += 1
@@ -324,6 +332,13 @@ class _VectorAdd:
             return
         if self.cheat == "caches per input buffer" and id(a) in self.seen:
             return
+        if self.cheat == "a cache that is never wrong":
+            key = (id(a), id(b), float(av[0]), float(av[-1]), float(bv[0]), float(bv[-1]))
+            if key in self.cache:  # the stored answer: a copy, not the work
+                self.hits += 1
+                cv[:] = self.cache[key]
+                return
+            self.cache[key] = av + bv
         self.seen.add(id(a))
         cv[:] = av + bv
 
@@ -336,7 +351,8 @@ def test_the_timed_launches_are_checked_so_skipping_work_fails(cheat, capsys):
 
     ctx = RunContext(_Gpu(), Harness(judge.MODES["check"][1]), np.random.default_rng(0),
                      {}, {})
-    verdict = judge.run_cases(ctx, catalog.get("vector_add"), _VectorAdd(cheat), "check")
+    verdict = judge.run_cases(ctx, catalog.get("vector_add"), _VectorAdd(cheat), "check",
+                              filler=_host_fill)
     assert verdict["status"] == ("ok" if not cheat else "wrong")
     if cheat:
         assert verdict["checks"][-1]["check"]["passed"]  # right the first time
@@ -352,7 +368,107 @@ def test_a_kernel_that_skips_a_right_looking_output_must_do_the_work(capsys):
     kernel = _VectorAdd("skips when the output looks right")
     ctx = RunContext(_Gpu(), Harness(judge.MODES["check"][1]), np.random.default_rng(0),
                      {}, {})
-    assert judge.run_cases(ctx, catalog.get("vector_add"), kernel, "check")["status"] == "ok"
+    assert judge.run_cases(ctx, catalog.get("vector_add"), kernel, "check",
+                           filler=_host_fill)["status"] == "ok"
     # the output is poisoned before every sample: it never looks right, so every launch
     # computes (a skip would leave NaN and fail the check of that sample)
     capsys.readouterr()
+
+
+def _run(kernel, gpu=None, mode="check"):
+    from cudalab.exercises import judge
+    from cudalab.experiments.base import RunContext
+    from cudalab.harness import Harness
+
+    ctx = RunContext(gpu or _Gpu(), Harness(judge.MODES[mode][1]), np.random.default_rng(0),
+                     {}, {})
+    return judge.run_cases(ctx, catalog.get("vector_add"), kernel, mode, filler=_host_fill)
+
+
+def test_a_cache_that_is_never_wrong_never_hits_on_fresh_inputs(capsys):
+    # keyed on the input buffers and a few sampled values, it would copy a stored answer
+    # whenever an input set came back; every timed sample has content never seen before
+    kernel = _VectorAdd("a cache that is never wrong")
+    v = _run(kernel)
+    assert v["status"] == "ok"
+    # each size's untimed warm-up repeats the first check's inputs; no timed sample does
+    sizes = len(v["checks"]) + len(v["timing"]["trials_s"])
+    timed = sum(c["launches"] for c in v["checks"]) + sum(
+        g["samples"] for g in v["timing"]["guard"])
+    assert timed >= 10 and kernel.hits <= sizes
+    capsys.readouterr()
+
+
+class _SlowGpu(_Gpu):
+    """A GPU whose driver reports a 1 kHz SM clock: no kernel can be as fast as measured."""
+
+    ATTRS = {"MEMORY_CLOCK_RATE": 1, "GLOBAL_MEMORY_BUS_WIDTH": 8, "L2_CACHE_SIZE": 1,
+             "COMPUTE_CAPABILITY_MAJOR": 9, "COMPUTE_CAPABILITY_MINOR": 0,
+             "MULTIPROCESSOR_COUNT": 1, "CLOCK_RATE": 1}
+
+    def attr(self, name):
+        return self.ATTRS[name]
+
+
+def test_a_time_faster_than_the_hardware_allows_is_gamed(capsys):
+    v = _run(_VectorAdd(), _SlowGpu())
+    assert v["status"] == "gamed" and v["timing"]["implausible"]
+    assert v["timing"]["median_s"] < v["timing"]["floor_s"]
+    assert "faster than this GPU" in v["message"]
+    assert _run(_VectorAdd())["timing"]["floor_s"] == 0.0  # no peaks reported: no floor
+    capsys.readouterr()
+
+
+@needs_nvcc
+def test_the_host_makes_the_same_inputs_as_the_device_generator(tmp_path):
+    # the generator's own source, compiled for the host: its floats must match bit for bit
+    import subprocess
+
+    from cudalab.exercises import fresh
+
+    main = ("#include <cstdio>\nint main() { for (unsigned s = 0; s < 3; ++s) for (unsigned i "
+            "= 0; i < 5000; i += 7) for (int c = 0; c < 2; ++c) { float v = cudalab_value(i, "
+            "s * 2654435761u + 1, c); unsigned u; memcpy(&u, &v, 4); printf(\"%u\\n\", u); } }")
+    (tmp_path / "gen.cu").write_text(fresh.SOURCE.replace("extern", "#include <cstring>\n"
+                                                          "extern", 1) + main)
+    subprocess.run([build.sa.find_nvcc(), "gen.cu", "-o", "gen"], cwd=tmp_path, check=True,
+                   capture_output=True, timeout=300)
+    got = [int(x) for x in subprocess.run(["./gen"], cwd=tmp_path, capture_output=True,
+                                          text=True, check=True).stdout.split()]
+    want = [int(fresh.values(np.array([i]), (s * 2654435761 + 1) & 0xFFFFFFFF,
+                             bool(c)).view(np.uint32)[0])
+            for s in range(3) for i in range(0, 5000, 7) for c in range(2)]
+    assert got == want
+
+
+def _fresh_output(ex, case, seed):
+    """The right output of `case`'s size for the inputs made from `seed`."""
+    from cudalab.exercises import fresh
+
+    ins = [fresh.values(np.arange(a.size), s, fresh.centred(ex)).astype(a.dtype).reshape(
+        a.shape) for a, s in zip(case.inputs, fresh.input_seeds(seed, len(case.inputs)))]
+    if ex.kind == "vector_add":
+        return ins[0] + ins[1]
+    if ex.kind == "transpose":
+        return ins[0].reshape(case.size).T.copy()
+    if ex.kind == "reduction":
+        return np.array([np.sum(ins[0], dtype=np.float64)], np.float32)
+    return (ins[0].astype(np.float64) @ ins[1]).astype(case.out.dtype)
+
+
+@pytest.mark.parametrize("name,size", [("vector_add", (50_000, 256)), ("transpose", (33, 65)),
+                                       ("reduction", (100_003,)), ("dgemm", (100, 70, 90)),
+                                       ("tiled_matmul", (257, 129, 65))])
+def test_a_timed_output_is_checked_against_the_inputs_it_read(name, size):
+    from cudalab.exercises import fresh
+
+    ex, rng = catalog.get(name), np.random.default_rng(1)
+    case = slots.make_case(ex, rng, size)
+    out = _fresh_output(ex, case, 12345)
+    c, wrong = fresh.check(ex, case, 12345, out, 1, rng)
+    assert c.passed and wrong is None, c
+    assert not fresh.check(ex, case, 999, out, 1, rng)[0].passed  # other inputs' answer
+    if ex.kind != "reduction":
+        bad = out.copy()
+        bad.reshape(-1)[-1] = np.nan  # one element never written
+        assert not fresh.check(ex, case, 12345, bad, 1, rng)[0].passed

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from cudalab.exercises import slots
+from cudalab.exercises import fresh, slots
 from cudalab.exercises.catalog import Exercise, get
 from cudalab.exercises.guard import GuardedTimer, beat, guard_summary
 from cudalab.experiments import REGISTRY
@@ -50,42 +50,44 @@ MODES = {
 
 @dataclass
 class Slot:
-    """The kernel bound to the device buffers of a few cases of one size (input sets);
-    `current` is the set the next launch reads, `launches` counts the launches since the
+    """The kernel bound to the device buffers of a few input sets of one size. Set 0 first
+    holds the host-made `case` (the first check's inputs, with the full CPU reference);
+    before every timed sample a set is picked and its content made afresh on the device
+    (`seeds[set]`: the seed it was made from). `launches` counts the launches since the
     output was last poisoned."""
 
-    cases: list[slots.Case]
+    case: slots.Case
     out_d: Any
     buffers: list[Any]
+    inputs: list[list[Any]]
     current: list[int]
     launches: list[int]
+    seeds: list[int | None]
     launch: Any
 
-    @property
-    def case(self) -> slots.Case:
-        return self.cases[self.current[0]]
 
-
-def bind(gpu: Any, ex: Exercise, func: Any, cases: list[slots.Case]) -> Slot:
+def bind(gpu: Any, ex: Exercise, func: Any, case: slots.Case, sets: int) -> Slot:
     cuda = gpu.cuda
-    out_d = cuda.mem_alloc(cases[0].out.nbytes)
-    buffers, arg_sets = [out_d], []
-    for case in cases:
-        ins = []
-        for a in case.inputs:
-            ins.append(cuda.mem_alloc(max(a.nbytes, 1)))
-            cuda.memcpy_htod(ins[-1], a)
+    out_d = cuda.mem_alloc(case.out.nbytes)
+    buffers, inputs, arg_sets = [out_d], [], []
+    for s in range(sets):
+        ins = [cuda.mem_alloc(max(a.nbytes, 1)) for a in case.inputs]
+        if s == 0:
+            for d, a in zip(ins, case.inputs, strict=True):
+                cuda.memcpy_htod(d, a)
         buffers += ins
+        inputs.append(ins)
         ptrs = [out_d, *ins] if case.out_first else [*ins, out_d]
-        arg_sets.append((*ptrs, *(np.int32(s) for s in case.scalars)))
-    grid, block = slots.geometry(ex, cases[0].size)
+        arg_sets.append((*ptrs, *(np.int32(v) for v in case.scalars)))
+    grid, block = slots.geometry(ex, case.size)
     current, launches = [0], [0]
 
     def launch() -> None:
         launches[0] += 1
         func.prepared_call(grid, block, *arg_sets[current[0]])
 
-    return Slot(cases, out_d, buffers, current, launches, launch)
+    seeds: list[int | None] = [None] + [0] * (sets - 1)  # sets past 0: filled before use
+    return Slot(case, out_d, buffers, inputs, current, launches, seeds, launch)
 
 
 def poison(cuda: Any, device: Any, host: np.ndarray, fill: int) -> None:
@@ -96,15 +98,24 @@ def poison(cuda: Any, device: Any, host: np.ndarray, fill: int) -> None:
         cuda.memset_d32(device, fill, host.size)
 
 
-def fresh_output(gpu: Any, slot: Slot) -> None:
+def refresh(gpu: Any, ex: Exercise, slot: Slot, rng: np.random.Generator,
+            filler: fresh.Filler) -> None:
+    """Before a timed sample: a set picked at random, its inputs made afresh on the device
+    from a new seed (content no launch has read before), the output poisoned."""
+    s = int(rng.integers(len(slot.inputs)))
+    seed = int(rng.integers(1, 1 << 32))
+    for buf, a, sub in zip(slot.inputs[s], slot.case.inputs,
+                           fresh.input_seeds(seed, len(slot.case.inputs)), strict=True):
+        filler(buf, a.size, a.dtype, sub, fresh.centred(ex))
+    slot.current[0], slot.seeds[s] = s, seed
     poison(gpu.cuda, slot.out_d, slot.case.out, slot.case.fill)
     slot.launches[0] = 0
 
 
 def measure(ctx: RunContext, ex: Exercise, slot: Slot, settings: Settings,
-            timer: Any = None, sync: Any = None) -> dict[str, Any]:
-    """One size through verify_then_time (input set 0), then the timed samples: before
-    each, outside its events, a random input set is picked and the output poisoned; a few
+            filler: fresh.Filler, timer: Any = None, sync: Any = None) -> dict[str, Any]:
+    """One size through verify_then_time (the host-made set), then the timed samples:
+    before each, outside its events, fresh inputs and a poisoned output (refresh); a few
     samples picked at random are copied back and checked, and so is the last."""
     gpu = ctx.gpu
     sync = sync or gpu.synchronize
@@ -117,27 +128,23 @@ def measure(ctx: RunContext, ex: Exercise, slot: Slot, settings: Settings,
         beat()
 
     def check(host: np.ndarray) -> Check:
-        first["check"] = c = slot.case.check(host, slot.launches[0])
-        first["wrong"] = None if c.passed else _wrong(ex, host, slot.case, slot.launches[0])
+        c, first["wrong"] = output_check(ctx, ex, slot, host)
         return c
-
-    def before() -> None:
-        slot.current[0] = int(ctx.rng.integers(len(slot.cases)))
-        fresh_output(gpu, slot)
 
     def after() -> None:
         if spot["failed"] is None and spot["checked"] < SPOT_CHECKS \
                 and ctx.rng.random() < p_spot:
             spot["checked"] += 1
-            spot["failed"] = _after_check(ex, slot, gpu)
+            spot["failed"] = _after_check(ctx, ex, slot)
 
     samples: list[tuple[float, float, float, int]] = []
-    guarded = GuardedTimer(timer or gpu.event_timer(), synced, samples, before, after)
+    guarded = GuardedTimer(timer or gpu.event_timer(), synced, samples,
+                           lambda: refresh(gpu, ex, slot, ctx.rng, filler), after)
     result, timing = REGISTRY[ex.experiment].verify_then_time(
         ctx, slot.launch, check, output=(slot.out_d, slot.case.out), fill=slot.case.fill,
         timer=guarded, sync=synced, asynchronous=True, settings=settings)
     synced()
-    last = spot["failed"] or _after_check(ex, slot, gpu)
+    last = spot["failed"] or _after_check(ctx, ex, slot)
     return {"size": list(slot.case.size), "check": _check_dict(result, first["wrong"]),
             "timed_check": last or {"passed": True, "first_wrong": None},
             "launches": len(samples), "spot_checks": spot["checked"],
@@ -145,13 +152,24 @@ def measure(ctx: RunContext, ex: Exercise, slot: Slot, settings: Settings,
             "guard": guard_summary(samples)}
 
 
-def _after_check(ex: Exercise, slot: Slot, gpu: Any) -> dict[str, Any] | None:
-    """The output of the last timed sample, checked (None where right)."""
+def output_check(ctx: RunContext, ex: Exercise, slot: Slot, host: np.ndarray
+                 ) -> tuple[Check, dict[str, Any] | None]:
+    """The output in `host` against the inputs the current set holds: the host-made case
+    (its full reference), or the content made from its seed (fresh.check)."""
     case, k = slot.case, max(slot.launches[0], 1)
-    gpu.synchronize()
-    gpu.cuda.memcpy_dtoh(case.out, slot.out_d)
-    c = case.check(case.out, k)
-    return None if c.passed else _check_dict(c, _wrong(ex, case.out, case, k))
+    seed = slot.seeds[slot.current[0]]
+    if seed is None:
+        c = case.check(host, k)
+        return c, None if c.passed else _wrong(ex, host, case, k)
+    return fresh.check(ex, case, seed, host, k, ctx.rng)
+
+
+def _after_check(ctx: RunContext, ex: Exercise, slot: Slot) -> dict[str, Any] | None:
+    """The output of the last timed sample, checked (None where right)."""
+    ctx.gpu.synchronize()
+    ctx.gpu.cuda.memcpy_dtoh(slot.case.out, slot.out_d)
+    c, wrong = output_check(ctx, ex, slot, slot.case.out)
+    return None if c.passed else _check_dict(c, wrong)
 
 
 def _check_dict(c: Check, wrong: dict[str, Any] | None) -> dict[str, Any]:
@@ -170,15 +188,17 @@ def free(slot: Slot) -> None:
         b.free()
 
 
-def run_cases(ctx: RunContext, ex: Exercise, func: Any, mode: str,
-              cublas: bool = False) -> dict[str, Any]:
-    """The small grid, stopping at the first wrong size, then the timed trials."""
+def run_cases(ctx: RunContext, ex: Exercise, func: Any, mode: str, cublas: bool = False,
+              filler: fresh.Filler | None = None) -> dict[str, Any]:
+    """The small grid, stopping at the first wrong size, then the timed trials; a time
+    below what the hardware allows is 'gamed'."""
+    filler = filler or fresh.device_filler(ctx.gpu)
     checks = []
     if not cublas:
         for size in ex.check_sizes:
-            slot = bind(ctx.gpu, ex, func, _cases(ex, ctx, size, 2))
+            slot = bind(ctx.gpu, ex, func, slots.make_case(ex, ctx.rng, size), INPUT_SETS)
             try:
-                checks.append(measure(ctx, ex, slot, CHECK_SETTINGS))
+                checks.append(measure(ctx, ex, slot, CHECK_SETTINGS, filler))
             finally:
                 free(slot)
             if not (checks[-1]["check"]["passed"] and checks[-1]["timed_check"]["passed"]):
@@ -189,27 +209,51 @@ def run_cases(ctx: RunContext, ex: Exercise, func: Any, mode: str,
     size = ex.time_size if mode == "check" else ex.class_size
     done = []
     for _ in range(trials):
-        slot = bind(ctx.gpu, ex, func, _cases(ex, ctx, size, 1 if cublas else INPUT_SETS))
-        case = slot.cases[0]
+        case = slots.make_case(ex, ctx.rng, size)
+        slot = bind(ctx.gpu, ex, func, case, 1 if cublas else INPUT_SETS)
         try:
             if cublas:
-                done.append(_cublas_trial(ctx, ex, slot, settings))
+                done.append(_cublas_trial(ctx, ex, slot, settings, filler))
             else:
-                done.append(measure(ctx, ex, slot, settings))
+                done.append(measure(ctx, ex, slot, settings, filler))
         finally:
             free(slot)
         if not (done[-1]["check"]["passed"] and done[-1]["timed_check"]["passed"]):
             return {"status": "wrong", "checks": checks + done}
-    return {"status": "ok", "checks": checks, "timing": summarize(done, case)}
+    timing = summarize(done, case, hardware_floor(ex, case, ctx.gpu))
+    if timing["implausible"]:
+        return {"status": "gamed", "checks": checks, "timing": timing, "message":
+                f"{timing['median_s']:.3g} s is faster than this GPU can do the work "
+                f"(at least {timing['floor_s']:.3g} s at its peak): the time is not the "
+                "kernel's work"}
+    return {"status": "ok", "checks": checks, "timing": timing}
 
 
-def _cases(ex: Exercise, ctx: RunContext, size: tuple[int, ...], n: int
-           ) -> list[slots.Case]:
-    return [slots.make_case(ex, ctx.rng, size) for _ in range(n)]
+def hardware_floor(ex: Exercise, case: slots.Case, gpu: Any) -> float:
+    """The least time the slot's work can take on this GPU: its flops at the peak of the
+    slot's precision (FP32 cores; FP64 also counts the FP64 tensor cores), or the bytes
+    that cannot come from the L2 cache at peak DRAM bandwidth, whichever is longer. 0 where
+    the driver does not report what the formulas need."""
+    from cudalab import devicespec, tensor_peaks
+
+    peaks = devicespec.device_peaks(gpu)
+    compute = peaks["peak_fp32_gflops"]
+    if ex.dtype == "float64":
+        fp64 = devicespec._per_sm_peak(
+            lambda name: devicespec._device_attr(gpu, name),
+            lambda cc, sms, clock: tensor_peaks.tensor_peak_gflops(cc, "fp64", sms, clock))
+        compute = max(compute, fp64) if math.isfinite(fp64) else compute
+    l2 = devicespec.memory_peaks(gpu)["l2_bytes"]
+    floors = [0.0]
+    if math.isfinite(case.flops) and compute > 0:
+        floors.append(case.flops / (compute * 1e9))
+    if math.isfinite(case.bytes) and peaks["peak_mem_gbps"] > 0 and math.isfinite(l2):
+        floors.append(max(0.0, case.bytes - l2) / (peaks["peak_mem_gbps"] * 1e9))
+    return max(f for f in floors if math.isfinite(f))
 
 
-def _cublas_trial(ctx: RunContext, ex: Exercise, slot: Slot, settings: Settings
-                  ) -> dict[str, Any]:
+def _cublas_trial(ctx: RunContext, ex: Exercise, slot: Slot, settings: Settings,
+                  filler: fresh.Filler) -> dict[str, Any]:
     from cudalab.experiments.matmul.cublas import _cublas_launcher
 
     m, k, n = slot.case.size
@@ -223,18 +267,21 @@ def _cublas_trial(ctx: RunContext, ex: Exercise, slot: Slot, settings: Settings
         launch()
 
     slot.launch = cublas_launch
-    return measure(ctx, ex, slot, settings, timer=timer, sync=sync)
+    return measure(ctx, ex, slot, settings, filler, timer=timer, sync=sync)
 
 
-def summarize(trials: list[dict[str, Any]], case: slots.Case) -> dict[str, Any]:
+def summarize(trials: list[dict[str, Any]], case: slots.Case, floor_s: float = 0.0
+              ) -> dict[str, Any]:
     """The timed size: the median trial's time (or, where the guard saw work outside the
-    events, the wall-clock time), with GFLOP/s and GB/s."""
+    events, the wall-clock time), with GFLOP/s and GB/s; implausible where it is below
+    `floor_s`, the least time the hardware needs for the work."""
     suspect = any(t["guard"]["suspect"] for t in trials)
     per = [t["guard"]["wall_s"] if suspect else t["median_s"] for t in trials]
     med = statistics.median(per)
     out = {"size": trials[0]["size"], "median_s": med, "trials_s": per,
            "timer": trials[0]["timer"], "suspect": suspect,
-           "guard": [t["guard"] for t in trials]}
+           "guard": [t["guard"] for t in trials], "floor_s": floor_s,
+           "implausible": bool(floor_s > 0 and med < floor_s)}
     if med > 0 and math.isfinite(case.flops):
         out["gflops"] = case.flops / med / 1e9
     if med > 0 and math.isfinite(case.bytes):

@@ -131,17 +131,22 @@ def _reduction(ex: Exercise, rng: np.random.Generator, size: tuple[int, ...]) ->
     x = atomics_exp.sum_inputs(rng, n)
     ref = float(np.sum(x, dtype=np.float64))
     abs_sum = float(np.sum(np.abs(x), dtype=np.float64))
-    tol = atomics_exp.sum_tolerance(n, tolerance(ex))
-
-    def check(out: np.ndarray, launches: int) -> Check:
-        got = float(out[0])
-        t = tol if launches <= 1 else max(tol, ACCUMULATED_SUM_TOLERANCE)
-        return Check(atomics_exp.sum_error(got, launches * ref, launches * abs_sum), t,
-                     "rel_sum_err", f"sum {got!r} after {launches} launch(es), expected "
-                     f"{launches * ref!r}")
-
-    return Case(size, [x], np.zeros(1, np.float32), 0, np.array([ref]), check, (n,),
+    tol = sum_tolerance(ex, n)
+    return Case(size, [x], np.zeros(1, np.float32), 0, np.array([ref]),
+                lambda out, k: sum_check(float(out[0]), k, ref, abs_sum, tol), (n,),
                 flops=float(n), bytes=4.0 * n, labels={"n": n})
+
+
+def sum_tolerance(ex: Exercise, n: int) -> float:
+    return atomics_exp.sum_tolerance(n, tolerance(ex))
+
+
+def sum_check(got: float, launches: int, ref: float, abs_sum: float, tol: float) -> Check:
+    """The atomics experiment's test of *out after `launches` launches adding into it."""
+    t = tol if launches <= 1 else max(tol, ACCUMULATED_SUM_TOLERANCE)
+    return Check(atomics_exp.sum_error(got, launches * ref, launches * abs_sum), t,
+                 "rel_sum_err", f"sum {got!r} after {launches} launch(es), expected "
+                 f"{launches * ref!r}")
 
 
 def first_wrong(out: np.ndarray, expected: np.ndarray, tol: float) -> dict[str, Any] | None:
