@@ -7,6 +7,8 @@
   cudalab measure EXPERIMENT [--config ..]  measure one experiment's grid (one job)
   cudalab aggregate                         raw records -> results/results.csv
   cudalab figures EXPERIMENT                results.csv -> results/figures/EXPERIMENT/*.png|svg
+  cudalab run-figures                       results.csv, telemetry -> results/figures/_roofline,
+                                           results/figures/_telemetry (figures + index.json)
   cudalab report                            -> results/report.html
   cudalab slides                            -> results/slides/EXPERIMENT.png|svg, index.html
   cudalab compare RUN... [--baseline DIR]    point-by-point verdicts against a baseline
@@ -127,7 +129,7 @@ def cmd_measure(a: argparse.Namespace) -> int:
 
 
 def cmd_aggregate(a: argparse.Namespace) -> int:
-    from cudalab import results
+    from cudalab import results, roofline
 
     # Only this run's records (this grid, this run's GPUs): robust hook, see select_records.
     raw = Path(a.results) / "raw"
@@ -135,7 +137,8 @@ def cmd_aggregate(a: argparse.Namespace) -> int:
     records, left_out = results.select_records(results.iter_records(raw), manifests)
     print(left_out["line"])
     results.write_json_atomic(Path(a.out).parent / results.LEFT_OUT_FILE, left_out)
-    df = results.build_table(records)
+    # every derived column (memory level, roof, why a point is suspect) written here, once
+    df = results.conform(roofline.annotate(results.build_table(records)))
     problems = results.check_table(df)
     if problems:
         print("error: results table breaks its schema: " + "; ".join(problems), file=sys.stderr)
@@ -166,17 +169,22 @@ def cmd_figures(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run_figures(a: argparse.Namespace) -> int:
+    from cudalab import roofline, run_figures
+
+    drawn = run_figures.draw(roofline.load_table(Path(a.table)), Path(a.results), Path(a.out))
+    print(f"run figures: {json.dumps(drawn)}")
+    return 0
+
+
 def cmd_report(a: argparse.Namespace) -> int:
-    from cudalab import report, results, telemetry_report
+    from cudalab import report, roofline
     from cudalab.compare import CompareError
 
     config = _config(a.config)
-    df = results.read_table(Path(a.table))
-    if a.telemetry_figures:  # a declared output folder: it exists even with no GPU job
-        a.telemetry_figures.mkdir(parents=True, exist_ok=True)
-    tele = telemetry_report.sections(Path(a.results), a.telemetry_figures)
+    df = roofline.load_table(Path(a.table))
     try:
-        out = report.render(df, Path(a.figures), config, Path(a.out), tele,
+        out = report.render(df, Path(a.figures), config, Path(a.out),
                             results_dir=Path(a.results))
     except CompareError as exc:  # a report.baselines folder missing, empty or unmatched
         print(f"error: {exc}", file=sys.stderr)
@@ -252,14 +260,17 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--table", default="results/results.csv")
     s.add_argument("--out", default="results/figures")
     s.set_defaults(fn=cmd_figures)
+    s = sub.add_parser("run-figures", help="the run's rooflines and GPU telemetry figures")
+    s.add_argument("--table", default="results/results.csv")
+    s.add_argument("--results", default="results", help="the folder whose telemetry is drawn")
+    s.add_argument("--out", default="results/figures")
+    s.set_defaults(fn=cmd_run_figures)
     s = sub.add_parser("report")
     s.add_argument("--config", default="config.yaml")
     s.add_argument("--table", default="results/results.csv")
     s.add_argument("--figures", default="results/figures")
     s.add_argument("--results", default="results")
     s.add_argument("--out", default="results/report.html")
-    s.add_argument("--telemetry-figures", type=Path, default=None,
-                   help="folder for the telemetry figures (default: beside each job's data)")
     s.set_defaults(fn=cmd_report)
     s = sub.add_parser("slides", help="one 16:9 slide per lesson and a one-file HTML deck")
     s.add_argument("--table", default="results/results.csv")

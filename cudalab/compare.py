@@ -704,11 +704,11 @@ def ratio_figure(sub: pd.DataFrame, experiment: str, max_hue: int = 8) -> str:
     import base64
     import io
 
-    import matplotlib
-    import matplotlib.ticker
+    from cudalab.figures import setup_style
 
-    matplotlib.use("Agg")
+    setup_style()  # the style of every other figure: the report step sets none of its own
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
     import seaborn as sns
 
     d = sub.dropna(subset=["ratio"])

@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from cudalab import claims, explain, fmt, results, roofline, timing_report
+from cudalab import claims, explain, fmt, results, roofline, run_figures, timing_report
 from cudalab.compare import report_context as compare_context
 from cudalab.embed import data_uri
 from cudalab.experiments import REGISTRY
@@ -23,7 +23,7 @@ from cudalab.resources import TEMPLATES_DIR as TEMPLATES
 # columns follow on screen and are left out of print (class "metric"): they are in
 # results.csv and in the raw record each row links to.
 # memory_level and the % of the measured ceiling of that level stand beside every GB/s
-# (roofline.annotate fills them in for tables older than those columns).
+# (aggregate writes them; roofline.load_table derives them for tables older than those).
 TABLE_COLS = ["variant", "status", "time_median_s", "spread", "n_samples", "gflops",
               "pct_peak_gflops", "pct_ceil_gflops", "gbps", "memory_level", "pct_peak_gbps",
               "pct_ceil_gbps", "error", "reason"]
@@ -168,17 +168,14 @@ def main_figure(exp: Any, figures: list[dict[str, str]]) -> dict[str, str] | Non
 
 
 def _roofline_figure(rooflines: dict[str, dict[str, str]], name: str) -> dict[str, str] | None:
-    fig = rooflines.get(name)
-    if fig is None or not Path(fig["png"]).exists():
-        return None
-    return {"src": data_uri(Path(fig["png"])), "caption": fig["caption"]}
+    return rooflines.get(name)
 
 
 def _section(name: str, exp: Any, sub: pd.DataFrame, figures_dir: Path, max_rows: int,
              raw_href: str, df: pd.DataFrame,
              rooflines: dict[str, dict[str, str]]) -> dict[str, Any]:
-    """One experiment's part of the report (df: the whole annotated table, whose ceilings
-    and L2 size the explanations read)."""
+    """One experiment's part of the report (df: the whole table, whose ceilings and L2 size
+    the explanations read)."""
     not_ok = sub[sub["status"] != "ok"]
     cols = _param_cols(sub) + TABLE_COLS + _metric_cols(sub)
     summary = exp.summary_table(sub)
@@ -240,9 +237,10 @@ def build_context(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any],
                   telemetry: list[dict[str, Any]] | None = None, raw_href: str = "raw",
                   telemetry_summary: dict[str, Any] | None = None,
                   rooflines: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
-    """The template's context. rooflines: roofline.draw_all's figures (none if not given)."""
+    """The template's context. df: the table with its derived columns (roofline.load_table);
+    telemetry, telemetry_summary, rooflines: the figures step's (run_figures.read), none if
+    not given."""
     max_rows = config["report"]["max_table_rows"]
-    df = roofline.annotate(df)
     rooflines = rooflines or {}
     sections = [_section(name, exp, df[df["experiment"] == name], figures_dir, max_rows,
                          raw_href, df, rooflines)
@@ -271,21 +269,19 @@ def build_context(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any],
 
 
 def render(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any], out: Path,
-           telemetry: list[dict[str, Any]] | None = None,
            results_dir: Path | None = None) -> Path:
-    """Write the report to `out`. With results_dir, rows link to its raw records (relative
-    to the report) and the run's telemetry summary figure is drawn from it."""
+    """Write the report to `out`: df is the table with its derived columns (roofline.
+    load_table), figures_dir the figures step's folder (each lesson's figures, the rooflines
+    and the telemetry; the report draws none). With results_dir, rows link to its raw
+    records (relative to the report)."""
     env = Environment(loader=FileSystemLoader(TEMPLATES),
                       autoescape=select_autoescape(["html", "j2"]))
     env.filters["fmt"] = fmt.short
-    raw_href, summary = "raw", None
-    if results_dir is not None:
-        from cudalab import telemetry_report
-
-        raw_href = Path(os.path.relpath(Path(results_dir) / "raw", out.parent)).as_posix()
-        summary = telemetry_report.run_summary(Path(results_dir))
-    rooflines = roofline.draw_all(df, figures_dir) if len(df) else {}
-    ctx = build_context(df, figures_dir, config, telemetry, raw_href, summary, rooflines)
+    raw_href = ("raw" if results_dir is None else
+                Path(os.path.relpath(Path(results_dir) / "raw", out.parent)).as_posix())
+    drawn = run_figures.read(figures_dir)
+    ctx = build_context(df, figures_dir, config, drawn["telemetry"], raw_href,
+                        drawn["telemetry_summary"], drawn["rooflines"])
     ctx.update(compare_context(df, config))  # course table + baselines (compare.py)
     for s in ctx["sections"]:  # each lesson's handout page shows its course numbers
         s["course_rows"] = [r for r in ctx["course_rows"] if r["experiment"] == s["name"]]

@@ -99,6 +99,18 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "suspect": ("boolean", "faster than the ceiling it is compared with (above 100 % of "
                 "ceil_* of its memory level, or of the theoretical peak where no ceiling was "
                 "measured): the number needs explaining (empty: nothing to compare with)"),
+    # derived by aggregate from the columns above and the run's ceilings (roofline.annotate)
+    "cold_l2": ("boolean", "the harness flushed the L2 before every sample (from harness; "
+                "empty where not recorded)"),
+    "intensity": ("float64", "arithmetic intensity, flops / bytes, FLOP/byte (empty without "
+                  "both)"),
+    "roof_gflops": ("float64", "the flat roof the point's gflops is judged against, GFLOP/s: "
+                    "FP32 (measured ceiling first), FP64, or its input precision's "
+                    "tensor-core peak (empty where none is known)"),
+    "roof_name": ("string", "that roof's name (FP32, FP64, FP64 tensor-core, TF32 "
+                  "tensor-core, ...)"),
+    "suspect_why": ("string", "why a suspect point's speed cannot be taken at face value "
+                    "(empty: not suspect)"),
     "error": ("float64", "error against the CPU reference (metric in error_metric)"),
     "tolerance": ("float64", "largest error that passes"),
     "error_metric": ("string", "how error is measured (e.g. rel_fro: ||C-R||_F / ||R||_F)"),
@@ -141,10 +153,14 @@ COLUMNS: dict[str, tuple[str, str]] = {
 CEILING_COLUMNS = ("peak_fp32_gflops", "ceil_dram_gbps", "ceil_l2_gbps", "ceil_smem_gbps",
                    "ceil_fp32_gflops", "l2_bytes", "working_set_bytes", "memory_level",
                    "pct_ceil_gbps", "pct_ceil_gflops", "suspect")
+# The columns aggregate derives from the others and the run's ceilings (roofline.annotate);
+# a table aggregated before them reads back with them empty, and roofline.load_table derives
+# them.
+DERIVED_COLUMNS = ("cold_l2", "intensity", "roof_gflops", "roof_name", "suspect_why")
 # Columns a table written before them lacks: read back empty (an older reference stays
 # readable); every other column must be there.
-LATER_COLUMNS = (*CEILING_COLUMNS, "time_trial_spread", "time_floor_s", "cpu_threads",
-                 "blas", "python_executable", "loaded_modules", "nvcc_path",
+LATER_COLUMNS = (*CEILING_COLUMNS, *DERIVED_COLUMNS, "time_trial_spread", "time_floor_s",
+                 "cpu_threads", "blas", "python_executable", "loaded_modules", "nvcc_path",
                  "launch_blocks", "launch_threads", "sm_count")
 
 PROVENANCE_KEYS = [k for k in list(COLUMNS)[list(COLUMNS).index("gpu_name"):]]
@@ -458,18 +474,24 @@ def record_to_row(rec: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_table(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
-    rows = [record_to_row(r) for r in records]
-    df = pd.DataFrame(rows)
+    """The table of the records, its derived columns empty (aggregate fills them)."""
+    df = conform(pd.DataFrame([record_to_row(r) for r in records]))
+    return df.sort_values(["experiment", "variant", "point_id"], kind="stable").reset_index(
+        drop=True
+    )
+
+
+def conform(df: pd.DataFrame) -> pd.DataFrame:
+    """df in the schema's column order and dtypes, a column it lacks added empty."""
+    df = df.copy()
     for col in COLUMNS:
         if col not in df:
-            df[col] = pd.Series([None] * len(df), dtype="object")
+            df[col] = pd.Series([None] * len(df), index=df.index, dtype="object")
     extra = sorted(c for c in df.columns if c not in COLUMNS)
     df = df[list(COLUMNS) + extra]
     for col, (dtype, _) in COLUMNS.items():
         df[col] = df[col].astype(dtype)
-    return df.sort_values(["experiment", "variant", "point_id"], kind="stable").reset_index(
-        drop=True
-    )
+    return df
 
 
 def check_table(df: pd.DataFrame) -> list[str]:
@@ -510,7 +532,8 @@ def read_table(path: Path) -> pd.DataFrame:
         COLUMNS[c][0]) for c in LATER_COLUMNS if c not in df}
     if missing:
         df = pd.concat([df, pd.DataFrame(missing, index=df.index)], axis=1)
-    df["memory_level"] = df["memory_level"].fillna("")  # CSV writes '' as an empty cell
+    for col in ("memory_level", "suspect_why"):  # CSV writes '' as an empty cell
+        df[col] = df[col].fillna("")
     if "peak_mem_gbps" not in df and "m_peak_gbps" in df:
         # a table aggregated before the peak had its own column (the H100 reference): the
         # memory experiments reported it as a metric then

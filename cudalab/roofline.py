@@ -27,8 +27,7 @@ import pandas as pd
 
 from cudalab import fmt, results
 
-FIG_DIR = "_roofline"  # under the report's figures folder
-RUN_FIGURE = "run"
+RUN_FIGURE = "run"  # the run's roofline (cudalab.run_figures draws it beside each lesson's)
 # Points by memory level (bandwidth panel) and the ceilings' lines, darker than seaborn's
 # deep palette that colours the roofline's points, so no experiment shares a line's colour.
 LEVEL_COLORS = {"dram": "#4c72b0", "l2": "#dd8452", "": "0.55"}
@@ -281,8 +280,9 @@ def annotate(df: pd.DataFrame, c: Ceilings | None = None) -> pd.DataFrame:
     plus cold_l2 (from the harness column), intensity (FLOP/byte) and suspect_why (text).
     Columns the table has are kept; missing ones are derived by the contract's rules.
     Annotate the whole table, then select (the L2 size of old tables is on device_query's
-    row), or give the whole table's ceilings as c. An annotated frame is returned as is."""
-    if "suspect_why" in df.columns:
+    row), or give the whole table's ceilings as c. A frame whose every row has them
+    (aggregate wrote them, or annotate ran) is returned as is."""
+    if len(df) and _filled(df, "roof_name", every=True):
         return df
     out = df.copy()
     c = c or ceilings_of(df)
@@ -323,11 +323,20 @@ def annotate(df: pd.DataFrame, c: Ceilings | None = None) -> pd.DataFrame:
     return out
 
 
-def _filled(df: pd.DataFrame, col: str) -> bool:
-    """The table has the column with at least one value in it ('' counts as none)."""
+def _filled(df: pd.DataFrame, col: str, every: bool = False) -> bool:
+    """The table has the column with a value in at least one row (every: in every row);
+    '' counts as none."""
     if col not in df:
         return False
-    return bool(df[col].map(lambda v: not fmt.missing(v) and str(v) != "").any())
+    has = df[col].map(lambda v: not fmt.missing(v) and str(v) != "")
+    return bool(has.all() if every else has.any())
+
+
+def load_table(path: Path) -> pd.DataFrame:
+    """results.csv as the figures and the report read it: every derived column as aggregate
+    wrote it, or, for a table aggregated before those columns (the committed references),
+    derived here; the one place an older table gets them."""
+    return annotate(results.read_table(path))
 
 
 def on_device(experiment: Any, timer: Any) -> bool:
@@ -760,25 +769,3 @@ def caption(df: pd.DataFrame, experiment: str | None = None) -> str:
         parts.append(f"Red rings: {n_bad} suspect points, above the ceiling they are "
                      "compared with (listed under 'Measurements to distrust').")
     return " ".join(parts)
-
-
-def draw_all(df: pd.DataFrame, figures_dir: Path) -> dict[str, dict[str, str]]:
-    """Draw the run's roofline and one per experiment that asks for it (Experiment.roofline)
-    into figures_dir/_roofline/ (PNG + SVG); returns name ('run' or the experiment) ->
-    {png, caption} of those drawn."""
-    from cudalab import figures
-    from cudalab.experiments import REGISTRY
-
-    figures.setup_style()
-    df = annotate(df)
-    out = {}
-    for name in (RUN_FIGURE, *(n for n, e in REGISTRY.items() if e.roofline)):
-        exp = None if name == RUN_FIGURE else name
-        if exp is not None and not (df["experiment"] == exp).any():
-            continue
-        fig = draw(df, exp)
-        if fig is None:
-            continue
-        png = figures.save(fig, Path(figures_dir) / FIG_DIR / name)[0]
-        out[name] = {"png": str(png), "caption": caption(df, exp)}
-    return out

@@ -1,6 +1,7 @@
-"""Telemetry in the report: per GPU job, SM clock, power, temperature and utilisation over
-time (nvidia-smi samples) with the measured grid points shaded on the same unix clock, and a
-line saying what was unavailable and why.
+"""Telemetry figures: per GPU job, SM clock, power, temperature and utilisation over time
+(nvidia-smi samples) with the measured grid points shaded on the same unix clock, and a line
+saying what was unavailable and why. The figures step draws them (cudalab.run_figures); the
+report shows them.
 
 Each job's manifest (results/raw/<experiment>/_manifest.json) gives the phases (grid points
 with t_start/t_end, unix time), the telemetry status and nvidia-smi's UTC offset; the samples
@@ -16,7 +17,6 @@ from typing import Any
 
 import pandas as pd
 
-from cudalab.embed import data_uri
 from cudalab.telemetry import parse_nvidia_smi_csv, throttling_samples
 
 # A job shorter than this many samples (device_query) gets no figure of its own: its
@@ -182,10 +182,9 @@ def caption_text(manifest: dict[str, Any], s: dict[str, Any]) -> str:
     )
 
 
-def sections(results_dir: Path, fig_dir: Path | None = None) -> list[dict[str, Any]]:
-    """One entry per GPU job: figure (data URI), caption, and what was unavailable.
-    fig_dir: where the figures go (fig_dir/<job_id>.png|svg, a folder the report rule
-    declares); by default results/telemetry/<job>/telemetry.png|svg."""
+def sections(results_dir: Path, fig_dir: Path) -> list[dict[str, Any]]:
+    """One entry per GPU job: its figure (png: the file, fig_dir/<job_id>.png|svg; '' where
+    none was drawn), caption, and what was unavailable."""
     from cudalab.figures import save, setup_style
 
     setup_style()
@@ -194,15 +193,13 @@ def sections(results_dir: Path, fig_dir: Path | None = None) -> list[dict[str, A
         if not m.get("telemetry_dir"):
             continue  # CPU-only job: no telemetry expected
         tdir = telemetry_dir(results_dir, m)
-        entry = {"job_id": m["job_id"], "status": status_text(m), "src": "", "caption": ""}
+        entry = {"job_id": m["job_id"], "status": status_text(m), "png": "", "caption": ""}
         smi = tdir / "nvidia_smi.csv"
         if smi.exists():
             df = load_samples(smi, m)
             fig = plot_job(smi, m, df) if len(df) >= MIN_FIGURE_SAMPLES else None
             if fig is not None:
-                stem = fig_dir / m["job_id"] if fig_dir else tdir / "telemetry"
-                png = save(fig, stem)[0]
-                entry["src"] = data_uri(png)
+                entry["png"] = str(save(fig, Path(fig_dir) / m["job_id"])[0])
                 entry["caption"] = caption_text(m, summarize_job(df, m))
             elif not entry["status"]:
                 entry["status"] = (f"only {len(df)} nvidia-smi samples: too few for a figure"
@@ -291,13 +288,14 @@ def run_caption(df: pd.DataFrame, jobs: list[dict[str, Any]]) -> str:
     return "; ".join(parts) + "."
 
 
-def run_summary(results_dir: Path) -> dict[str, Any]:
-    """The run's one telemetry figure (data URI) and caption; {} without samples."""
+def run_summary(results_dir: Path, fig_dir: Path) -> dict[str, Any]:
+    """The run's one telemetry figure (png: fig_dir/run_summary.png|svg) and caption; {}
+    without samples."""
     from cudalab.figures import save, setup_style
 
     df, jobs = _run_samples(Path(results_dir))
     if df.empty:
         return {}
     setup_style()
-    png = save(plot_run(df, jobs), Path(results_dir) / "telemetry" / "run_summary")[0]
-    return {"src": data_uri(png), "caption": run_caption(df, jobs)}
+    png = save(plot_run(df, jobs), Path(fig_dir) / "run_summary")[0]
+    return {"png": str(png), "caption": run_caption(df, jobs)}

@@ -10,7 +10,7 @@ import pytest
 from browser import chromium
 
 from cudalab import config as cfg
-from cudalab import figures, fmt, report, results
+from cudalab import figures, fmt, report, results, roofline, run_figures
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -20,8 +20,10 @@ RECORDED = ROOT / "tests" / "data" / "recorded_h100" / "raw"
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
-    df = results.build_table(results.iter_records(RECORDED))
+    # as the pipeline does: aggregate derives the columns, the figures step draws
+    df = roofline.annotate(results.build_table(results.iter_records(RECORDED)))
     figures.draw_experiment("matmul", df, out / "figures")
+    run_figures.draw(df, out / "results", out / "figures")
     config = cfg.validate({"run_name": "h100-recorded", "experiments": {"matmul": {}}})
     path = report.render(df, out / "figures", config, out / "report.html")
     return path, df
@@ -275,8 +277,10 @@ def test_reference_report_without_the_new_columns(tmp_path):
     theoretical and flags the transpose above the DRAM peak."""
     df = results.read_table(OLD_TABLE)
     assert df["ceil_dram_gbps"].isna().all() and (df["memory_level"] == "").all()
+    df = roofline.load_table(OLD_TABLE)  # the columns derived on load
     config = cfg.validate({"experiments": {n: {} for n in ["matmul", "coalescing", "sobel",
                                                            "vector_add", "device_query"]}})
+    run_figures.draw(df, tmp_path / "results", tmp_path)
     page = report.render(df, tmp_path, config, tmp_path / "r.html").read_text()
     assert '<section id="roofline"' in page and 'alt="roofline of the run"' in page
     for name in ("matmul", "coalescing", "sobel", "vector_add"):
@@ -327,6 +331,7 @@ def _with_new_columns(df: pd.DataFrame) -> pd.DataFrame:
 def test_report_from_a_table_with_every_new_column(tmp_path):
     df = _with_new_columns(results.read_table(REFERENCE_HTML.parent / "results.csv"))
     df = df[df["experiment"].isin(["matmul", "coalescing", "vector_add", "device_query"])]
+    df = roofline.annotate(df)  # as aggregate would
     config = cfg.validate({"experiments": {"matmul": {}, "coalescing": {}, "vector_add": {}}})
     ctx = report.build_context(df, tmp_path, config)
     assert ctx["roofline"]["measured"]
@@ -338,6 +343,7 @@ def test_report_from_a_table_with_every_new_column(tmp_path):
     flagged = {d["point_id"] for d in ctx["roofline"]["distrust"]}
     assert "transpose_padded-size2048" not in flagged
     assert flagged == set(df.loc[df["suspect"], "point_id"])
+    run_figures.draw(df, tmp_path / "results", tmp_path)
     page = report.render(df, tmp_path, config, tmp_path / "r.html").read_text()
     assert "<th>% ceiling of level</th>" in page and "<th>% FP32 ceiling</th>" in page
     assert "Solid lines: ceilings measured on this GPU" in page

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cudalab import figcheck, figures, fmt, results, roofline
+from cudalab import figcheck, figures, fmt, results, roofline, run_figures
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "reports" / "reference" / "NVIDIA-H100-80GB-HBM3" / "results.csv"
@@ -250,6 +250,34 @@ def test_hot_cold_note():
     assert roofline.hot_cold_note(df[df["experiment"] == "transfer"]) == ""
 
 
+def test_aggregate_writes_the_derived_columns_and_an_older_table_gets_them_on_load(tmp_path):
+    """aggregate writes the memory level, roof and why-suspect columns once; the figures
+    and the report read them back as they are. A table aggregated before those columns
+    gets them derived on load, the same as annotating it."""
+    import shutil
+
+    from cudalab import cli
+
+    shutil.copytree(ROOT / "tests" / "data" / "recorded_h100" / "raw", tmp_path / "raw")
+    out = tmp_path / "results.csv"
+    assert cli.main(["aggregate", "--results", str(tmp_path), "--out", str(out)]) == 0
+    written = pd.read_csv(out)
+    assert set(results.DERIVED_COLUMNS) <= set(written.columns)
+    assert written["roof_name"].notna().all() and written["intensity"].notna().any()
+    table = results.read_table(out)
+    assert results.check_table(table) == []
+    # read back as written: nothing is derived again
+    assert roofline.annotate(table) is table
+    pd.testing.assert_frame_equal(roofline.load_table(out), table)
+    # a table from before the derived columns: derived on load, as annotate derives them
+    old = roofline.load_table(OLD_TABLE)
+    expect = roofline.annotate(results.read_table(OLD_TABLE).drop(
+        columns=list(results.DERIVED_COLUMNS)))
+    assert old["roof_name"].notna().all()
+    for col in ("memory_level", "suspect", "suspect_why", "intensity", "roof_gflops"):
+        pd.testing.assert_series_equal(old[col], expect[col], check_dtype=False)
+
+
 def test_reference_table_without_new_columns():
     """An H100 table from before the ceilings: theoretical ceilings only, the 32 MiB
     transpose at 2048^2 above the DRAM peak flagged as L2-resident."""
@@ -266,12 +294,22 @@ def test_reference_table_without_new_columns():
         _close(fig)
 
 
-def test_draw_all_writes_png_and_svg(tmp_path):
-    out = roofline.draw_all(synthetic(ceilings=True), tmp_path)
-    assert set(out) == {"run", "matmul", "vector_add", "coalescing"}
-    for name in out:
+def test_the_figures_step_draws_every_roofline_and_the_report_reads_them(tmp_path):
+    df = synthetic(ceilings=True)
+    drawn = run_figures.draw(df, tmp_path / "results", tmp_path / "figures")
+    assert drawn == {"roofline": 4, "telemetry": 0}  # no GPU job: no telemetry figure
+    for name in ("run", "matmul", "vector_add", "coalescing"):
         for ext in ("png", "svg"):
-            assert (tmp_path / "_roofline" / f"{name}.{ext}").stat().st_size > 1000
+            assert (tmp_path / "figures" / "_roofline" / f"{name}.{ext}").stat().st_size > 1000
+    got = run_figures.read(tmp_path / "figures")
+    assert set(got["rooflines"]) == {"run", "matmul", "vector_add", "coalescing"}
+    run = got["rooflines"]["run"]
+    assert run["src"].startswith("data:image/png;base64,")
+    assert run["caption"] == roofline.caption(df)
+    assert got["telemetry"] == [] and got["telemetry_summary"] == {}
+    # a folder the figures step has not drawn into: nothing to show, no error
+    assert run_figures.read(tmp_path / "nothing") == {
+        "rooflines": {}, "telemetry": [], "telemetry_summary": {}}
 
 
 # -- roofs per precision, the ceilings the run measured elsewhere -----------------------------

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from cudalab import config as cfg
-from cudalab import report, results, telemetry, telemetry_report
+from cudalab import report, results, run_figures, telemetry, telemetry_report
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.base import Experiment, Point, Result
 from cudalab.harness import Harness, Settings, WallTimer
@@ -629,12 +629,13 @@ def test_gpu_job_without_nvidia_smi_or_nvml_measures_and_says_why(tmp_path, monk
     assert gpu_rec["provenance"]["driver_version"] not in ("", "13.0")
     df = results.build_table(recs)
     assert results.check_table(df) == [] and df["n_throttled"].isna().all()
-    # the report says it
-    secs = telemetry_report.sections(tmp_path / "results")
+    # the figures step says it, and the report shows it
+    run_figures.draw(df, tmp_path / "results", tmp_path / "figs")
+    secs = run_figures.read(tmp_path / "figs")["telemetry"]
     assert len(secs) == 1 and secs[0]["src"] == ""
     assert "nvidia-smi not found on PATH" in secs[0]["status"]
     assert "NVML Shared Library Not Found" in secs[0]["status"]
-    html = report.render(df, tmp_path / "figs", config, tmp_path / "r.html", secs).read_text()
+    html = report.render(df, tmp_path / "figs", config, tmp_path / "r.html").read_text()
     assert "nvidia-smi not found on PATH" in html and "NVML unavailable" in html
 
 
@@ -658,11 +659,14 @@ def test_gpu_job_with_telemetry_aligns_samples_and_points(fake_smi, tmp_path, mo
     df = telemetry_report.load_samples(tdir / "nvidia_smi.csv", m)
     assert len(df) >= 2
     assert df["t"].min() >= m["t_start"] - 2 and df["t"].max() <= m["t_end"] + 2
-    # the report: a figure, phases marked, a caption with the counts
-    secs = telemetry_report.sections(tmp_path / "results")
+    # the figures step: a figure, phases marked, a caption with the counts; the report
+    # embeds it
+    figs = tmp_path / "figs"
+    run_figures.draw(results.build_table(recs), tmp_path / "results", figs)
+    secs = run_figures.read(figs)["telemetry"]
     assert secs[0]["src"].startswith("data:image/png;base64,")
     assert secs[0]["status"] == "" and "points were measured" in secs[0]["caption"]
-    assert (tdir / "telemetry.png").exists()
+    assert (figs / "_telemetry" / f"{m['job_id']}.png").exists()
 
 
 # -- the report's telemetry section from a fabricated manifest --------------------------------
@@ -702,13 +706,14 @@ def test_report_sections_from_fabricated_manifests(tmp_path):
     assert s["sm_clock_min_mhz"] == 1755 and s["max_sm_clock_mhz"] == 1980
     assert s["power_max_w"] == pytest.approx(700.12) and s["temperature_max_c"] == 48
 
-    secs = {e["job_id"]: e for e in telemetry_report.sections(res)}
+    secs = {e["job_id"]: e for e in telemetry_report.sections(res, tmp_path / "figs")}
     assert set(secs) == {"matmul-1", "vector_add-2"}
-    assert secs["matmul-1"]["src"].startswith("data:image/png;base64,")
+    assert secs["matmul-1"]["png"] == str(tmp_path / "figs" / "matmul-1.png")
+    assert Path(secs["matmul-1"]["png"]).stat().st_size > 1000
     assert secs["matmul-1"]["status"] == ""
     assert "25 nvidia-smi samples" in secs["matmul-1"]["caption"]
     assert "5 samples during points with a throttle reason" in secs["matmul-1"]["caption"]
-    assert secs["vector_add-2"]["src"] == ""
+    assert secs["vector_add-2"]["png"] == ""
     assert "nvidia-smi not found on PATH" in secs["vector_add-2"]["status"]
     assert "NVMLError_LibraryNotFound" in secs["vector_add-2"]["status"]
 

@@ -14,8 +14,9 @@ SRC="$REF/report-config.yaml"; [ -f "$SRC" ] || SRC=config.yaml
 for exp in $("${PYTHON:-python3}" -c 'import sys; from cudalab import results; print(" ".join(sorted(set(results.read_table(sys.argv[1])["experiment"]))))' "$TABLE"); do
   $CUDALAB figures "$exp" --table "$TABLE" --out "$REF/figures" > /dev/null
 done
+$CUDALAB run-figures --table "$TABLE" --results "$REF" --out "$REF/figures" > /dev/null
 $CUDALAB report --config "$CONF" --table "$TABLE" --figures "$REF/figures" --results "$REF" \
-  --telemetry-figures "$REF/figures/_telemetry" --out "$REF/report.html"
+  --out "$REF/report.html"
 $CUDALAB slides --table "$TABLE" --out "$REF/slides"
 # the deck holds every slide (embedded): the PNG and SVG files stay out of the repository
 rm -f "$REF"/slides/*.png "$REF"/slides/*.svg

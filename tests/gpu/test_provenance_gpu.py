@@ -147,9 +147,10 @@ def test_nvidia_smi_telemetry_is_complete_and_on_the_points_clock(job):
     assert df["t"].notna().all()
     assert df["t"].min() >= job["t0"] - 2 and df["t"].max() <= job["t1"] + 2, (
         df["t"].min() - job["t0"], df["t"].max() - job["t1"])
-    # the report draws it
-    secs = [s for s in telemetry_report.sections(out) if s["job_id"] == m["job_id"]]
-    assert secs and secs[0]["src"].startswith("data:image/png;base64,"), secs
+    # the figures step draws it
+    secs = [s for s in telemetry_report.sections(out, out / "figures" / "_telemetry")
+            if s["job_id"] == m["job_id"]]
+    assert secs and Path(secs[0]["png"]).is_file(), secs
     assert secs[0]["status"] == ""
 
 

@@ -39,3 +39,34 @@ def all_figures():
     """Every figure of every folder (each model of a sweep has its own)."""
     return [f"{folder}/figures/{e}/{f}.png" for folder in FOLDERS for e in EXPERIMENTS
             for f in REGISTRY[e].lesson.figures]
+
+
+# The run's own figures, beside each lesson's: the rooflines (the run's and each experiment's
+# that asks for one) and the GPU telemetry of every job and of the whole run, each folder
+# with an index of its captions (cudalab/run_figures.py). The report only embeds them.
+# Folders, not files: which rooflines have points, and the job ids, are known at run time.
+RUN_FIGURE_DIRS = ("_roofline", "_telemetry")
+
+
+rule run_figures:
+    input:
+        "{folder}/results.csv",
+    output:
+        directory("{folder}/figures/_roofline"),
+        directory("{folder}/figures/_telemetry"),
+    log:
+        "{folder}/logs/run_figures.log",
+    wildcard_constraints:
+        folder=folder_regex(FOLDERS),
+    localrule: True
+    conda:
+        CONDA_ENV
+    # --results: the folder's manifests and telemetry/ (its measure jobs')
+    shell:
+        "{CUDALAB} run-figures --table {input:q} --results {wildcards.folder:q}"
+        " --out {wildcards.folder:q}/figures > {log:q} 2>&1"
+
+
+def run_figure_dirs():
+    """The run figures' folders of every folder (each model of a sweep has its own)."""
+    return [f"{folder}/figures/{d}" for folder in FOLDERS for d in RUN_FIGURE_DIRS]

@@ -10,13 +10,12 @@ rule html_report:
         table=TABLE,
         tables=[f"{f}/results.csv" for f in FOLDERS[1:]],  # the models set beside it
         figures=all_figures(),
+        run_figures=run_figure_dirs(),  # the rooflines and the telemetry (figures.smk)
     output:
         report=REPORT,
-        # the telemetry figure of each GPU job (job ids are known only at run time)
-        telemetry=directory(f"{RESULTS}/figures/_telemetry"),
     params:
         figures=f"{MEASURED}/figures",
-        results=MEASURED,  # its telemetry/ is this run's
+        results=MEASURED,  # its raw records are the ones the table's rows link to
     log:
         f"{RESULTS}/logs/report.log",
     conda:
@@ -24,4 +23,4 @@ rule html_report:
     shell:
         "{CUDALAB} report --config {CONFIG_JSON:q} --table {input.table:q}"
         " --figures {params.figures:q} --results {params.results:q}"
-        " --telemetry-figures {output.telemetry:q} --out {output.report:q} > {log:q} 2>&1"
+        " --out {output.report:q} > {log:q} 2>&1"

@@ -1,0 +1,100 @@
+"""The run's own figures, drawn by the figures step beside each lesson's: the roofline of the
+run and of every experiment that asks for one (figures/_roofline/), and the GPU telemetry of
+every job and of the whole run (figures/_telemetry/). Each folder holds an index.json of what
+was drawn, with its caption, so the report embeds the figures without drawing or computing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from cudalab import figures, roofline, telemetry_report
+from cudalab.embed import data_uri
+from cudalab.experiments import REGISTRY
+
+ROOFLINE_DIR = "_roofline"
+TELEMETRY_DIR = "_telemetry"
+INDEX = "index.json"
+
+
+def draw_rooflines(df: pd.DataFrame, out_dir: Path) -> dict[str, dict[str, str]]:
+    """Draw the run's roofline and one per experiment that asks for it (Experiment.roofline)
+    into out_dir (PNG + SVG); returns name ('run' or the experiment) -> {png, caption} of
+    those drawn."""
+    figures.setup_style()
+    df = roofline.annotate(df)
+    out = {}
+    for name in (roofline.RUN_FIGURE, *(n for n, e in REGISTRY.items() if e.roofline)):
+        exp = None if name == roofline.RUN_FIGURE else name
+        if exp is not None and not (df["experiment"] == exp).any():
+            continue
+        fig = roofline.draw(df, exp)
+        if fig is None:
+            continue
+        png = figures.save(fig, Path(out_dir) / name)[0]
+        out[name] = {"png": str(png), "caption": roofline.caption(df, exp)}
+    return out
+
+
+def draw(df: pd.DataFrame, results_dir: Path, figures_dir: Path) -> dict[str, int]:
+    """Draw the rooflines of the table df and the telemetry of results_dir's jobs into
+    figures_dir/_roofline and figures_dir/_telemetry (both made, even with nothing to
+    draw: they are the figures step's declared outputs), each with its index; returns how
+    many figures of each kind were drawn."""
+    roof_dir, tele_dir = Path(figures_dir) / ROOFLINE_DIR, Path(figures_dir) / TELEMETRY_DIR
+    for d in (roof_dir, tele_dir):
+        d.mkdir(parents=True, exist_ok=True)
+    rooflines = draw_rooflines(df, roof_dir) if len(df) else {}
+    _write_index(roof_dir, {name: _relative(f, roof_dir) for name, f in rooflines.items()})
+    jobs = telemetry_report.sections(Path(results_dir), tele_dir)
+    summary = telemetry_report.run_summary(Path(results_dir), tele_dir)
+    _write_index(tele_dir, {"jobs": [_relative(j, tele_dir) for j in jobs],
+                            "summary": _relative(summary, tele_dir)})
+    return {"roofline": len(rooflines),
+            "telemetry": sum(bool(j["png"]) for j in jobs) + bool(summary)}
+
+
+def _relative(entry: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """The entry with its png named relative to its index's folder (a folder copied
+    elsewhere, a committed reference, still finds its figures)."""
+    png = entry.get("png")
+    return entry | {"png": Path(png).relative_to(folder).as_posix()} if png else entry
+
+
+def _write_index(folder: Path, index: dict[str, Any]) -> None:
+    text = json.dumps(index, indent=1, sort_keys=True)
+    tmp = folder / f".{INDEX}.tmp"
+    tmp.write_text(text)
+    tmp.replace(folder / INDEX)
+
+
+def _read_index(folder: Path) -> dict[str, Any]:
+    """A folder's index; {} where the figures step did not draw into it."""
+    try:
+        return json.loads((folder / INDEX).read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def _embedded(entry: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """The entry as the report shows it: its figure as a data URI in src ('' if none)."""
+    png = entry.get("png")
+    out = {k: v for k, v in entry.items() if k != "png"}
+    return out | {"src": data_uri(folder / png) if png else ""}
+
+
+def read(figures_dir: Path) -> dict[str, Any]:
+    """What the figures step drew into figures_dir, embedded for the report: rooflines
+    (name -> {src, caption}), telemetry (one entry per GPU job: job_id, status, src,
+    caption) and telemetry_summary ({src, caption}; {} without samples)."""
+    roof_dir, tele_dir = Path(figures_dir) / ROOFLINE_DIR, Path(figures_dir) / TELEMETRY_DIR
+    tele = _read_index(tele_dir)
+    summary = tele.get("summary") or {}
+    return {"rooflines": {name: _embedded(f, roof_dir)
+                          for name, f in _read_index(roof_dir).items()},
+            "telemetry": [_embedded(j, tele_dir) for j in tele.get("jobs", [])],
+            "telemetry_summary": _embedded(summary, tele_dir) if summary else {}}
