@@ -46,13 +46,32 @@ def test_starters_and_the_course_kernels_compile_into_the_slot(ex):
 @pytest.mark.parametrize("text", [
     '#include "/work/cuda/matmul.cu"', '  #  include <stdio.h>', '#/**/include "x.cu"',
     '#\\\ninclude "x.cu"', "#embed \"secret\"", '#line 1 "other.cu"',
-    "#if __has_include(\"../alice.cu\")\n#endif", "#include_next <x>"])
+    "#if __has_include(\"../alice.cu\")\n#endif", "#include_next <x>",
+    '%:include "/work/cuda/matmul.cu"', '\f#\finclude "x.cu"', '\v#\vinclude "x.cu"',
+    'int x;\r#include "x.cu"', '??=include "x.cu"'])
 def test_directives_that_read_other_files_are_refused(text, tmp_path):
     assert forbidden(text)
     f = tmp_path / "alice.cu"
     f.write_text("// cudalab-exercise: vector_add\n" + text + "\n")
     with pytest.raises(SubmissionError, match="not allowed"):
         read_submission(f)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("line", [
+    '%:include "{matmul}"', '#include "/etc/hostname"', '#include "{matmul}"',
+    '#include "nowhere.cu"'])
+def test_the_compiler_may_open_no_file_but_cuda_and_system_headers(line):
+    # past the directive check (or spelled in a way it misses): what nvcc -M says the
+    # preprocessor opens decides, however the directive is spelled
+    ex = catalog.get("vector_add")
+    starter = (catalog.EXERCISE_DIR / ex.starter).read_text()
+    text = line.format(matmul=catalog.CUDA_DIR / "matmul.cu") + "\n" + starter
+    b = build.compile_submission(text, ex, "alice.cu")
+    assert b.refused and not b.ok and not b.cubin, b
+    assert "alice.cu" in b.refused
+    ok = build.compile_submission("#include <cstdio>\n#include <cuda_fp16.h>\n" + starter, ex)
+    assert ok.ok and not ok.refused, ok
 
 
 def test_include_in_a_comment_or_a_string_is_fine():

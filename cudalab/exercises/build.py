@@ -4,11 +4,17 @@ the slot's block size) from ptxas -v through the static_analysis experiment's pa
 cudalab's occupancy calculator.
 
 The file is compiled alone, in a fresh temporary folder, with no include path, to a cubin
-for one architecture; the judge loads that cubin and never compiles anything itself.
+for one architecture; the judge loads that cubin and compiles none of the submission's
+code itself. Before the compile, the preprocessor is asked which files it opens
+(`nvcc -M`, host and device passes, with the compile's own options): a file outside the
+CUDA toolkit's and the host compiler's own include folders refuses the submission, however
+its #include was spelled.
 """
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 import subprocess
 import tempfile
@@ -51,6 +57,7 @@ class Build:
     problem: str = ""  # why the build cannot be judged, though nvcc succeeded
     usage: dict[str, Any] = field(default_factory=dict)  # registers, smem, occupancy
     compiled: bool = False  # nvcc succeeded (ok is False only for a slot problem then)
+    refused: str = ""  # why it was refused before the compile (a file it would read)
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -79,6 +86,9 @@ def compile_submission(text: str, ex: Exercise, name: str = "submission.cu",
                      "(or put its bin/ on PATH) to compile exercises")
     with tempfile.TemporaryDirectory(prefix="cudalab-ex-") as tmp:
         (Path(tmp) / name).write_text(text)
+        refused = foreign_files(nvcc, ex, name, arch, Path(tmp))
+        if refused:
+            return Build(False, arch, name, refused=refused)
         cmd = nvcc_command(nvcc, ex, name, arch, "k.cubin", ".")
         try:
             out = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp,
@@ -102,6 +112,64 @@ def compile_submission(text: str, ex: Exercise, name: str = "submission.cu",
         build.problem = build.usage.pop("problem", "")
     build.ok = not build.problem
     return build
+
+
+def dependencies(make_rule: str) -> list[str]:
+    """The files of a make rule as nvcc -M writes it (escaped spaces kept in names)."""
+    body = make_rule.replace("\\\n", " ").split(":", 1)[-1]
+    return [f.replace("\\ ", " ") for f in re.split(r"(?<!\\)\s+", body.strip()) if f]
+
+
+def _opened(nvcc: str, ex: Exercise, name: str, arch: str, cwd: Path
+            ) -> tuple[list[str] | None, str]:
+    """The files the preprocessor opens for cwd/name with the compile's options (resolved
+    paths), or None and nvcc's first message about the file where -M failed."""
+    cmd = nvcc_command(nvcc, ex, name, arch, "deps.d", ".")
+    cmd = [c for c in cmd if c not in ("-cubin", "-keep", "-keep-dir", ".", "-Xptxas", "-v")]
+    try:
+        out = subprocess.run([*cmd[:1], "-M", *cmd[1:]], capture_output=True, text=True,
+                             cwd=cwd, timeout=COMPILE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return None, f"the preprocessor took longer than {COMPILE_TIMEOUT_S} s"
+    deps = cwd / "deps.d"
+    if out.returncode != 0 or not deps.exists():
+        own = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.startswith(name)]
+        return None, own[0] if own else f"nvcc -M exit {out.returncode}"
+    files = dependencies(deps.read_text())
+    deps.unlink()
+    return [os.path.realpath(cwd / f) for f in files[1:]], ""  # files[0]: the target
+
+
+@functools.lru_cache(maxsize=8)
+def system_include_dirs(nvcc: str, arch: str) -> tuple[str, ...]:
+    """The folders of the toolkit's and the host compiler's headers: those an empty file
+    opens (none inside another)."""
+    from cudalab.exercises.catalog import get
+
+    with tempfile.TemporaryDirectory(prefix="cudalab-ex-") as tmp:
+        (Path(tmp) / "empty.cu").write_text("")
+        files, why = _opened(nvcc, get("vector_add"), "empty.cu", arch, Path(tmp))
+    if files is None:
+        raise RuntimeError(f"nvcc -M fails on an empty file: {why}")
+    dirs = sorted({os.path.dirname(f) for f in files if not f.endswith("empty.cu")})
+    return tuple(d for d in dirs if not any(d.startswith(o + os.sep) for o in dirs))
+
+
+def foreign_files(nvcc: str, ex: Exercise, name: str, arch: str, cwd: Path) -> str:
+    """'' where the preprocessor opens only the submission and the toolkit's and system's
+    headers, else why the submission is refused."""
+    files, why = _opened(nvcc, ex, name, arch, cwd)
+    if files is None:
+        return f"the preprocessor failed on the file, so what it reads is unknown: {why}"
+    own = os.path.realpath(cwd / name)
+    roots = system_include_dirs(nvcc, arch)
+    outside = [f for f in files
+               if f != own and not any(f.startswith(r + os.sep) for r in roots)]
+    if not outside:
+        return ""
+    return (f"{name} makes the compiler read {len(outside)} file(s) besides CUDA's and the "
+            "system's headers: a submission is compiled alone, so it may not include "
+            "other files, however the #include is spelled")
 
 
 def parse_diagnostics(log: str, text: str) -> list[Diagnostic]:

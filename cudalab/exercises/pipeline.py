@@ -48,6 +48,8 @@ def judge_text(text: str, ex: Exercise, name: str, *, student: str = "", mode: s
     b = build.compile_submission(text, ex, name, arch or here or build.DEFAULT_ARCH)
     record: dict[str, Any] = {"student": student, "exercise": ex.name, "file": name,
                               "build": b.as_dict()}
+    if b.refused:
+        return record | {"status": "rejected", "message": b.refused}
     if not b.ok:
         status = "slot_error" if b.compiled else "compile_error"
         return record | {"status": status, "message": b.problem or "nvcc failed"}

@@ -23,8 +23,10 @@ NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}"
 _NAME = re.compile(NAME_PATTERN)
 MAX_BYTES = 256 * 1024
 MARKER = re.compile(r"^\s*//\s*cudalab-exercise:\s*([A-Za-z0-9_]+)\s*$", re.M)
-_FORBIDDEN = re.compile(r"^[ \t]*#[ \t]*(include|include_next|import|embed|line)\b"
-                        r"|__has_include", re.M)
+# '#' may be spelled '%:' (its digraph) or '??=' (its trigraph); space, tab, form feed and
+# vertical tab are whitespace to the preprocessor, and a lone CR ends a line for it.
+_FORBIDDEN = re.compile(r"^[ \t\f\v]*(#|%:|\?\?=)[ \t\f\v]*"
+                        r"(include|include_next|import|embed|line)\b|__has_include", re.M)
 
 
 class SubmissionError(ValueError):
@@ -52,9 +54,11 @@ def student_of(path: Path, root: Path | None = None) -> str:
 
 
 def preprocessed_view(text: str) -> str:
-    """The text with backslash-newlines spliced and comments blanked (string and character
-    literals kept), as the preprocessor's first phases see it."""
-    text = text.replace("\\\r\n", "").replace("\\\n", "")
+    """The text with line ends made \\n (CRLF and a lone CR alike), backslash-newlines
+    spliced and comments blanked (string and character literals kept), as the
+    preprocessor's first phases see it."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = text.replace("\\\n", "")
     out: list[str] = []
     i, n = 0, len(text)
     while i < n:
@@ -81,7 +85,8 @@ def preprocessed_view(text: str) -> str:
 
 def forbidden(text: str) -> list[str]:
     """The directives of `text` a submission may not use, as the preprocessor sees them."""
-    return sorted({m.group(0).strip() for m in _FORBIDDEN.finditer(preprocessed_view(text))})
+    return sorted({" ".join(m.group(0).split())
+                   for m in _FORBIDDEN.finditer(preprocessed_view(text))})
 
 
 def exercise_of(text: str, default: str | None = None) -> Exercise:
