@@ -491,3 +491,64 @@ def test_a_timed_output_is_checked_against_the_inputs_it_read(name, size):
         bad = out.copy()
         bad.reshape(-1)[-1] = np.nan  # one element never written
         assert not fresh.check(ex, case, 12345, bad, 1, rng)[0].passed
+
+
+def _fake_sanitizer(tmp_path, log: str, stdout: str, status: str, rc: int = 0) -> str:
+    """A compute-sanitizer stand-in: writes `log` to its --log-file, prints `stdout` (the
+    kernel's printf), writes the judge's verdict and exits with `rc`."""
+    tool = tmp_path / "compute-sanitizer"
+    tool.write_text(
+        f"#!{sys.executable}\nimport json, sys\na = sys.argv\n"
+        f"open(a[a.index('--log-file') + 1], 'w').write({log!r})\nprint({stdout!r})\n"
+        f"json.dump({{'status': {status!r}}}, open(a[a.index('--out') + 1], 'w'))\n"
+        f"sys.exit({rc})\n")
+    tool.chmod(0o755)
+    return str(tool)
+
+
+INVALID = "========= Invalid __global__ write of size 4 bytes\n=========     at vector_add+0x70"
+
+
+@pytest.mark.parametrize("log,stdout,status,rc,want", [
+    ("========= ERROR SUMMARY: 0 errors\n", INVALID, "ok", 0, "ok"),  # a printf look-alike
+    (INVALID + "\n========= ERROR SUMMARY: 1 error\n", "", "ok", 97, "memory_error"),
+    ("========= Program hit CUDA_ERROR_LAUNCH_FAILED (error 719)\n"
+     "========= ERROR SUMMARY: 1 error\n", "", "crashed", 97, "crashed"),  # a __trap
+], ids=["spoofed-stdout", "invalid-write", "trap"])
+def test_memchecks_verdict_comes_from_its_log_file_only(log, stdout, status, rc, want,
+                                                        tmp_path, monkeypatch):
+    tool = _fake_sanitizer(tmp_path, log, stdout, status, rc)
+    monkeypatch.setattr(sandbox, "find_sanitizer", lambda: tool)
+    v = sandbox.run_judge(catalog.get("vector_add"), b"", sanitize=True)
+    assert v["status"] == want, v
+    if want == "memory_error":
+        assert "Invalid __global__ write" in v["message"]
+
+
+@pytest.mark.parametrize("plain,checked,want", [
+    ("ok", "memory_error", "memory_error"), ("wrong", "memory_error", "memory_error"),
+    ("ok", "ok", "ok"), ("crashed", "crashed", "crashed"), ("wrong", "ok", "wrong"),
+    ("timeout", None, "timeout")])
+def test_sanitize_adds_memcheck_to_the_judgement(plain, checked, want, monkeypatch):
+    from cudalab.exercises import pipeline
+
+    calls = []
+
+    def run_judge(ex, cubin, mode, seed, timeout, sanitize=False):
+        calls.append(sanitize)
+        if sanitize:
+            return {"status": checked, "message": "memcheck's"}
+        return {"status": plain, "message": "plain", "timing": {"median_s": 1e-3}}
+
+    monkeypatch.setattr(pipeline, "device_arch", lambda: "sm_90")
+    monkeypatch.setattr(pipeline.build, "compile_submission",
+                        lambda *a, **k: build.Build(True, "sm_90", "a.cu", b"x", compiled=True))
+    monkeypatch.setattr(pipeline.sandbox, "run_judge", run_judge)
+    v = pipeline.judge_text("", catalog.get("vector_add"), "a.cu", mode="class",
+                            sanitize=True)
+    assert v["status"] == want
+    assert calls == ([False] if plain == "timeout" else [False, True])
+    if want == plain:  # the plain judgement stands, with its timing
+        assert v["timing"] == {"median_s": 1e-3} and v["message"] == "plain"
+    else:
+        assert v["unsanitized"]["status"] == plain

@@ -20,7 +20,7 @@ from cudalab import fmt
 from cudalab.exercises import feedback
 from cudalab.exercises.source import valid_name
 
-STATUS_ORDER = ["ok", "wrong", "memory_error", "crashed", "timeout", "slot_error",
+STATUS_ORDER = ["ok", "gamed", "wrong", "memory_error", "crashed", "timeout", "slot_error",
                 "compile_error", "rejected", "compiled", "no_gpu"]
 
 

@@ -19,6 +19,7 @@ HEADLINE = {
     "crashed": "✘ crashed",
     "timeout": "✘ did not finish (killed)",
     "memory_error": "✘ invalid memory access",
+    "gamed": "✘ right outputs, impossible time",
     "compiled": "· compiled (not run)",
 }
 
@@ -121,6 +122,9 @@ def render(verdict: dict[str, Any]) -> str:
         lines[-1] += (f" on {n} checks (sizes that are no tile multiple included), each "
                       "launch's output checked, the timed ones too")
     lines += [f"  {s}" for s in verdict.get("sanitizer", [])]
+    if verdict.get("memcheck"):
+        m = verdict["memcheck"]
+        lines.append(f"memcheck: {m['status']}" + (f": {m['message']}" if m["message"] else ""))
     lines += static_lines(build) + timing_lines(verdict, kind)
     if ex and status in ("ok", "wrong", "compiled"):
         lines.append(f"Next step: {ex.hint}")

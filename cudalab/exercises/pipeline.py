@@ -11,12 +11,19 @@ one JSON-able dict; its `status` is the first failure met:
   crashed        a CUDA error (illegal address ...) or the judge process died
   timeout        no answer from the GPU within the per-launch limit: killed
   memory_error   compute-sanitizer found an invalid access (--sanitize)
+  gamed          every check passed, but the time is below what the GPU can do the work in
   ok             every check passed; timed
+
+With sanitize, the judgement is made as without it, and the small grid is run once more
+under compute-sanitizer memcheck: an invalid access there wins; otherwise the verdict is
+the plain one, with its timing. A plain verdict of 'timeout' is kept without the memcheck
+run (the hang would only take SANITIZER_SLOWDOWN times longer to be stopped).
 """
 
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,11 +66,28 @@ def judge_text(text: str, ex: Exercise, name: str, *, student: str = "", mode: s
     if arch and arch != here:
         return record | {"status": "compiled", "message": f"compiled for {arch}; this GPU is "
                          f"{here}: not run"}
-    verdict = sandbox.run_judge(ex, b.cubin, mode, seed, launch_timeout_s, sanitize)
-    if sanitize and verdict.get("status") == "ok":
-        verdict = {**verdict, "message": "compute-sanitizer: no invalid access on the "
-                   "small grid (not timed)"}
+    verdict = sandbox.run_judge(ex, b.cubin, mode, seed, launch_timeout_s)
+    if sanitize:
+        verdict = with_memcheck(verdict, lambda: sandbox.run_judge(
+            ex, b.cubin, mode, seed, launch_timeout_s, sanitize=True))
     return record | verdict
+
+
+def with_memcheck(plain: dict[str, Any], memcheck: Callable[[], dict[str, Any]]
+                  ) -> dict[str, Any]:
+    """The plain verdict and memcheck's combined: a memory error wins (the plain verdict
+    kept beside it), else the plain verdict with memcheck's outcome noted."""
+    if plain.get("status") == "timeout":
+        return plain | {"memcheck": {"status": "not_run", "message": "the kernel hung "
+                                     "without the tool: memcheck was not run"}}
+    checked = memcheck()
+    if checked.get("status") == "memory_error":
+        return checked | {"unsanitized": {k: plain[k] for k in ("status", "message")
+                                          if k in plain}}
+    note = {"status": checked.get("status", "?"), "message": checked.get("message", "")}
+    if plain.get("status") == "ok" and checked.get("status") == "ok":
+        note["message"] = "compute-sanitizer: no invalid access on the small grid"
+    return plain | {"memcheck": note}
 
 
 def judge_file(path: Path, *, exercise: str | None = None, student: str | None = None,

@@ -6,12 +6,16 @@ a kernel that never returns), the child's whole process group is killed, which d
 CUDA context and frees the GPU; the verdict is 'timeout'. A child that dies without writing
 its verdict (a segfault, the driver killing it) is 'crashed' with its exit status and the
 end of its stderr. With `sanitize`, the child runs under compute-sanitizer's memcheck on
-the small grid only; an out-of-bounds access is 'memory_error' with the tool's first lines.
+the small grid only, the tool writing its report to a file of its own (never the kernel's
+stdout, which a printf can fill with look-alike lines); an invalid access that report names
+is 'memory_error' with its first lines. Anything else the tool reports (a __trap, an API
+error) leaves the child's own verdict ('crashed' for a trap), as without the tool.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -29,6 +33,10 @@ from cudalab.resources import IMPORT_ROOT
 STARTUP_S = 60.0  # Python, pycuda and a CUDA context before the first heartbeat
 SANITIZER_SLOWDOWN = 50  # memcheck runs kernels this much slower, or more
 SANITIZER_EXIT = 97
+# memcheck's reports of an invalid access (its other reports: API errors, leaks, a summary)
+MEMORY_ERROR = re.compile(r"^=+ (Invalid __\w+__ (read|write|atomic)|Invalid (global|shared|"
+                          r"local) |Misaligned|Out-of-range|Address 0x[0-9a-fA-F]+ is "
+                          r"(out of bounds|misaligned))")
 
 
 def find_sanitizer() -> str | None:
@@ -63,31 +71,40 @@ def run_judge(ex: Exercise, cubin: bytes | None, mode: str = "check", seed: int 
         out = Path(tmp) / "verdict.json"
         cmd = judge_command(ex, path, out, "sanitize" if sanitize else mode, seed, cublas)
         limit = launch_timeout_s
+        log = Path(tmp) / "sanitizer.log"
         if sanitize:
             tool = find_sanitizer()
             if tool is None:
                 return {"status": "no_sanitizer", "message": "compute-sanitizer not found "
                         "(it comes with the CUDA toolkit)"}
-            cmd = [tool, "--tool", "memcheck", "--error-exitcode", str(SANITIZER_EXIT),
-                   "--print-limit", "5", *cmd]
+            cmd = [tool, "--tool", "memcheck", "--log-file", str(log), "--error-exitcode",
+                   str(SANITIZER_EXIT), "--print-limit", "5", *cmd]
             limit *= SANITIZER_SLOWDOWN
-        rc, lines, err, timed_out = watch(cmd, limit)
+        rc, _lines, err, timed_out = watch(cmd, limit)
         verdict = results.read_json(out)
+        report = log.read_text(errors="replace").splitlines() if log.exists() else []
     if timed_out:
         return {"status": "timeout", "message": f"no answer from the GPU for {limit:g} s (the "
                 "per-launch limit): the kernel was stopped by killing its process, which "
                 "frees the GPU. Look for a loop that never ends or a __syncthreads() that not "
                 "every thread of the block reaches."}
-    if sanitize and (rc == SANITIZER_EXIT or any("Invalid" in ln for ln in lines)):
-        report = [ln.strip("= ").rstrip() for ln in lines if ln.startswith("=========")]
-        return {"status": "memory_error", "message": "compute-sanitizer (memcheck) found "
-                "invalid memory accesses", "sanitizer": [r for r in report if r][:12]}
+    errors = memory_errors(report)
+    if errors:
+        lines = [ln.strip("= ").rstrip() for ln in report if ln.startswith("=")]
+        return {"status": "memory_error", "message": f"compute-sanitizer (memcheck) found "
+                f"invalid memory accesses: {errors[0]}", "sanitizer": [r for r in lines
+                                                                       if r][:12]}
     if verdict is None:
         why = f"signal {-rc}" if rc < 0 else f"exit status {rc}"
         tail = " | ".join(err.strip().splitlines()[-4:])
         return {"status": "crashed", "message": f"the judge process died ({why})"
                 + (f": {tail}" if tail else "")}
     return verdict
+
+
+def memory_errors(report: list[str]) -> list[str]:
+    """The invalid-access lines of a memcheck report (its log file's lines)."""
+    return [ln.strip("= ").rstrip() for ln in report if MEMORY_ERROR.match(ln)]
 
 
 def watch(cmd: list[str], limit: float) -> tuple[int, list[str], str, bool]:
