@@ -275,6 +275,20 @@ def test_class_report_pages_and_anonymous_view(tmp_path):
     assert "alice" in (tmp_path / "leaderboard.csv").read_text()
 
 
+def test_entries_refused_before_planning_are_rows_of_the_leaderboard_csv(tmp_path):
+    import csv
+
+    classroom.write_report([_timed("alice", 1e-3)], [],
+                           [{"name": "alice.cu", "why": "a second submission of alice"}],
+                           "tiled_matmul", tmp_path)
+    rows = list(csv.DictReader((tmp_path / "leaderboard.csv").open()))
+    refused = [r for r in rows if r["refused"] == "True"]
+    assert [(r["name"], r["status"], r["message"]) for r in refused] == [
+        ("alice.cu", "rejected", "a second submission of alice")]
+    assert [r["status"] for r in rows if r["name"] == "alice" and r["refused"] != "True"] \
+        == ["ok"]
+
+
 def test_guard_flags_work_outside_the_timed_events():
     honest = [(1e-3, 1.05e-3, 2e-5, 10)] * 5
     assert not guard.guard_summary(honest)["suspect"]

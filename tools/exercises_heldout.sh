@@ -57,8 +57,6 @@ done
 "$PY" - "$MANIFEST" "$OUT" "$SANITIZE" "$ONLY" "$HOME/$SENTINEL" <<'EOF' || status=1
 """Compare the class runs' verdicts with the manifest; exit 1 on any mismatch."""
 import csv
-import html
-import re
 import sys
 from pathlib import Path
 
@@ -73,16 +71,12 @@ def got_verdicts(ex: str) -> dict[str, str]:
     folder = Path(out) / ex / "results" / "class" / ex
     got: dict[str, str] = {}
     board = folder / "leaderboard.csv"
-    if board.exists():
-        for row in csv.DictReader(board.open()):
-            if not row["baseline"]:
-                suspect = row["status"] == "ok" and row["suspect"] == "True"
-                got[row["name"]] = row["status"] + (" (suspect)" if suspect else "")
-    index = folder / "index.html"
-    # entries refused before any job (name, link, two .cu files) are listed in the page only
-    part = re.search(r"<h2>Not judged</h2><ul>(.*?)</ul>", index.read_text() if index.exists() else "", re.S)
-    for item in re.findall(r"<li>(.*?)</li>", part.group(1) if part else "", re.S):
-        got.setdefault("notjudged:" + html.unescape(item).split(": ", 1)[0], "rejected")
+    for row in csv.DictReader(board.open()) if board.exists() else []:
+        if row.get("refused") == "True":  # refused before any job: named as on disk
+            got["notjudged:" + row["name"]] = "rejected"
+        elif not row["baseline"]:
+            suspect = row["status"] == "ok" and row["suspect"] == "True"
+            got[row["name"]] = row["status"] + (" (suspect)" if suspect else "")
     return got
 
 

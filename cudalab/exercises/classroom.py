@@ -108,9 +108,16 @@ def alias(name: str, salt: str) -> str:
     return "student-" + hashlib.sha256(f"{salt}\0{name}".encode()).hexdigest()[:6]
 
 
+def refused_rows(rejected: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """The entries refused before any job, as leaderboard rows: named as on disk (a second
+    submission of a student shares the student's id), `refused` set."""
+    return [{"name": r["name"], "baseline": "", "status": "rejected", "refused": True,
+             "message": r["why"]} for r in rejected]
+
+
 def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
     cols = ["rank", "name", "baseline", "status", "time_s", "gflops", "gbps", "pct_cublas",
-            "vs_course", "registers", "occupancy", "suspect", "message"]
+            "vs_course", "registers", "occupancy", "suspect", "refused", "message"]
     with path.open("w", newline="") as f:
         w = csv.DictWriter(f, cols, extrasaction="ignore")
         w.writeheader()
@@ -166,7 +173,7 @@ def write_report(verdicts: list[dict[str, Any]], baselines: list[dict[str, Any]]
     projecting: pseudonyms, no links), leaderboard.csv and students/<name>.html."""
     rows = leaderboard(verdicts, baselines)
     (out / "students").mkdir(parents=True, exist_ok=True)
-    write_csv(rows, out / "leaderboard.csv")
+    write_csv(rows + refused_rows(rejected), out / "leaderboard.csv")
     device = next((v["device"] for v in [*baselines, *verdicts] if v.get("device")), {})
     about = (f"<p>Exercise <b>{html.escape(exercise)}</b>; {len(verdicts)} submissions"
              + (f" on {html.escape(device.get('gpu_name', ''))}" if device else "")

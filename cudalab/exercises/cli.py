@@ -92,7 +92,8 @@ def _common(s: argparse.ArgumentParser) -> None:
     s.add_argument("--timeout", type=float, default=10.0,
                    help="per-launch wall-clock limit in seconds (default 10)")
     s.add_argument("--sanitize", action="store_true",
-                   help="run the small grid under compute-sanitizer memcheck (no timing)")
+                   help="also run the small grid under compute-sanitizer memcheck "
+                   "(an invalid access wins over the plain verdict)")
 
 
 def add_parser(sub: Any) -> None:

@@ -121,3 +121,28 @@ def test_a_class_run_judges_every_submission(tmp_path):
         assert f",{name},,{status}," in board, board
     assert "course: vector_add,course,ok" in board
     assert (out / "anonymous.html").exists() and (out / "students" / "hang.html").exists()
+
+
+def test_the_device_generator_makes_what_the_host_computes():
+    import numpy as np
+
+    from cudalab import gpu as gpumod
+    from cudalab.exercises import fresh
+
+    session = gpumod.open_session()
+    fill = fresh.device_filler(session)
+    for dtype, n, centred in ((np.float32, 1_000_003, True), (np.float64, 4099, True),
+                              (np.float32, 1 << 20, False)):
+        buf = session.cuda.mem_alloc(n * np.dtype(dtype).itemsize)
+        fill(buf, n, np.dtype(dtype), 987654321, centred)
+        got = np.empty(n, dtype)
+        session.cuda.memcpy_dtoh(got, buf)
+        buf.free()
+        want = fresh.values(np.arange(n), 987654321, centred).astype(dtype)
+        assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), (dtype, n)
+
+
+def test_a_cache_keyed_on_its_inputs_never_hits_so_it_is_timed_doing_the_work():
+    v = pipeline.judge_file(ROOT / "tests" / "data" / "exercises_heldout" / "tiled_matmul"
+                            / "kim_cache.cu", mode="class")
+    assert v["status"] in ("ok", "gamed"), v
