@@ -59,7 +59,7 @@ def test_a_failed_report_job_is_named_with_its_log_tail_and_the_doctor_is_not_bl
         tmp_path: Path) -> None:
     started = time.time() - 60
     wd = workdir(tmp_path, started)
-    log = smk_log(wd, block("html_report", 1, "results/report.html, results/figures/_telemetry",
+    log = smk_log(wd, block("html_report", 1, "results/report.html",
                             "results/logs/report.log"))
     out = failures.summary(log, Path("results/logs"), started,
                            Path("results/doctor/doctor.md"), workdir=wd)
