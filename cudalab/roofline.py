@@ -328,7 +328,7 @@ def _filled(df: pd.DataFrame, col: str, every: bool = False) -> bool:
     '' counts as none."""
     if col not in df:
         return False
-    has = df[col].map(lambda v: not fmt.missing(v) and str(v) != "")
+    has = df[col].map(lambda v: not fmt.missing(v) and str(v) != "").astype(bool)
     return bool(has.all() if every else has.any())
 
 

@@ -278,6 +278,19 @@ def test_aggregate_writes_the_derived_columns_and_an_older_table_gets_them_on_lo
         pd.testing.assert_series_equal(old[col], expect[col], check_dtype=False)
 
 
+def test_a_run_without_records_aggregates_and_draws_nothing(tmp_path):
+    from cudalab import cli
+
+    (tmp_path / "raw").mkdir()
+    out = tmp_path / "results.csv"
+    assert cli.main(["aggregate", "--results", str(tmp_path), "--out", str(out)]) == 0
+    df = roofline.load_table(out)
+    assert df.empty and set(results.DERIVED_COLUMNS) <= set(df.columns)
+    drawn = run_figures.draw(df, tmp_path, tmp_path / "figures")
+    assert drawn == {"roofline": 0, "telemetry": 0}
+    assert (tmp_path / "figures" / "_roofline" / "index.json").is_file()
+
+
 def test_reference_table_without_new_columns():
     """An H100 table from before the ceilings: theoretical ceilings only, the 32 MiB
     transpose at 2048^2 above the DRAM peak flagged as L2-resident."""
