@@ -22,6 +22,7 @@ from cudalab import config as cfg
 from cudalab import report, results, run_figures, telemetry, telemetry_report
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.base import Experiment, Point, Result
+from cudalab.experiments.lesson import Lesson
 from cudalab.harness import Harness, Settings, WallTimer
 from cudalab.telemetry import (
     NvidiaSmiSampler,
@@ -560,7 +561,7 @@ def test_no_nvidia_smi_outlives_its_job(mode, fake_smi, tmp_path):
 # -- a GPU job's telemetry through the real runner (fake GPU session) -------------------------
 class FakeGpuExperiment(Experiment):
     name = "fakegpu"
-    title = "A fake GPU experiment"
+    lesson = Lesson(title="A fake GPU experiment", caption="")
     no_check_reason = "a test double: it computes nothing to check"
 
     def points(self, block):
