@@ -28,6 +28,9 @@ SUBSET = 4096  # elements of a vector add's or a transpose's output checked per 
 DOT_SUBSET = 256  # elements of a product checked per sample (each a K-long dot product)
 FILL_THREADS = 256
 FILL_MAX_BLOCKS = 4096
+DIRTY_SMEM_BYTES = 48 * 1024  # the most a block takes without opting in
+DIRTY_BLOCKS_PER_SM = 8  # more than fit at once: every SM's shared memory is written
+NAN_WORD = 0x7FC00000
 
 # The generator, on the device; value() must stay bit-identical to values() below: an
 # integer hash, its top 24 bits as an exact float in [0, 1) (or [-1, 1) centred), written
@@ -44,6 +47,14 @@ extern "C" __global__ void cudalab_fresh_f32(float* x, unsigned n, unsigned seed
 {
     for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
         x[i] = cudalab_value(i, seed, centred);
+}
+// Leaves NaN words all over each SM's shared memory: a kernel that reads shared memory it
+// never wrote (stale from an earlier block) then reads NaN, not a lucky zero.
+extern "C" __global__ void cudalab_dirty_shared(unsigned word, unsigned words)
+{
+    extern __shared__ unsigned cudalab_smem[];
+    volatile unsigned* s = cudalab_smem;
+    for (unsigned i = threadIdx.x; i < words; i += blockDim.x) s[i] = word;
 }
 extern "C" __global__ void cudalab_fresh_f64(double* x, unsigned n, unsigned seed, int centred)
 {
@@ -82,8 +93,9 @@ def input_seeds(seed: int, count: int) -> list[int]:
 
 
 def device_filler(gpu: Any) -> Filler:
-    """A Filler that launches the generator on the GPU and waits for it, so the fill is
-    outside the sample's events and its wall-clock time alike."""
+    """A Filler that launches the generator on the GPU, then leaves NaN in every SM's
+    shared memory, and waits for both, so they are outside the sample's events and its
+    wall-clock time alike."""
     from pycuda.compiler import SourceModule
 
     mod = SourceModule(SOURCE, no_extern_c=True, options=["-O3"])
@@ -91,11 +103,17 @@ def device_filler(gpu: Any) -> Filler:
              np.dtype(np.float64): mod.get_function("cudalab_fresh_f64")}
     for f in funcs.values():
         f.prepare("PIIi")
+    dirty = mod.get_function("cudalab_dirty_shared")
+    dirty.prepare("II")
+    sms = int(gpu.attr("MULTIPROCESSOR_COUNT"))
 
     def fill(buf: Any, n: int, dtype: np.dtype, seed: int, centre: bool) -> None:
         blocks = max(1, min(FILL_MAX_BLOCKS, -(-n // FILL_THREADS)))
         funcs[np.dtype(dtype)].prepared_call((blocks, 1), (FILL_THREADS, 1, 1), buf,
                                              np.uint32(n), np.uint32(seed), np.int32(centre))
+        dirty.prepared_call((DIRTY_BLOCKS_PER_SM * sms, 1), (FILL_THREADS, 1, 1),
+                            np.uint32(NAN_WORD), np.uint32(DIRTY_SMEM_BYTES // 4),
+                            shared_size=DIRTY_SMEM_BYTES)
         gpu.synchronize()
 
     return fill

@@ -306,8 +306,9 @@ def judge(ex: Exercise, cubin: Path | None, mode: str, seed: int,
         if not cublas:
             func = session.cuda.module_from_file(str(cubin)).get_function(ex.kernel)
             func.prepare(_arg_types(ex))
+        filler = fresh.device_filler(session)  # compiled before the watchdog's first beat
         beat()
-        verdict = run_cases(ctx, ex, func, mode, cublas)
+        verdict = run_cases(ctx, ex, func, mode, cublas, filler)
     except Exception as exc:  # noqa: BLE001 - pycuda's errors: illegal address, launch failure
         from cudalab.gpu_errors import gpu_error_kind
 
