@@ -175,6 +175,9 @@ PAPERS = {"A4": (595.92, round((210 - 16) * MM)), "Letter": (612.0, round((215.9
 # provenance) is left out of print. The default grid's report prints on at most 12 pages.
 MAX_PAGES = 12
 
+# the course tables' numbers (class "num") that the browser broke over two lines
+WRAPPED_JS = """() => Array.from(document.querySelectorAll('table.course .num')).filter(
+  n => n.getClientRects().length > 1).map(n => n.textContent)"""
 FITS_JS = """(width) => {
   const bad = [];
   const out = (e) => e.getBoundingClientRect().right > width + 1;
@@ -223,9 +226,11 @@ def test_report_prints_one_page_per_lesson_without_clipping(paper, which, render
         page.goto(path.as_uri(), wait_until="load")
         page.emulate_media(media="print")
         fit = page.evaluate(FITS_JS, width)
+        wrapped = page.evaluate(WRAPPED_JS)
         pdf = page.pdf(format=paper, print_background=True)
         browser.close()
     assert fit["nav"] == "none"  # no navigation on paper
+    assert wrapped == []
     assert fit["bad"] == [] and fit["scrollWidth"] <= width, fit
     n_pages, widths = _pdf_pages(pdf)
     assert {round(w, 1) for w in widths} == {round(page_pt, 1)}, widths
@@ -238,18 +243,22 @@ def test_report_prints_one_page_per_lesson_without_clipping(paper, which, render
 
 
 @pytest.mark.browser
+@pytest.mark.parametrize("screen", [400, 1280])  # a phone, a projector
 @pytest.mark.parametrize("which", [*(p.parent.name for p in REFERENCE_REPORTS), "rendered"])
-def test_report_has_no_horizontal_overflow_at_400_px(which, rendered):
+def test_report_fits_a_narrow_screen_and_a_projector(which, screen, rendered):
+    """No horizontal overflow, and no number of the course tables broken over two lines."""
     exe, sync_playwright = chromium()
     refs = {p.parent.name: p for p in REFERENCE_REPORTS}
     path = refs[which] if which in refs else rendered[0]
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 400, "height": 800})
+        page = browser.new_page(viewport={"width": screen, "height": 720})
         page.goto(path.as_uri(), wait_until="load")
         width = page.evaluate("document.documentElement.scrollWidth")
+        wrapped = page.evaluate(WRAPPED_JS)
         browser.close()
-    assert width <= 400
+    assert width <= screen
+    assert wrapped == []
 
 
 def test_reference_report_rows_link_to_raw_records_beside_it():
