@@ -31,8 +31,6 @@
 //   SLAB           1: the A tile is stored as 16-deep k slabs ([BK/16][BM][16]) rather than as
 //                  BM rows of BK floats: at BK = 32 a warp's float4 reads of A then hit
 //                  the bank groups as at BK = 16 (default 0: rows of BK floats)
-//   TUNROLL        > 0: #pragma unroll TUNROLL on the k loop over tiles (0, default: nvcc's
-//                  choice)
 //   GROUP          > 0: blocks run GROUP block rows at a time, column by column within the
 //                  group (L2 reuse of B's columns); 0 (default): row by row
 
@@ -56,16 +54,6 @@
 #endif
 #ifndef SLAB
 #define SLAB 0
-#endif
-#ifndef TUNROLL
-#define TUNROLL 0
-#endif
-#define PRAGMA_(x) _Pragma(#x)
-#define PRAGMA(x) PRAGMA_(x)  // x macro-expanded first
-#if TUNROLL > 0
-#define T_UNROLL PRAGMA(unroll TUNROLL)
-#else
-#define T_UNROLL
 #endif
 #if FRAGDB
 #define K_LOOP k_loop_frag
@@ -332,7 +320,6 @@ __device__ __forceinline__ void k_loop(float (*As)[BM * BK], float (*Bs)[BK * BN
         }
         cp_async_commit();  // empty groups too: the wait below counts groups
     }
-    T_UNROLL
     for (int t = 0; t < tiles; ++t) {
         cp_async_wait<STAGES - 2>();  // this thread's copies of tile t have landed ...
         __syncthreads();         // ... everyone's, and stage (t-1) % STAGES is free again
@@ -401,7 +388,6 @@ __device__ __forceinline__ void k_loop_frag(float (*As)[BM * BK], float (*Bs)[BK
     float bf[2][TN];
     load_a_frag<SWZ, 0>(As[0], af[0], arow);
     load_b_frag(Bs[0], 0, bf[0], bcol);
-    T_UNROLL
     for (int t = 0; t < tiles; ++t) {
         const int cur = t % STAGES, nxt = (t + 1) % STAGES;
         frag_steps<SWZ, 0>(As[cur], Bs[cur], af, bf, acc, arow, bcol);

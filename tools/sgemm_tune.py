@@ -4,6 +4,8 @@ both in one process, at 4096.
 
   python tools/sgemm_tune.py build DIR [SWEEP]   # no GPU: nvcc each candidate to DIR/*.cubin
   python tools/sgemm_tune.py run DIR [OUT.json]  # GPU (CuPy): check, time, print a table
+  python tools/sgemm_tune.py measure [OUT.json]  # GPU (pycuda): config.yaml's pipe tiles
+                                                 # through the matmul experiment's measure()
 
 build compiles with the options GpuSession.compile passes (-O3 -lineinfo, sm_90 for the
 H100) and writes DIR/index.json (defines, registers, spills). run needs only CuPy and numpy:
@@ -44,7 +46,7 @@ SMEM = 48 * 1024  # static shared memory of a block
 # the rung's default before this search: timed again beside the leaders
 BASELINE = {"bm": 64, "bn": 128, "bk": 16, "wm": 32, "wn": 64, "wtm": 4, "stages": 2,
             "threads": 128}
-OFF = {"fragdb": 0, "minb": 1, "korder": 0, "slab": 0, "tunroll": 0, "group": 0}
+OFF = {"fragdb": 0, "minb": 1, "korder": 0, "slab": 0, "group": 0}
 
 
 def is_baseline(p: dict[str, int]) -> bool:
@@ -76,16 +78,15 @@ def _tile(bm, bn, bk, wm, wn, wtm, th, st, **kw) -> dict[str, int]:
 
 
 def sweep2() -> list[dict[str, int]]:
-    """Around sweep 1's leaders: the FFMA order (korder), k depth 32 in 16-deep slabs (slab),
-    the k loop unrolled twice (tunroll) for the register-buffered loop."""
+    """Around sweep 1's leaders: the FFMA order (korder), k depth 32 in 16-deep slabs (slab).
+    (As run on 2026-11-26 it also had TUNROLL 2, an unroll pragma since removed.)"""
     out = []
     for (bk, st, slab), ko in itertools.product(((16, 2, 0), (16, 4, 0), (32, 2, 1)),
                                                 (0, 1, 2)):
         t = _tile(64, 128, bk, 32, 64, 4, 128, st) | ({"slab": 1} if slab else {})
         out.append(t | {"korder": ko})
         if ko != 1:
-            out += [t | {"korder": ko, "fragdb": 1, "minb": mb} | ({"tunroll": tu} if tu else {})
-                    for mb, tu in itertools.product((1, 3), (0, 2))]
+            out += [t | {"korder": ko, "fragdb": 1, "minb": mb} for mb in (1, 3)]
     for (bm, bn), ko in itertools.product(((256, 128), (128, 256)), (0, 1, 2)):
         out.append(_tile(bm, bn, 16, 64, 64, 4, 256, 2, korder=ko))
     out += [_tile(128, 64, 32, 64, 32, 8, 128, 2, slab=1),
@@ -93,7 +94,17 @@ def sweep2() -> list[dict[str, int]]:
     return out
 
 
-SWEEPS = {"1": sweep1, "2": sweep2}
+def sweep3() -> list[dict[str, int]]:
+    """Sweep 2's leaders and the rung's old default, measured again."""
+    return [_tile(128, 256, 16, 64, 64, 4, 256, 2, korder=2),
+            _tile(256, 128, 16, 64, 64, 4, 256, 2, korder=2),
+            _tile(64, 128, 16, 32, 64, 4, 128, 2, korder=2),
+            _tile(64, 128, 16, 32, 64, 4, 128, 4, korder=2),
+            _tile(64, 128, 32, 32, 64, 4, 128, 2, korder=2, slab=1, fragdb=1, minb=3),
+            _tile(64, 128, 16, 32, 64, 4, 128, 2)]
+
+
+SWEEPS = {"1": sweep1, "2": sweep2, "3": sweep3}
 
 
 def defines(c: dict[str, int]) -> dict[str, int]:
@@ -238,8 +249,8 @@ def run(d: Path, out_json: Path | None, n: int = 4096, leaders: int = 8) -> None
 
 
 def table(rows: list[dict], cub_err: float, leaders: int) -> str:
-    keys = ("bm", "bn", "bk", "wm", "wn", "wtm", "stages", "threads", "fragdb", "minb", "group",
-            "korder", "slab", "tunroll")
+    keys = ("bm", "bn", "bk", "wm", "wn", "wtm", "stages", "threads", "fragdb", "minb", "korder",
+            "slab", "group")
     lines = [f"cuBLAS SGEMM error {cub_err:.1e}; % = cuBLAS median / kernel median, same rounds",
              f"{'tile':<48}{'regs':>5}{'TFLOP/s':>9}{'cuBLAS':>8}{'%':>7}"
              f"{'again':>8}{'cuBLAS':>8}{'%':>7}  err / odd sizes"]
@@ -256,10 +267,36 @@ def table(rows: list[dict], cub_err: float, leaders: int) -> str:
     return "\n".join(lines)
 
 
+def measure(out_json: Path | None, n: int = 4096) -> None:
+    """The pipelined rung at n through the matmul experiment's own measure() (pycuda, the
+    harness's timing, the float64 CPU check), on config.yaml's pipe tiles and BASELINE, with
+    dbuf and cuBLAS in the same process: scripts/bench_matmul_ladder.py's run()."""
+    import importlib.util
+
+    import yaml
+
+    sys.path.insert(0, str(ROOT))
+    from cudalab.experiments import matmul as mm
+
+    tiles = yaml.safe_load((ROOT / "config.yaml").read_text())["experiments"]["matmul"][
+        "pipe_tiles"]
+    mm.DEFAULT_PIPE_TILES[:] = tiles + [BASELINE]  # the schema's default: this very list
+    spec = importlib.util.spec_from_file_location("bench", ROOT / "scripts" /
+                                                  "bench_matmul_ladder.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = bench.run([n], ["dbuf", "pipelined", "cublas"], 1.0)
+    print(bench.format_table(rows))
+    if out_json:
+        out_json.write_text(json.dumps(rows, indent=1, default=float))
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "build":
         build(Path(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "2")
     elif sys.argv[1] == "run":
         run(Path(sys.argv[2]), Path(sys.argv[3]) if len(sys.argv) > 3 else None)
+    elif sys.argv[1] == "measure":
+        measure(Path(sys.argv[2]) if len(sys.argv) > 2 else None)
     else:
         sys.exit(__doc__)
