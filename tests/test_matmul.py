@@ -140,8 +140,8 @@ def test_default_grid_expansion_counts():
     assert by == {"cpu": n_cpu, "naive": 2 * n_sizes, "tiled": 2 * 3 * n_sizes,
                   "tiled_padded": 3 * n_sizes, "tiled_conflict": 3 * n_sizes,
                   "register": 3 * n_sizes, "vec4": 2 * n_sizes, "dbuf": 2 * n_sizes,
-                  "warptile": 5 * n_sizes, "cublas": 2 * n_sizes}
-    assert len(pts) == 173 and len({p.point_id for p in pts}) == 173
+                  "warptile": 5 * n_sizes, "pipelined": 2 * n_sizes, "cublas": 2 * n_sizes}
+    assert len(pts) == 185 and len({p.point_id for p in pts}) == 185
     assert sum(not p.gpu for p in pts) == n_cpu
     f64 = [p for p in pts if p.params.get("dtype") == "float64"]
     assert len(f64) == 5 * n_sizes and {p.variant for p in f64} == set(mm.FP64_VARIANTS)
@@ -1232,7 +1232,7 @@ def test_compile_variants_cover_every_ladder_kernel_and_tile():
         assert {cv.file for cv in by[k]} == {"matmul_pipeline.cu"}
     assert by["matmul_swizzled"][1].defines == {"BM": 64, "BN": 128, "BK": 16, "WM": 32,
                                                 "WN": 64, "WTM": 4, "STAGES": 4,
-                                                "NTHREADS": 128}
+                                                "NTHREADS": 128, "KORDER": 2}
     config = cfg.validate({"experiments": {"matmul": {
         "warp_tiles": mm.DEFAULT_WARP_TILES[:1], "vec4_tiles": [{"rt": 4, "bt": 64, "bk": 8}]}}})
     got = EXP.compile_variants(config)

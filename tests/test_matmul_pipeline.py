@@ -26,14 +26,17 @@ def _d(t: dict[str, int]) -> dict[str, int]:
     return mm.kernel_defines(Point("matmul", "swizzled", dict(t)))
 
 
-def a_swz(r: int, bk: int, wtm: int) -> int:
-    ach = bk // 4
-    return (r // (8 // ach)) & (wtm * ach // 8 - 1)
+def a_swz(r: int, bk: int, wtm: int, slab: int = 0) -> int:
+    sch = min(bk, 16) // 4 if slab else bk // 4  # chunks in a row of a slab
+    return (r // (8 // sch)) & (wtm * sch // 8 - 1)
 
 
-def a_off(r: int, c: int, bk: int, wtm: int, swizzled: bool) -> int:
-    """Float offset of 16-byte chunk c of row r in the A tile (a_off in the kernel)."""
-    return r * bk + 4 * ((c ^ a_swz(r, bk, wtm)) if swizzled else c)
+def a_off(r: int, c: int, bk: int, wtm: int, swizzled: bool, bm: int = 0, slab: int = 0) -> int:
+    """Float offset of 16-byte chunk c of row r in the A tile (a_off in the kernel): slab
+    c // sch of bm rows (slab: 16-deep k slabs; otherwise one slab of bk), its row r."""
+    ak = min(bk, 16) if slab else bk
+    s, cc = divmod(c, ak // 4)
+    return s * bm * ak + r * ak + 4 * ((cc ^ a_swz(r, bk, wtm, slab)) if swizzled else cc)
 
 
 def pipe_ownership(d: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
@@ -64,7 +67,7 @@ def _load_stage(A, B, d, r0, c0, k0, interior, swizzled):
         if interior:
             assert gr < M and gc + 3 < K and (gr * K + gc) % 4 == 0
         v = [A[gr, gc + j] if gr < M and gc + j < K else 0.0 for j in range(4)]
-        o = a_off(r, c, bk, d["WTM"], swizzled)
+        o = a_off(r, c, bk, d["WTM"], swizzled, bm, d.get("SLAB", 0))
         assert np.isnan(As[o:o + 4]).all()  # no chunk written twice
         As[o:o + 4] = v
     for e in range(bk * bn // 4):
@@ -94,7 +97,8 @@ def emulate_pipeline(A, B, d, swizzled):
         for k0 in range(0, K, bk):
             As, Bs = _load_stage(A, B, d, r0, c0, k0, interior, swizzled)
             for c in range(bk // 4):
-                offs = np.vectorize(lambda r, c=c: a_off(r, c, bk, d["WTM"], swizzled))(rows)
+                offs = np.vectorize(lambda r, c=c: a_off(r, c, bk, d["WTM"], swizzled, bm,
+                                                         d.get("SLAB", 0)))(rows)
                 a = As[offs[..., None] + np.arange(4)]  # (threads, TM, 4 k)
                 for kk in range(4):
                     b = Bs[(4 * c + kk) * bn + cols]
@@ -107,7 +111,7 @@ def emulate_pipeline(A, B, d, swizzled):
 
 
 TILES = [mm._pt(64, 64, 16, 32, 32, 4, 3, 128), mm._pt(32, 64, 8, 32, 32, 8, 2, 64),
-         mm._pt(64, 32, 32, 32, 32, 4, 2, 64)]
+         mm._pt(64, 32, 32, 32, 32, 4, 2, 64), mm._pt(64, 32, 32, 32, 32, 4, 2, 64, slab=1)]
 
 
 @pytest.mark.parametrize("swizzled", [False, True])
@@ -148,7 +152,8 @@ def lds128_wavefronts(words) -> int:
 def _a_read_passes(t: dict[str, int], swizzled: bool) -> int:
     rows, _ = pipe_ownership(_d(t))
     warp0 = rows[:32]
-    return max(lds128_wavefronts([a_off(r, c, t["bk"], t["wtm"], swizzled)
+    return max(lds128_wavefronts([a_off(r, c, t["bk"], t["wtm"], swizzled, t["bm"],
+                                        t.get("slab", 0))
                                   for r in warp0[:, i]])
                for i in range(warp0.shape[1]) for c in range(t["bk"] // 4))
 
@@ -169,6 +174,8 @@ def test_the_measured_conflicts():
     assert _a_read_passes(mm._pt(64, 128, 32, 32, 64, 4, 2, 128), False) == 4
     assert _a_read_passes(mm._pt(64, 128, 16, 32, 64, 4, 2, 128), False) == 2
     assert _a_read_passes(mm._pt(64, 128, 32, 32, 64, 4, 2, 128), True) == 2
+    # 16-deep k slabs read at bk 32 as bk 16 does, without the swizzle's registers
+    assert _a_read_passes(mm._pt(64, 128, 32, 32, 64, 4, 2, 128, slab=1), False) == 2
 
 
 def test_b_reads_and_a_copies_are_conflict_free():
@@ -195,17 +202,19 @@ def test_kernel_source_matches_the_python_rules():
     assert "STAGES * 4 * BK * (BM + BN) <= 48 * 1024" in PIPE_CU
     assert "cp.async.cg.shared.global [%0], [%1], 16;" in PIPE_CU
     assert "cp.async.wait_group %0;" in PIPE_CU
-    assert "return (r / (8 / ACH)) & (WTM * ACH / 8 - 1);" in PIPE_CU  # a_swz above
+    assert "return (r / (8 / SCH)) & (WTM * SCH / 8 - 1);" in PIPE_CU  # a_swz above
+    assert "return s * (BM * AK) + r * AK + ((SWZ ? (cc ^ a_swz(r)) : cc) << 2);" in PIPE_CU
     for name in ("matmul_pipelined", "matmul_swizzled"):
         assert f"\n{name}(" in PIPE_CU, name
     enums = mm.PIPE_ENUMS
     assert set(enums["wtm"]) == {4, 8} and set(enums["bk"]) == {8, 16, 32}
     assert re.search(r"STAGES >= 2 && STAGES <= 8", PIPE_CU) and enums["stages"] == list(
         range(2, 9))
-    assert "#if KORDER" in PIPE_CU
+    for knob in ("KORDER == 1", "KORDER == 2", "FRAGDB", "SLAB && BK > 16"):
+        assert f"#if {knob}" in PIPE_CU or f"#elif {knob}" in PIPE_CU, knob
     with pytest.raises(cfg.ConfigError):
         cfg.validate({"experiments": {"matmul": {"pipe_tiles": [
-            mm.DEFAULT_PIPE_TILES[0] | {"korder": 2}]}}})
+            mm.DEFAULT_PIPE_TILES[0] | {"korder": 3}]}}})
 
 
 def test_defines_launch_geometry_and_points():
@@ -226,7 +235,7 @@ def test_defines_launch_geometry_and_points():
     )["experiments"]["matmul"]
     pts = mm.Matmul().points(blk)
     assert [x.point_id for x in pts] == [  # the optional keys only where they are set
-        "swizzled-m64-k64-n64-bm64-bn128-bk16-wm32-wn64-wtm4-stages2-threads128",
+        "swizzled-m64-k64-n64-bm64-bn128-bk16-wm32-wn64-wtm4-stages2-threads128-korder2",
         "swizzled-m64-k64-n64-bm64-bn128-bk16-wm32-wn64-wtm4-stages4-threads128"]
 
 

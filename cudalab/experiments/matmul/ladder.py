@@ -51,9 +51,11 @@ DEFAULT_WARP_TILES = [
 ]
 
 # pipelined and swizzled (cuda/matmul_pipeline.cu): a warp tile of wtm x (32/wtm) threads,
-# `stages` shared-memory stages filled by cp.async. The defaults lead the tile search on an
-# H100 (reports/reference/NVIDIA-H100-80GB-HBM3/sgemm-ladder-2026-11-25): 128 threads, 8 x 8
-# outputs each, 168 registers, three blocks per SM.
+# `stages` shared-memory stages filled by cp.async. The defaults lead the tile searches on an
+# H100 (reports/reference/NVIDIA-H100-80GB-HBM3/sgemm-ladder-2026-11-25 and
+# sgemm-tune-2026-11-26): 128 threads, 8 x 8 outputs each, 168 registers, three blocks per SM,
+# the FFMAs in korder 2. The faster 128x256 tile (16 x 8 outputs, 255 registers) is named in
+# config.yaml rather than here: swizzled, which shares these tiles, spills there.
 PIPE_KEYS = ("bm", "bn", "bk", "wm", "wn", "wtm", "stages", "threads")
 PIPE_ENUMS: dict[str, list[int]] = {
     "bm": [32, 64, 128, 256], "bn": [32, 64, 128, 256], "bk": [8, 16, 32],
@@ -62,18 +64,23 @@ PIPE_ENUMS: dict[str, list[int]] = {
 }
 
 
-# optional: the FFMA order. It changes nothing but the compiler's register allocation
-# (measured on the H100: no gain, see the notes there).
-PIPE_OPTIONAL: dict[str, list[int]] = {"korder": [0, 1]}
+# optional (the kernel's KORDER, FRAGDB, SLAB, MINB, GROUP): korder, the FFMA order (0 row by
+# row, 1 column by column, 2 row by row with the columns back and forth), changes nothing but
+# the compiler's register allocation and schedule, and 2 gained 1.1 to 2.4 points of cuBLAS
+# on an H100; fragdb double-buffers a thread's fragments in registers; slab stores A in
+# 16-deep k slabs (conflict-free reads at bk 32); minb is __launch_bounds__' blocks per SM (a
+# register cap); group runs the blocks `group` block rows at a time (L2 reuse of B).
+PIPE_OPTIONAL: dict[str, list[int]] = {"korder": [0, 1, 2], "fragdb": [0, 1], "slab": [0, 1],
+                                       "minb": [1, 2, 3, 4], "group": [0, 4, 8, 16]}
 
 
-def _pt(bm, bn, bk, wm, wn, wtm, stages, threads) -> dict[str, int]:
-    return dict(zip(PIPE_KEYS, (bm, bn, bk, wm, wn, wtm, stages, threads)))
+def _pt(bm, bn, bk, wm, wn, wtm, stages, threads, **opt) -> dict[str, int]:
+    return dict(zip(PIPE_KEYS, (bm, bn, bk, wm, wn, wtm, stages, threads))) | opt
 
 
 DEFAULT_PIPE_TILES = [
-    _pt(64, 128, 16, 32, 64, 4, 2, 128),
-    _pt(64, 128, 16, 32, 64, 4, 4, 128),
+    _pt(64, 128, 16, 32, 64, 4, 2, 128, korder=2),
+    _pt(64, 128, 16, 32, 64, 4, 4, 128, korder=2),
     _pt(128, 64, 16, 32, 64, 4, 2, 128),
 ]
 
@@ -181,8 +188,9 @@ LADDER_NOTES = {
                  "deep, with one barrier per tile and no staging registers; blocks wholly "
                  "inside the matrices run a k loop without bounds checks. cp.async cannot "
                  "transpose, so A stays row-major and a thread reads its A values as float4 "
-                 "along k (four k steps per load). Fewer instructions per FFMA than dbuf and "
-                 "three 128-thread blocks per SM: the issue slots, not memory, set the pace.",
+                 "along k (four k steps per load). Fewer instructions per FFMA than dbuf: the "
+                 "issue slots, not memory, set the pace, and the FFMA order the compiler "
+                 "allocates registers from (korder) decides the last few per cent.",
     "swizzled": "pipelined with the A tile's 16-byte chunks XOR-swizzled by row: the rows a "
                 "warp reads with one float4 load fall into different bank groups. It removes "
                 "the conflicts of the tiles that have them (k depth 32, or 8 threads along m), "
