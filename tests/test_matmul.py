@@ -1241,6 +1241,16 @@ def test_compile_variants_cover_every_ladder_kernel_and_tile():
     assert len([cv for cv in got if cv.kernel == "matmul_warptile"]) == 1
 
 
+def test_a_rung_the_run_never_launches_is_analysed_at_its_default_tiles():
+    big = {"bm": 128, "bn": 256, "bk": 16, "wm": 64, "wn": 64, "wtm": 4, "stages": 2,
+           "threads": 256, "korder": 2}
+    config = cfg.validate({"experiments": {"matmul": {
+        "variants": ["naive", "pipelined"], "pipe_tiles": [big]}}})
+    got = EXP.compile_variants(config)
+    assert [cv.params for cv in got if cv.kernel == "matmul_pipelined"] == [big]
+    assert [cv.params for cv in got if cv.kernel == "matmul_swizzled"] == mm.DEFAULT_PIPE_TILES
+
+
 # -- the ladder figure, tables and expectation ---------------------------------------------
 def test_ladder_figure_labels_each_step_with_pct_of_cublas_and_of_peak(tmp_path):
     import matplotlib

@@ -301,16 +301,19 @@ class Matmul(Experiment):
     def compile_variants(self, config: dict[str, Any] | None) -> list[base.CompileVariant]:
         """matmul_register, matmul_vec4, matmul_dbuf, matmul_warptile, matmul_pipelined and
         matmul_swizzled exist only under their tile's -D defines: one variant per tile of the
-        run's block (or the defaults)."""
+        run's block for the variants it runs, the defaults for the others (a tile chosen for
+        one rung, e.g. pipelined's 128x256, may spill in a rung that shares the key but is
+        never launched with it)."""
         blk = self.settings_in(config)
-        tiles = {"register": blk.get("register_tiles") or DEFAULT_REGISTER_TILES,
-                 "vec4": blk.get("vec4_tiles") or DEFAULT_VEC4_TILES,
-                 "warptile": blk.get("warp_tiles") or DEFAULT_WARP_TILES,
-                 "pipe": blk.get("pipe_tiles") or DEFAULT_PIPE_TILES}
-        shared = {"dbuf": "vec4", "pipelined": "pipe", "swizzled": "pipe"}
+        ran = set(blk.get("variants") or VARIANTS)
+        defaults = {"register_tiles": DEFAULT_REGISTER_TILES, "vec4_tiles": DEFAULT_VEC4_TILES,
+                    "warp_tiles": DEFAULT_WARP_TILES, "pipe_tiles": DEFAULT_PIPE_TILES}
+        key = {"register": "register_tiles", "vec4": "vec4_tiles", "dbuf": "vec4_tiles",
+               "warptile": "warp_tiles", "pipelined": "pipe_tiles", "swizzled": "pipe_tiles"}
         out = []
         for v in ("register", "vec4", "dbuf", "warptile", *PIPELINE_KERNELS):
-            for t in tiles[shared.get(v, v)]:
+            tiles = (blk.get(key[v]) if v in ran else None) or defaults[key[v]]
+            for t in tiles:
                 tile = {k: int(x) for k, x in t.items()}
                 p = Point(self.name, v, tile)
                 out.append(base.CompileVariant(kernel_source(p), f"matmul_{v}",
