@@ -29,9 +29,6 @@ ROOT = Path(__file__).resolve().parent.parent
 REFERENCES = {
     "H100": ROOT / "reports" / "reference" / "NVIDIA-H100-80GB-HBM3" / "results.csv",
     "H200": ROOT / "reports" / "reference" / "NVIDIA-H200" / "results.csv",
-    # the previous H100 reference, profiled by Nsight Compute (the current one is not): the
-    # claims that read the profiler's counters are judged there
-    "H100 2026-11-25": ROOT / "tests" / "data" / "h100_reference_2026-11-25.csv.gz",
     # tensor_cores is off in the default grid: its own H100 run is its reference
     "H100 tensor cores": ROOT / "reports" / "reference" / "NVIDIA-H100-80GB-HBM3"
     / "tensor-cores-2026-11-25" / "results-run1.csv",
