@@ -29,6 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 REFERENCES = {
     "H100": ROOT / "reports" / "reference" / "NVIDIA-H100-80GB-HBM3" / "results.csv",
     "H200": ROOT / "reports" / "reference" / "NVIDIA-H200" / "results.csv",
+    # the last H100 run with Nsight Compute on: the claims that read the profiler's counters
+    "H100 profiled": ROOT / "tests" / "data" / "h100_profiled_2026-11-25.csv.gz",
     # tensor_cores is off in the default grid: its own H100 run is its reference
     "H100 tensor cores": ROOT / "reports" / "reference" / "NVIDIA-H100-80GB-HBM3"
     / "tensor-cores-2026-11-25" / "results-run1.csv",

@@ -66,7 +66,7 @@ def test_run_against_itself_is_same_everywhere(base):
 def test_quiet_point_has_little_noise(base):
     [b] = compare.load_runs(base)
     row = b.points[b.points["point_id"] == QUIET].iloc[0]
-    assert row["noise"] < 0.02 and row["n_samples"] >= 10
+    assert row["noise"] < 0.02 and row["n_samples"] >= 5  # a later trial's minimum
 
 
 @pytest.mark.parametrize("factor,expected", [(1.20, "slower"), (1.01, "same"),
@@ -170,12 +170,14 @@ def test_a_folder_with_two_gpus_is_two_runs(base, tmp_path):
     """A GPU-model sweep keeps each model's records in raw/<experiment>/<model>/."""
     sweep = tmp_path / "sweep"
     for model, name, factor in (("h100", "NVIDIA H100 80GB HBM3", 1.0),
-                                ("h200", "NVIDIA H200", 0.5)):
+                                ("h200", "NVIDIA H200", 0.2)):
         shutil.copytree(base / "raw" / "matmul", sweep / "raw" / "matmul" / model)
         for p in (sweep / "raw" / "matmul" / model).glob("[!_]*.json"):
             rec = json.loads(p.read_text())
             rec["provenance"]["gpu_name"] = name
             rec["timing"]["samples_s"] = [s * factor for s in rec["timing"]["samples_s"]]
+            for t in rec["timing"].get("trials", []):  # each trial's median moves too
+                t["median"] *= factor
             p.write_text(json.dumps(rec))
     shutil.copytree(base / "raw" / "static_analysis", sweep / "raw" / "static_analysis")
     runs = compare.load_runs(sweep)
@@ -183,7 +185,7 @@ def test_a_folder_with_two_gpus_is_two_runs(base, tmp_path):
     assert all("static_analysis" in set(r.points["experiment"]) for r in runs)
     cmp = compare.compare_runs(runs[0], runs[1:])
     gpu_points = cmp[cmp["experiment"] == "matmul"]
-    assert np.allclose(gpu_points["ratio"], 0.5)
+    assert np.allclose(gpu_points["ratio"], 0.2)
     kernels = gpu_points["variant"] != "cpu"
     assert set(gpu_points.loc[kernels, "verdict"]) == {"faster"}
     # the numpy reference is host work: beyond the bar it is unstable, never faster

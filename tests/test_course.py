@@ -35,7 +35,9 @@ def test_every_lesson_matches_a_point_of_the_default_grid(rows, h100):
         if r["experiment"] in measured:
             assert r["check"] in ("seen", "not seen"), r
             if r["why"]["kind"] == "claim":
-                assert r["why"]["state"] in ("seen", "not seen"), r
+                # a reason read from the profiler's counters needs a run that profiled
+                assert r["why"]["state"] in ("seen", "not seen") \
+                    or "profiled" in r["why"]["evidence"], r
 
 
 def test_every_reason_is_a_claim_or_a_hypothesis_with_its_test():

@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from cudalab import fmt
+
 ORDER = ["fp32", "tf32", "bf16", "fp16"]
 VARIANT_LABEL = {"wmma": "WMMA", "mma": "mma.sync + ldmatrix + cp.async", "cublas": "cuBLAS"}
 
@@ -126,9 +128,14 @@ def _plot_tflops(b: pd.DataFrame):
     precs = [p for p in ORDER if (b["p_precision"] == p).any()]
     if not precs:
         return None
-    fig, axes = plt.subplots(1, len(precs), figsize=(3.6 * len(precs), 4), squeeze=False,
+    # up to three panels in a row; four (every precision) as two by two, to fit a page
+    ncols = len(precs) if len(precs) <= 3 else 2
+    nrows = -(-len(precs) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.6 * ncols, 3.6 * nrows), squeeze=False,
                              sharey=True)
-    for ax, prec in zip(axes[0], precs):
+    for ax in axes.flat[len(precs):]:
+        ax.set_visible(False)
+    for ax, prec in zip(axes.flat, precs):
         sub = b[b["p_precision"] == prec].sort_values("flops")
         for v, g in sub.groupby("variant"):
             ax.plot(np.cbrt(g["flops"] / 2), g["gflops"] / 1e3, marker="o",
@@ -137,8 +144,13 @@ def _plot_tflops(b: pd.DataFrame):
             ax.axhline(float(sub["m_peak_precision_gflops"].max()) / 1e3, color="grey", ls="--",
                        lw=1, label="dense peak")
         ax.set(xscale="log", yscale="log", title=prec, xlabel="n (cube root of m k n, log)")
+        # the measured sizes as the ticks: log minor labels (3x10^3, 4x10^3) collide
+        sizes = sorted({round(float(x)) for x in np.cbrt(sub["flops"] / 2)})
+        ax.set_xticks(sizes, [fmt.integer(x) for x in sizes])
+        ax.xaxis.set_minor_formatter(plt.NullFormatter())
         ax.legend(fontsize=7)
-    axes[0][0].set_ylabel("TFLOP/s (log)")
+    for row in axes:
+        row[0].set_ylabel("TFLOP/s (log)")
     fig.tight_layout()
     return fig
 
