@@ -160,16 +160,8 @@ def _record_row(rec: dict[str, Any]) -> dict[str, Any]:
             "n_samples": int(samples.size), "method": str(t.get("timer") or ""),
             "trial_spread": float(t.get("trial_spread", math.nan)),
             "floor_s": float((rec.get("floor") or {}).get("floor_s", math.nan)),
-            "blocks": _number((rec.get("launch") or {}).get("blocks")),
-            "sm_count": _number((rec["provenance"] or {}).get("sm_count"))}
-
-
-def _number(v: Any) -> float:
-    """A recorded count as a float, NaN where a record (an older one) does not have it."""
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return math.nan
+            "blocks": results.number((rec.get("launch") or {}).get("blocks")),
+            "sm_count": results.number((rec["provenance"] or {}).get("sm_count"))}
 
 
 def _from_records(folder: Path, files: list[Path]) -> pd.DataFrame:

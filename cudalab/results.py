@@ -354,7 +354,9 @@ def _safe_div(a: Any, b: Any) -> float:
     return a / b if b > 0 and not math.isnan(a) else math.nan
 
 
-def _num(v: Any) -> float:
+def number(v: Any) -> float:
+    """A recorded value as a float, NaN where it is missing or not a number (an older
+    record's field)."""
     try:
         return float(v)
     except (TypeError, ValueError):
@@ -375,24 +377,24 @@ def ceiling_columns(work: dict[str, Any], timing: dict[str, Any], median: float
     """The measured-ceiling columns of a row, from its record's work (declared work, the
     device's peaks and the job's measured ceilings), its timing's cold_l2 setting and the
     median time (NaN for rows that are not ok: they carry no speed)."""
-    flops, nbytes = _num(work.get("flops")), _num(work.get("bytes"))
-    ws = _num(work.get("working_set"))
+    flops, nbytes = number(work.get("flops")), number(work.get("bytes"))
+    ws = number(work.get("working_set"))
     ws = ws if math.isfinite(ws) else nbytes
     cold = bool((timing.get("harness") or {}).get("cold_l2", False))
-    level = memory_level(ws, _num(work.get("l2_bytes")), cold)
-    med = _num(median)
+    level = memory_level(ws, number(work.get("l2_bytes")), cold)
+    med = number(median)
     gbps, gflops = _safe_div(nbytes, med) / 1e9, _safe_div(flops, med) / 1e9
-    ceil_gbps = _num(work.get({"l2": "ceil_l2_gbps", "dram": "ceil_dram_gbps"}.get(level, "")))
-    ceil_gflops = _num(work.get("ceil_fp32_gflops"))
+    ceil_gbps = number(work.get({"l2": "ceil_l2_gbps", "dram": "ceil_dram_gbps"}.get(level, "")))
+    ceil_gflops = number(work.get("ceil_fp32_gflops"))
     pct_gbps = 100 * _safe_div(gbps, ceil_gbps)
     pct_gflops = 100 * _safe_div(gflops, ceil_gflops)
     return {
-        "peak_fp32_gflops": _num(work.get("peak_fp32_gflops")),
-        "ceil_dram_gbps": _num(work.get("ceil_dram_gbps")),
-        "ceil_l2_gbps": _num(work.get("ceil_l2_gbps")),
-        "ceil_smem_gbps": _num(work.get("ceil_smem_gbps")),
+        "peak_fp32_gflops": number(work.get("peak_fp32_gflops")),
+        "ceil_dram_gbps": number(work.get("ceil_dram_gbps")),
+        "ceil_l2_gbps": number(work.get("ceil_l2_gbps")),
+        "ceil_smem_gbps": number(work.get("ceil_smem_gbps")),
         "ceil_fp32_gflops": ceil_gflops,
-        "l2_bytes": _num(work.get("l2_bytes")),
+        "l2_bytes": number(work.get("l2_bytes")),
         "working_set_bytes": ws,
         "memory_level": level,
         "pct_ceil_gbps": pct_gbps,
