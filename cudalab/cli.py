@@ -9,6 +9,8 @@
   cudalab figures EXPERIMENT                results.csv -> results/figures/EXPERIMENT/*.png|svg
   cudalab run-figures                       results.csv, telemetry -> results/figures/_roofline,
                                            results/figures/_telemetry (figures + index.json)
+  cudalab compare-figures                   results.csv, report.baselines -> results/figures/
+                                           _compare (time ratios per experiment + index.json)
   cudalab report                            -> results/report.html
   cudalab slides                            -> results/slides/EXPERIMENT.png|svg, index.html
   cudalab compare RUN... [--baseline DIR]    point-by-point verdicts against a baseline
@@ -177,6 +179,21 @@ def cmd_run_figures(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare_figures(a: argparse.Namespace) -> int:
+    from cudalab import roofline, run_figures
+    from cudalab.compare import CompareError
+
+    config = _config(a.config)
+    try:
+        n = run_figures.draw_comparisons(roofline.load_table(Path(a.table)), config,
+                                         Path(a.out))
+    except CompareError as exc:  # a report.baselines folder missing, empty or unmatched
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"comparison figures: {n}")
+    return 0
+
+
 def cmd_report(a: argparse.Namespace) -> int:
     from cudalab import report, roofline
     from cudalab.compare import CompareError
@@ -265,6 +282,12 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--results", default="results", help="the folder whose telemetry is drawn")
     s.add_argument("--out", default="results/figures")
     s.set_defaults(fn=cmd_run_figures)
+    s = sub.add_parser("compare-figures",
+                       help="this run's time ratios against report.baselines, per experiment")
+    s.add_argument("--config", default="config.yaml")
+    s.add_argument("--table", default="results/results.csv")
+    s.add_argument("--out", default="results/figures")
+    s.set_defaults(fn=cmd_compare_figures)
     s = sub.add_parser("report")
     s.add_argument("--config", default="config.yaml")
     s.add_argument("--table", default="results/results.csv")

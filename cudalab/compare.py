@@ -690,25 +690,28 @@ def verdict_summary(cmp: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
-def ratio_figure(sub: pd.DataFrame, experiment: str, max_hue: int = 8) -> str:
-    """PNG (data: URI) of the time ratios of one experiment's points by variant, hue = the
-    baseline (pooled into boxes when there are many baselines)."""
-    import base64
-    import io
-
+def ratio_figure(sub: pd.DataFrame, experiment: str, max_hue: int = 8):
+    """The time ratios of one experiment's points by variant (a matplotlib Figure), hue =
+    the baseline (pooled into boxes when there are many baselines). The strip plot's jitter
+    is seeded: the same comparison draws the same figure."""
     from cudalab.figures import setup_style
 
-    setup_style()  # the style of every other figure: the report step sets none of its own
+    setup_style()  # the style of every other figure
     import matplotlib.pyplot as plt
     import matplotlib.ticker
     import seaborn as sns
 
     d = sub.dropna(subset=["ratio"])
     fig, ax = plt.subplots(figsize=(8, 3.6))
-    if d["baseline"].nunique() <= max_hue:
-        sns.stripplot(d, x="variant", y="ratio", hue="baseline", dodge=True, ax=ax, size=4)
-    else:
-        sns.boxplot(d, x="variant", y="ratio", ax=ax, color="#8da0cb")
+    state = np.random.get_state()  # seaborn's jitter draws from numpy's global generator
+    np.random.seed(0)
+    try:
+        if d["baseline"].nunique() <= max_hue:
+            sns.stripplot(d, x="variant", y="ratio", hue="baseline", dodge=True, ax=ax, size=4)
+        else:
+            sns.boxplot(d, x="variant", y="ratio", ax=ax, color="#8da0cb")
+    finally:
+        np.random.set_state(state)
     ax.axhline(1.0, color="#333", lw=0.8)
     ax.set_yscale("log")
     plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
@@ -718,10 +721,12 @@ def ratio_figure(sub: pd.DataFrame, experiment: str, max_hue: int = 8) -> str:
            xlabel="variant", ylabel="time ratio")
     ax.tick_params(axis="x", labelrotation=30)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
-    plt.close(fig)
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+    return fig
+
+
+def timed_experiments(cmp: pd.DataFrame) -> list[str]:
+    """The experiments of a comparison with at least one time ratio (each gets a figure)."""
+    return sorted(e for e, sub in cmp.groupby("experiment") if sub["ratio"].notna().any())
 
 
 def _section_rows(sub: pd.DataFrame, max_rows: int) -> list[dict[str, Any]]:
@@ -733,10 +738,12 @@ def _section_rows(sub: pd.DataFrame, max_rows: int) -> list[dict[str, Any]]:
              "verdict": r.verdict} for r in rows.itertuples()]
 
 
-def report_context(df: pd.DataFrame, config: dict[str, Any]) -> dict[str, Any]:
+def report_context(df: pd.DataFrame, config: dict[str, Any],
+                   figures: dict[str, str] | None = None) -> dict[str, Any]:
     """What the report template's comparison blocks read (reports/templates/compare*.j2):
     course_rows (the table that opens the report) and comparison (None without baselines:
-    summary, and per experiment rows + figure)."""
+    summary, and per experiment rows + figure). figures: experiment -> the ratio figure's
+    data URI, as the figures step drew it (run_figures.draw_comparisons); none drawn here."""
     from cudalab import course
 
     this = _this_run(df, config)[0] if len(df) else None
@@ -747,11 +754,10 @@ def report_context(df: pd.DataFrame, config: dict[str, Any]) -> dict[str, Any]:
     if cmp is None:
         return ctx
     max_rows = config["report"]["max_table_rows"]
-    sections = {}
-    for exp, sub in cmp.groupby("experiment"):
-        timed = sub["ratio"].notna().any()
-        sections[exp] = {"rows": _section_rows(sub, max_rows), "n_rows": len(sub),
-                         "figure": ratio_figure(sub, exp) if timed else None}
+    figures = figures or {}
+    sections = {exp: {"rows": _section_rows(sub, max_rows), "n_rows": len(sub),
+                      "figure": figures.get(exp)}
+                for exp, sub in cmp.groupby("experiment")}
     ctx["comparison"] = {"this": this.label, "gpu": this.gpu,
                          "summary": verdict_summary(cmp), "sections": sections,
                          "threshold": DEFAULT_THRESHOLD, "k": DEFAULT_RULE.k,

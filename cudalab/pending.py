@@ -6,8 +6,12 @@ more CPUs than any node has), the time limit is above the partition's, the accou
 is invalid, or the job asks for a GPU type no node has (ReqNodeNotAvail). A daemon thread in
 the Snakemake process polls `squeue --me` every POLL_S seconds for this run's jobs (the
 work directory and the plugin's `rule_...` comment). A job whose reason never clears is
-cancelled (`scancel`) with one line saying the reason, the limit and the fix: Snakemake then
-sees the job CANCELLED, the run stops and exits non-zero. A reason that may clear by itself
+cancelled (`scancel`) with one line saying the reason, the limit and the fix, and the run is
+stopped as Ctrl-C stops it (SIGINT to the Snakemake process: its other jobs are cancelled,
+the closing summary leads with that line, exit 1). Waiting for Snakemake to see the job
+CANCELLED is not enough: on a cluster with accounting the executor plugin reads states from
+sacct, which says "CANCELLED by <uid>", a state the plugin (2.8) does not know, so it waits
+for ever (seen on Slurm 22.05 with slurmdbd). A reason that may clear by itself
 (a partition down, nodes drained or reserved, an admin hold) is reported once, not
 cancelled. It is started by the workflow under the Slurm executor (workflow/rules/
 doctor.smk) and stops with the process (or stop()).
@@ -18,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -105,11 +110,17 @@ def missing_gpu_type(job_id: str) -> str:
     return ", ".join(sorted(wanted - have))
 
 
+def interrupt_run() -> None:
+    """Stop this Snakemake run as Ctrl-C does (its handler cancels the run's Slurm jobs)."""
+    os.kill(os.getpid(), signal.SIGINT)
+
+
 class PendingWatch(threading.Thread):
     def __init__(self, workdir: str, poll_s: float = POLL_S,
-                 emit: Callable[[str], None] | None = None) -> None:
+                 emit: Callable[[str], None] | None = None,
+                 stop_run: Callable[[], None] = interrupt_run) -> None:
         super().__init__(name="cudalab-pending-watch", daemon=True)
-        self.workdir, self.poll_s = workdir, poll_s
+        self.workdir, self.poll_s, self.stop_run = workdir, poll_s, stop_run
         self.emit = emit or (lambda line: print(line, file=sys.stderr, flush=True))
         self.stopped = threading.Event()
         self.seen: set[tuple[str, str]] = set()
@@ -125,9 +136,10 @@ class PendingWatch(threading.Thread):
         if code in NEVER_CLEARS and self.cancel(job_id):
             line = message(job_id, comment, reason, cancelled=True, code=code)
             self.cancelled.append(line)
-        else:
-            line = message(job_id, comment, reason, code=code)
-        self.emit(line)
+            self.emit(line)
+            self.stop_run()  # the run cannot finish: stop it now, not when Snakemake notices
+            return
+        self.emit(message(job_id, comment, reason, code=code))
 
     def cancel(self, job_id: str) -> bool:
         try:

@@ -282,7 +282,8 @@ def render(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any], out: Pat
     drawn = run_figures.read(figures_dir)
     ctx = build_context(df, figures_dir, config, drawn["telemetry"], raw_href,
                         drawn["telemetry_summary"], drawn["rooflines"])
-    ctx.update(compare_context(df, config))  # course table + baselines (compare.py)
+    # course table + baselines (compare.py), the ratio figures as the figures step drew them
+    ctx.update(compare_context(df, config, drawn["comparisons"]))
     for s in ctx["sections"]:  # each lesson's handout page shows its course numbers
         s["course_rows"] = [r for r in ctx["course_rows"] if r["experiment"] == s["name"]]
     page = env.get_template("report.html.j2").render(**ctx)

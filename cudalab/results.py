@@ -493,7 +493,7 @@ def conform(df: pd.DataFrame) -> pd.DataFrame:
     df = df[list(COLUMNS) + extra]
     for col, (dtype, _) in COLUMNS.items():
         df[col] = df[col].astype(dtype)
-    return df
+    return df.copy()  # one block per dtype: the per-column casts left the frame fragmented
 
 
 def check_table(df: pd.DataFrame) -> list[str]:
@@ -548,7 +548,7 @@ def read_table(path: Path) -> pd.DataFrame:
         share = (h2d + d2h) / (h2d + ker + d2h)
         df = pd.concat([df, share.where(df["experiment"] == "matmul")
                         .rename("m_gpu_copy_share")], axis=1)
-    return df
+    return df.copy()  # consolidated: the lessons' .assign() on a fragmented frame warns
 
 
 def write_table(df: pd.DataFrame, csv_path: Path) -> list[Path]:

@@ -1,7 +1,8 @@
 """The run's own figures, drawn by the figures step beside each lesson's: the roofline of the
-run and of every experiment that asks for one (figures/_roofline/), and the GPU telemetry of
-every job and of the whole run (figures/_telemetry/). Each folder holds an index.json of what
-was drawn, with its caption, so the report embeds the figures without drawing or computing.
+run and of every experiment that asks for one (figures/_roofline/), the GPU telemetry of
+every job and of the whole run (figures/_telemetry/), and the time ratios against the
+report's baselines, one per experiment (figures/_compare/). Each folder holds an index.json
+of what was drawn, with its caption, so the report embeds the figures without drawing.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from cudalab.experiments import REGISTRY
 
 ROOFLINE_DIR = "_roofline"
 TELEMETRY_DIR = "_telemetry"
+COMPARE_DIR = "_compare"
 INDEX = "index.json"
 
 
@@ -58,6 +60,25 @@ def draw(df: pd.DataFrame, results_dir: Path, figures_dir: Path) -> dict[str, in
             "telemetry": sum(bool(j["png"]) for j in jobs) + bool(summary)}
 
 
+def draw_comparisons(df: pd.DataFrame, config: dict[str, Any], figures_dir: Path) -> int:
+    """Draw this run's time ratios against its baselines (report.baselines and, in a
+    sweep, the other models' folders), one figure per experiment with a timed ratio, into
+    figures_dir/_compare (made, with its index, even with no baseline); returns how many."""
+    from cudalab import compare
+
+    out_dir = Path(figures_dir) / COMPARE_DIR
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cmp = compare.baseline_comparison(df, config) if len(df) else None
+    index = {}
+    if cmp is not None:
+        for exp in compare.timed_experiments(cmp):
+            fig = compare.ratio_figure(cmp[cmp["experiment"] == exp], exp)
+            png = figures.save(fig, out_dir / exp)[0]
+            index[exp] = _relative({"png": str(png)}, out_dir)
+    _write_index(out_dir, index)
+    return len(index)
+
+
 def _relative(entry: dict[str, Any], folder: Path) -> dict[str, Any]:
     """The entry with its png named relative to its index's folder (a folder copied
     elsewhere, a committed reference, still finds its figures)."""
@@ -90,11 +111,15 @@ def _embedded(entry: dict[str, Any], folder: Path) -> dict[str, Any]:
 def read(figures_dir: Path) -> dict[str, Any]:
     """What the figures step drew into figures_dir, embedded for the report: rooflines
     (name -> {src, caption}), telemetry (one entry per GPU job: job_id, status, src,
-    caption) and telemetry_summary ({src, caption}; {} without samples)."""
+    caption), telemetry_summary ({src, caption}; {} without samples) and comparisons
+    (experiment -> data URI of its ratio figure)."""
     roof_dir, tele_dir = Path(figures_dir) / ROOFLINE_DIR, Path(figures_dir) / TELEMETRY_DIR
+    cmp_dir = Path(figures_dir) / COMPARE_DIR
     tele = _read_index(tele_dir)
     summary = tele.get("summary") or {}
     return {"rooflines": {name: _embedded(f, roof_dir)
                           for name, f in _read_index(roof_dir).items()},
             "telemetry": [_embedded(j, tele_dir) for j in tele.get("jobs", [])],
-            "telemetry_summary": _embedded(summary, tele_dir) if summary else {}}
+            "telemetry_summary": _embedded(summary, tele_dir) if summary else {},
+            "comparisons": {exp: _embedded(f, cmp_dir)["src"]
+                            for exp, f in _read_index(cmp_dir).items()}}

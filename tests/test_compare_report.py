@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cudalab import cli, compare, report, results
+from cudalab import cli, compare, report, results, run_figures
 from cudalab import config as cfg
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,8 +72,29 @@ def test_baselines_in_the_report(h100, slower_copy, tmp_path):
     assert "This run against its baselines" in html
     sec = html[html.index('<section id="matmul"'):]
     sec = sec[:sec.index("</section>")]
-    assert "Beside the baselines" in sec and sec.count("data:image/png;base64,") >= 1
+    # the report draws no figure: without the figures step's ratio figures it shows none
+    assert "Beside the baselines" in sec and "data:image/png;base64," not in sec
+    assert run_figures.draw_comparisons(h100, config, tmp_path / "figures") == 11
+    html = _render(h100, config, tmp_path)
+    sec = html[html.index('<section id="matmul"'):]
+    sec = sec[:sec.index("</section>")]
+    assert sec.count("data:image/png;base64,") == 1
     assert re.search(rf"{QUIET}</td><td>{re.escape(str(slower_copy))}</td>.*?faster", sec, re.S)
+
+
+def test_the_ratio_figures_are_drawn_once_and_the_same_each_time(h100, slower_copy, tmp_path):
+    config = _config(baselines=[str(slower_copy)])
+    figs = tmp_path / "figures"
+    assert run_figures.draw_comparisons(h100, config, figs) == 2
+    index = json.loads((figs / run_figures.COMPARE_DIR / "index.json").read_text())
+    assert set(index) == {"matmul", "vector_add"}  # the experiments with a timed ratio
+    first = {e: (figs / run_figures.COMPARE_DIR / f["png"]).read_bytes() for e, f in index.items()}
+    run_figures.draw_comparisons(h100, config, figs)
+    again = {e: (figs / run_figures.COMPARE_DIR / f["png"]).read_bytes() for e, f in index.items()}
+    assert first == again  # the strip plot's jitter is seeded
+    # no baseline: the folder and its (empty) index still exist, the figures step's output
+    assert run_figures.draw_comparisons(h100, _config(), tmp_path / "none") == 0
+    assert json.loads((tmp_path / "none" / "_compare" / "index.json").read_text()) == {}
 
 
 def test_the_points_that_moved_are_grouped_by_class_with_their_reason(h100, slower_copy,

@@ -4,13 +4,14 @@ one's log; the doctor's table only where the doctor job failed (cudalab/failures
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
 
-from cudalab import failures
+from cudalab import failures, pending
 
 TRACEBACK = "\n".join(["Traceback (most recent call last):"]
                       + [f'  File "x.py", line {i}, in f' for i in range(30)]
@@ -204,3 +205,26 @@ def test_cancelled_pending_jobs_lead_the_summary(tmp_path: Path) -> None:
                            tmp_path / "results" / "doctor", [line], workdir=tmp_path)
     assert out.splitlines()[0] == line
     assert "cudalab: 1 job(s) failed: doctor" in out
+
+
+def test_a_job_that_can_never_start_stops_the_run(monkeypatch) -> None:
+    # the executor plugin may never see the cancelled job (sacct's "CANCELLED by 0"): the
+    # watcher stops the run itself, once, and only for a reason that never clears
+    stops, lines = [], []
+    watch = pending.PendingWatch("/tmp", emit=lines.append, stop_run=lambda: stops.append(1))
+    monkeypatch.setattr(watch, "cancel", lambda job_id: True)
+    watch.act("12", "rule_doctor_wildcards_doctor", "ReqNodeNotAvail, Reserved for maintenance")
+    assert stops == [] and "may not start by itself" in lines[-1]  # may clear: reported only
+    watch.act("13", "rule_measure_wildcards_results_matmul", "PartitionTimeLimit")
+    assert stops == [1] and lines[-1].startswith("cudalab: cancelled Slurm job 13")
+    assert watch.cancelled == [lines[-1]]
+    monkeypatch.setattr(watch, "cancel", lambda job_id: False)  # scancel failed: no stop
+    watch.act("14", "rule_measure_wildcards_results_sobel", "PartitionConfig")
+    assert stops == [1] and "is PENDING" in lines[-1]
+
+
+def test_the_default_stop_is_sigint_to_this_process(monkeypatch) -> None:
+    sent = []
+    monkeypatch.setattr(pending.os, "kill", lambda pid, sig: sent.append((pid, sig)))
+    pending.interrupt_run()
+    assert sent == [(os.getpid(), signal.SIGINT)]

@@ -5,6 +5,9 @@ claims and figures on a synthetic table."""
 
 from __future__ import annotations
 
+import os
+import sys
+
 import numpy as np
 import pytest
 
@@ -283,6 +286,20 @@ def test_compile_errors_show_nvcc_output(tmp_path, monkeypatch):
     bad.write_text('extern "C" __global__ void k(float* p) { p[0] = undefined_name; }\n')
     with pytest.raises(sa.CompileError, match="undefined_name"):
         sa.compile_report(NVCC, bad, "", "sm_90")
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="Linux scheduling classes")
+def test_nvcc_runs_in_the_background(tmp_path):
+    # a local run puts this job beside the timed ones: its nvcc must not delay their CPU work
+    fake, policy = tmp_path / "nvcc", str(tmp_path / "policy")
+    fake.write_text(f"#!{sys.executable}\nimport os\n"
+                    f"open({policy!r}, 'w').write(str(os.sched_getscheduler(0)))\n"
+                    "raise SystemExit(1)\n")
+    fake.chmod(0o755)
+    with pytest.raises(sa.CompileError):
+        sa.compile_report(str(fake), CUDA_DIR / "vector_add.cu", "", "sm_90")
+    assert int((tmp_path / "policy").read_text()) == os.SCHED_IDLE
+    assert os.sched_getscheduler(0) != os.SCHED_IDLE  # only the child
 
 
 def _ctx(block):

@@ -15,6 +15,7 @@ for exp in $("${PYTHON:-python3}" -c 'import sys; from cudalab import results; p
   $CUDALAB figures "$exp" --table "$TABLE" --out "$REF/figures" > /dev/null
 done
 $CUDALAB run-figures --table "$TABLE" --results "$REF" --out "$REF/figures" > /dev/null
+$CUDALAB compare-figures --config "$CONF" --table "$TABLE" --out "$REF/figures" > /dev/null
 $CUDALAB report --config "$CONF" --table "$TABLE" --figures "$REF/figures" --results "$REF" \
   --out "$REF/report.html"
 $CUDALAB slides --table "$TABLE" --out "$REF/slides"

@@ -17,6 +17,8 @@ for e in $exps; do
   python -m cudalab.cli figures "$e" --table "$ref/results.csv" --out "$ref/figures"
 done
 python -m cudalab.cli run-figures --table "$ref/results.csv" --results "$ref" --out "$ref/figures"
+python -m cudalab.cli compare-figures ${REPORT_CONFIG:+--config "$REPORT_CONFIG"} --table "$ref/results.csv" \
+  --out "$ref/figures"
 python -m cudalab.cli report ${REPORT_CONFIG:+--config "$REPORT_CONFIG"} --table "$ref/results.csv" --figures "$ref/figures" \
   --results "$ref" --out "$ref/report.html"
 find "$ref/figures" "$ref/telemetry" -name '*.svg' -delete

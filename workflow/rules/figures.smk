@@ -70,3 +70,25 @@ rule run_figures:
 def run_figure_dirs():
     """The run figures' folders of every folder (each model of a sweep has its own)."""
     return [f"{folder}/figures/{d}" for folder in FOLDERS for d in RUN_FIGURE_DIRS]
+
+
+# This run's time ratios against the report's baselines (report.baselines and, in a sweep,
+# the other models' folders), one figure per experiment, drawn here so the report only embeds
+# them. The baselines are a param: changing them draws again.
+rule compare_figures:
+    input:
+        table=TABLE,
+        tables=[f"{f}/results.csv" for f in FOLDERS[1:]],  # the models set beside it
+    output:
+        directory(f"{MEASURED}/figures/_compare"),
+    params:
+        baselines=config["report"]["baselines"],
+        out=f"{MEASURED}/figures",
+    log:
+        f"{MEASURED}/logs/compare_figures.log",
+    localrule: True
+    conda:
+        CONDA_ENV
+    shell:
+        "{CUDALAB} compare-figures --config {CONFIG_JSON:q} --table {input.table:q}"
+        " --out {params.out:q} > {log:q} 2>&1"

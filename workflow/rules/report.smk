@@ -11,6 +11,7 @@ rule html_report:
         tables=[f"{f}/results.csv" for f in FOLDERS[1:]],  # the models set beside it
         figures=all_figures(),
         run_figures=run_figure_dirs(),  # the rooflines and the telemetry (figures.smk)
+        compare_figures=f"{MEASURED}/figures/_compare",  # ratios to the baselines
     output:
         report=REPORT,
     params:

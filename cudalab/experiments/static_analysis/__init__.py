@@ -378,6 +378,17 @@ def nvcc_options(flags: str, arch: str) -> list[str]:
     return [*BASE_OPTIONS, f"-arch={arch}", "-Xptxas", "-v", *flag_tokens(flags)]
 
 
+def run_in_background() -> None:
+    """In nvcc's child process: take a core only when no other process wants it. A local
+    run puts this job beside the timed ones; on an H200 its nvcc runs delayed the numpy
+    reference's BLAS threads to the scheduler's 4 ms tick (160x240x320 took 4.00 ms, 18x
+    the H100's 222 us). SCHED_IDLE where Linux has it, else the lowest nice."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        os.nice(19)
+
+
 def compile_report(nvcc: str, path: Path, flags: str, arch: str,
                    timeout_s: int = 300) -> dict[str, dict[str, int]]:
     """Compile one file for one target; ptxas' resource usage per kernel, plus the block
@@ -387,7 +398,8 @@ def compile_report(nvcc: str, path: Path, flags: str, arch: str,
         cmd = [nvcc, "-cubin", *nvcc_options(flags, arch), "-I", str(CUDA_DIR),
                "-keep", "-keep-dir", tmp, str(path), "-o", str(Path(tmp) / "k.cubin")]
         try:
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
+                                 preexec_fn=run_in_background)
         except subprocess.TimeoutExpired as exc:
             raise CompileError(f"nvcc took longer than {timeout_s} s: {' '.join(cmd)}") from exc
         ptx = "".join(f.read_text() for f in Path(tmp).glob("*.ptx"))
