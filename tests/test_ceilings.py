@@ -595,8 +595,9 @@ def test_records_from_before_the_ceilings_give_empty_columns():
 @pytest.mark.parametrize("ref", sorted((ROOT / "reports" / "reference").glob("*/results.csv")),
                          ids=lambda p: p.parent.name)
 def test_committed_reference_tables_read_back_with_the_new_columns(ref):
-    """The H200 reference predates the ceilings (the columns come back empty); the H100's
-    was measured with them (every GPU job's points carry them, nothing is suspect)."""
+    """Every committed reference reads back with the schema; one measured with the ceilings
+    (H100 and H200 since 2026-11-26) has them on every GPU memory point, none suspect; one
+    that predates them would come back with the columns empty."""
     df = results.read_table(ref)
     assert results.check_table(df) == []
     assert str(df["suspect"].dtype) == "boolean"

@@ -179,24 +179,26 @@ H200 = ROOT / "reports" / "reference" / "NVIDIA-H200"
 
 @pytest.mark.skipif(not H200.is_dir(), reason="no H200 reference committed")
 def test_two_real_gpu_runs_compare_point_by_point(tmp_path):
-    """The committed H100 and H200 references (two real GPUs; the H100's grid is this round's,
-    a superset of the H200's): every H200 point is matched, the H100's new points are
-    'only baseline', both sides are named by their GPU, and the H200 report's comparison
-    block is built with the H100 as its baseline."""
+    """The committed H100 and H200 references (two real GPUs, the same grid and code): every
+    timed point is matched, both sides are named by their GPU, only static analysis rows
+    differ (the swizzled rung is analysed at the tiles the run launches since 27411e5), the
+    H200's larger DRAM bandwidth shows as faster memory-bound kernels, and the H200 report's
+    comparison block is built with the H100 as its baseline."""
     [base] = compare.load_runs(REFERENCE)
     [h200] = compare.load_runs(H200)
     cmp = compare.compare_runs(base, [h200])
-    # static analysis rows are named by their -D lists, which this round's matmul changed:
-    # those are untimed and may differ; every measured H200 point is matched
-    measured = cmp[cmp["experiment"] != "static_analysis"]
-    assert not measured["verdict"].isin(["only this", "not ok"]).any()
-    new = cmp[cmp["verdict"] == "only baseline"]
-    h200_ids = set(results.read_table(H200 / "results.csv")["point_id"])
-    assert not new.empty and not set(new["point_id"]) & h200_ids
+    unmatched = cmp[cmp["verdict"].isin(["only this", "only baseline", "not ok"])]
+    assert set(unmatched["experiment"]) <= {"static_analysis"}
     timed = cmp[cmp["verdict"].isin(["faster", "slower", "same"])]
-    assert len(timed) > 300 and set(timed["verdict"]) >= {"faster", "same"}
+    assert len(timed) > 500 and set(timed["verdict"]) >= {"faster", "same"}
+    faster = timed[timed["verdict"] == "faster"]
+    assert {"coalescing", "vector_add"} <= set(faster["experiment"])  # DRAM-bound: HBM3e
     df = results.read_table(H200 / "results.csv")
     assert set(df["gpu_name"].dropna()) == {"NVIDIA H200"}
+    assert (df["status"] == "ok").all()
     ctx = compare.report_context(df, _config(baselines=[str(REFERENCE)]))
     [row] = ctx["comparison"]["summary"]
     assert row["baseline"] == str(REFERENCE) and row["faster"] > 0
+    # measured with the ceilings: every GPU memory point has its level, none is suspect
+    gpu = df[df["memory_level"] != ""]
+    assert set(gpu["memory_level"]) == {"dram", "l2"} and not gpu["suspect"].any()
