@@ -33,6 +33,7 @@ import pandas as pd
 
 from cudalab import devicespec
 from cudalab.harness import Harness, Settings, Timing
+from cudalab.results import number
 
 MEASURED_KEYS = ("ceil_dram_gbps", "ceil_dram_memcpy_gbps", "ceil_l2_gbps", "ceil_smem_gbps",
                  "ceil_fp32_gflops")
@@ -212,16 +213,9 @@ def ceilings_table(manifests: Iterable[dict[str, Any]]) -> pd.DataFrame:
         prov = m.get("provenance") or {}
         rows.append({"experiment": m.get("experiment"), "job_id": m.get("job_id"),
                      "gpu_name": prov.get("gpu_name"), "gpu_uuid": prov.get("gpu_uuid"),
-                     **{k: _float(c.get(k)) for k in KEYS},
+                     **{k: number(c.get(k)) for k in KEYS},
                      "ceilings_note": m.get("ceilings_note", "")})
     return pd.DataFrame(rows, columns=TABLE_COLUMNS)
-
-
-def _float(v: Any) -> float:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return math.nan
 
 
 # -- measuring -------------------------------------------------------------------------------
