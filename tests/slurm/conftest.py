@@ -1,6 +1,13 @@
 """Real Slurm for tests marked `slurm`: a one-node cluster (slurmctld + slurmd + munged)
 started once per session by tests/slurm/one_node_slurm.sh and stopped by PID afterwards.
 
+With accounting where Debian's `mariadb-server slurmdbd` are installed (CI installs them):
+SLURM_ACCT=slurmdbd adds a MariaDB and slurmdbd of the cluster's own, so sacct answers as on
+a site's cluster (about 3 s more to start). The profiles that set `slurm-status-command:
+squeue` work the same either way; the runs of tests/slurm/profile_sacct (the plugin's default
+status command, sacct) need it: `slurm_accounting` says whether it is on, and why not.
+CUDALAB_SLURM_ACCT=none|slurmdbd chooses instead of the packages found.
+
 Skipped, with the reason, where that cannot work: not root, Slurm or munge not installed
 (`apt-get install -y slurm-wlm munge`), the Slurm executor plugin missing, or a Slurm
 config that is not ours at /etc/slurm/slurm.conf (a real cluster: never touched).
@@ -38,6 +45,24 @@ def slurm_unavailable() -> str:
     return ""
 
 
+ACCT_BINARIES = ("slurmdbd", "mariadbd", "mariadb-install-db", "mariadb", "sacctmgr", "sacct")
+
+
+def accounting_unavailable() -> str:
+    """Why the cluster cannot have accounting here ('' if it can)."""
+    if os.environ.get("CUDALAB_SLURM_ACCT", "") == "none":
+        return "CUDALAB_SLURM_ACCT=none"
+    missing = [b for b in ACCT_BINARIES if shutil.which(b) is None]
+    if missing:
+        return (f"{', '.join(missing)} not installed "
+                "(apt-get install -y mariadb-server slurmdbd)")
+    return ""
+
+
+# what the running cluster has: "" = accounting on, else why it is off
+_ACCT_OFF: list[str] = []
+
+
 def pytest_collection_modifyitems(config, items):
     # get_closest_marker, not item.keywords: "slurm" is also this folder's name
     mine = [i for i in items if i.get_closest_marker("slurm") is not None]
@@ -63,16 +88,25 @@ def slurm_cluster(tmp_path_factory):
     env = {**os.environ, "SLURM_CPUS": str(max(4, os.cpu_count() or 1)),
            "FAKE_GPU_TYPES": "fake:2,h100:1"}
 
-    def script(cmd: str) -> subprocess.CompletedProcess:
+    def script(cmd: str, acct: str = "none") -> subprocess.CompletedProcess:
         return subprocess.run(["bash", str(SCRIPT), cmd, str(state)], capture_output=True,
-                              text=True, timeout=120, env=env)
+                              text=True, timeout=120, env={**env, "SLURM_ACCT": acct})
 
-    up = script("up")
+    acct_off = accounting_unavailable()
+    up = script("up", "none" if acct_off else "slurmdbd")
+    if up.returncode != 0 and not acct_off:
+        # accounting would not start: the cluster without it, for every test but sacct's
+        down = script("down")
+        acct_off = (f"one_node_slurm.sh up with SLURM_ACCT=slurmdbd failed (rc "
+                    f"{up.returncode}):\n{up.stdout}\n{up.stderr}\n-- down --\n{down.stderr}")
+        up = script("up")
     if up.returncode != 0:
         down = script("down")
         pytest.fail(f"one_node_slurm.sh up failed (rc {up.returncode}):\n{up.stdout}\n"
                     f"{up.stderr}\n-- down --\n{down.stdout}{down.stderr}")
+    _ACCT_OFF[:] = [acct_off]
     def stop() -> None:
+        _ACCT_OFF.clear()
         down = script("down")
         assert down.returncode == 0, f"one_node_slurm.sh down failed:\n{down.stderr}"
         for pidfile in ("slurmctld.pid", "slurmd.pid"):
@@ -83,6 +117,22 @@ def slurm_cluster(tmp_path_factory):
         yield state
     finally:
         _stop_cluster()
+
+
+@pytest.fixture(scope="package")
+def slurm_acct_off(slurm_cluster) -> str:
+    """'' where the cluster has accounting (slurmdbd), else why not."""
+    return _ACCT_OFF[0] if _ACCT_OFF else "the cluster is down"
+
+
+@pytest.fixture
+def slurm_accounting(slurm_acct_off) -> None:
+    """The cluster has accounting (slurmdbd): else skip, or fail where CI requires Slurm."""
+    why = slurm_acct_off
+    if why:
+        if os.environ.get("CUDALAB_REQUIRE_SLURM"):
+            pytest.fail(f"Slurm accounting is required here (CUDALAB_REQUIRE_SLURM): {why}")
+        pytest.skip(f"no Slurm accounting: {why}")
 
 
 # The cluster's `down`, while it is up. A "package" fixture of a folder without __init__.py

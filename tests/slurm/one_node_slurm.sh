@@ -4,9 +4,14 @@
 #   tests/slurm/one_node_slurm.sh up   STATE_DIR   start it; prints the node line when idle
 #   tests/slurm/one_node_slurm.sh down STATE_DIR   scancel everything, stop the daemons by PID
 #
-# Needs root and Debian's `slurm-wlm munge` (Slurm 22.05 on Debian 12). No accounting
-# (no slurmdbd): use `slurm-status-command: squeue` in the Snakemake profile, because the
-# executor plugin's default, sacct, hangs for ever without an accounting database.
+# Needs root and Debian's `slurm-wlm munge` (Slurm 22.05 on Debian 12). By default no
+# accounting (no slurmdbd): use `slurm-status-command: squeue` in the Snakemake profile,
+# because the executor plugin's default, sacct, hangs for ever without an accounting
+# database. SLURM_ACCT=slurmdbd (needs Debian's `mariadb-server slurmdbd` too) adds
+# accounting as a site has it: a MariaDB of our own (datadir $S/mysql, 127.0.0.1 only) and
+# slurmdbd, AccountingStorageType=accounting_storage/slurmdbd and
+# AccountingStoreFlags=job_comment, so sacct answers (the plugin's default status command)
+# and shows the jobs' comments. About 3 s more to start, 1-2 s more to stop.
 #
 # Things that do not work otherwise (each was seen failing):
 #  * the config lives at /etc/slurm/slurm.conf: the plugin's in-job step drops SLURM_CONF
@@ -23,13 +28,16 @@
 # plain --gpus=1 takes any); SLURM_CPUS (default nproc; more than nproc oversubscribes).
 # FAKE_GPUS / FAKE_GPU_TYPE (count and type of one model) are still read when
 # FAKE_GPU_TYPES is unset. SLURM_MAX_TIME (default 60): the partition's MaxTime, minutes.
-# Ports: 6817/6818, or the next free pair where daemons left by a killed run hold them.
+# Ports: 6817/6818 (slurmdbd 6819, MariaDB 3316), or the next free ones where daemons left
+# by a killed run hold them.
 set -euo pipefail
 
 CMD=${1:?usage: one_node_slurm.sh up|down STATE_DIR}
 S=$(realpath -m "${2:?usage: one_node_slurm.sh up|down STATE_DIR}")
 CONF=/etc/slurm/slurm.conf
 GRES=/etc/slurm/gres.conf
+DBDCONF=/etc/slurm/slurmdbd.conf   # slurmdbd reads it there (it has no -f)
+ACCT=${SLURM_ACCT:-none}
 MARK="# written by cudalab tests/slurm/one_node_slurm.sh"
 
 HOST=$(hostname -s)
@@ -51,6 +59,10 @@ for tc in ${GPU_TYPES//,/ }; do   # type:count -> one fake device file per GPU
 done
 MEM=$(( $(awk '/MemTotal/{print $2}' /proc/meminfo) / 1024 / 2 ))
 MAX_TIME=${SLURM_MAX_TIME:-60}   # the partition's time limit, minutes (PartitionTimeLimit)
+case "$ACCT" in
+  none|slurmdbd) ;;
+  *) echo "one_node_slurm.sh: SLURM_ACCT=$ACCT (want none or slurmdbd)" >&2; exit 1 ;;
+esac
 
 die() { echo "one_node_slurm.sh: $*" >&2; exit 1; }
 # A command that fails under set -e says nothing of itself (slurmctld logs to its file): name
@@ -70,13 +82,84 @@ alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 ours() { [ ! -e "$1" ] || head -1 "$1" | grep -qF "$MARK"; }
 
+acct_conf() {  # slurm.conf's accounting lines
+  if [ "$ACCT" = slurmdbd ]; then
+    local tres="gres/gpu" t
+    for t in ${GPU_TYPES//,/ }; do tres+=",gres/gpu:${t%%:*}"; done
+    printf '%s\n' "AccountingStorageType=accounting_storage/slurmdbd" \
+      "AccountingStorageHost=127.0.0.1" "AccountingStoragePort=$DBD_PORT" \
+      "AccountingStoreFlags=job_comment" "AccountingStorageTRES=$tres"
+  else
+    echo "AccountingStorageType=accounting_storage/none"
+  fi
+}
+
+# MariaDB (own datadir and port, 127.0.0.1 only) + slurmdbd, the cluster registered in it.
+# slurmdbd reaches munged on its default socket (22.05 ignores AuthInfo=socket= there).
+start_accounting() {
+  local db=$S/mysql sock=$S/run/mysql.sock
+  if [ ! -d "$db/mysql" ]; then
+    mariadb-install-db --user=root --datadir="$db" --auth-root-authentication-method=normal \
+      --skip-test-db > "$S/log/mysql-install.log" 2>&1
+  fi
+  # detached (setsid, no inherited fds): `up` returns while it runs; down stops it by PID
+  setsid mariadbd --no-defaults --user=root --datadir="$db" --socket="$sock" \
+    --port="$DB_PORT" --bind-address=127.0.0.1 --pid-file="$S/run/mysqld.pid" \
+    --log-error="$S/log/mysqld.log" --skip-name-resolve --innodb-lock-wait-timeout=900 \
+    --innodb-buffer-pool-size=64M --innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0 \
+    --innodb-log-file-size=16M --innodb-buffer-pool-dump-at-shutdown=0 \
+    --innodb-buffer-pool-load-at-startup=0 < /dev/null > /dev/null 2>&1 &
+  for _ in $(seq 1 100); do
+    mariadb --no-defaults --socket="$sock" -uroot -e 'select 1' > /dev/null 2>&1 && break
+    sleep 0.1
+  done
+  mariadb --no-defaults --socket="$sock" -uroot -e \
+    "CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'cudalab-ci';
+     GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';" ||
+    die "MariaDB did not start (see $S/log/mysqld.log)"
+  # the password is a throw-away one of this local test database (127.0.0.1, tmp datadir)
+  install -m 0600 /dev/null "$DBDCONF"
+  cat > "$DBDCONF" <<DBD
+$MARK (state: $S)
+AuthType=auth/munge
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort=$DBD_PORT
+SlurmUser=root
+PidFile=$S/run/slurmdbd.pid
+LogFile=$S/log/slurmdbd.log
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$DB_PORT
+StorageUser=slurm
+StoragePass=cudalab-ci
+StorageLoc=slurm_acct_db
+DBD
+  slurmdbd   # daemonizes, pid -> $S/run/slurmdbd.pid
+  local ok=""
+  for _ in $(seq 1 100); do
+    sacctmgr -n list cluster > /dev/null 2>&1 && { ok=1; break; }
+    sleep 0.1
+  done
+  [ -n "$ok" ] || die "slurmdbd does not answer (see $S/log/slurmdbd.log)"
+  # (a reused state dir has it already: sacctmgr then says so and exits 1)
+  sacctmgr -i add cluster cudalab-ci > /dev/null || true
+}
+
 up() {
   [ "$(id -u)" = 0 ] || die "needs root"
   for b in slurmctld slurmd sbatch sinfo munged; do
     command -v "$b" >/dev/null || die "$b not found (apt-get install -y slurm-wlm munge)"
   done
+  if [ "$ACCT" = slurmdbd ]; then
+    for b in slurmdbd mariadbd mariadb-install-db mariadb sacctmgr; do
+      command -v "$b" >/dev/null ||
+        die "$b not found (SLURM_ACCT=slurmdbd: apt-get install -y mariadb-server slurmdbd)"
+    done
+  fi
   ours "$CONF" || die "$CONF exists and is not ours; not touching a real cluster's config"
   ours "$GRES" || die "$GRES exists and is not ours"
+  ours "$DBDCONF" || die "$DBDCONF exists and is not ours"
   if alive "$S/run/slurmctld.pid" || alive "$S/run/slurmd.pid"; then
     die "already up in $S (run: $0 down $S)"
   fi
@@ -88,7 +171,12 @@ up() {
   # Daemons whose config is gone (a test run killed before its teardown) may still hold
   # the default ports: take the next free pair instead of stopping processes not ours.
   PORT=6817
-  while port_busy "$PORT" || port_busy $((PORT + 1)); do PORT=$((PORT + 10)); done
+  while port_busy "$PORT" || port_busy $((PORT + 1)) || port_busy $((PORT + 2)); do
+    PORT=$((PORT + 10))
+  done
+  DBD_PORT=$((PORT + 2))
+  DB_PORT=3316
+  while port_busy "$DB_PORT"; do DB_PORT=$((DB_PORT + 10)); done
 
   mkdir -p "$S"/{run,log,state/ctld,state/d,dev} /etc/slurm
   for i in $(seq 0 $((NGPU - 1))); do
@@ -120,7 +208,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=100
 GresTypes=gpu
-AccountingStorageType=accounting_storage/none
+$(acct_conf)
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 MinJobAge=600
@@ -159,6 +247,7 @@ CONF
     touch "$S/run/munged.ours"
   fi
 
+  [ "$ACCT" = none ] || start_accounting
   slurmctld -i   # -i: ignore missing state; daemonizes, pid -> $S/run/slurmctld.pid
   slurmd         # daemonizes, pid -> $S/run/slurmd.pid
   st=""
@@ -192,14 +281,19 @@ down() {
   if alive "$S/run/slurmctld.pid"; then
     scancel --user="$(id -un)" 2>/dev/null || true
   fi
-  stop_pid "$S/run/slurmd.pid"
-  stop_pid "$S/run/slurmctld.pid"
+  # each daemon takes ~2 s to stop: two at a time, then the rest at once
+  stop_pid "$S/run/slurmd.pid" & stop_pid "$S/run/slurmctld.pid" & wait
+  stop_pid "$S/run/slurmdbd.pid" & stop_pid "$S/run/mysqld.pid" &
   if [ -f "$S/run/munged.ours" ]; then
     stop_pid /run/munge/munged.pid
     rm -f "$S/run/munged.ours"
   fi
+  wait
   # only the config of this state dir: a failed `up` must not unplug another test cluster
   if [ "$(conf_state)" = "$S" ]; then rm -f "$CONF" "$GRES"; fi
+  if [ -f "$DBDCONF" ] && [ "$(head -1 "$DBDCONF")" = "$MARK (state: $S)" ]; then
+    rm -f "$DBDCONF"
+  fi
   return 0
 }
 

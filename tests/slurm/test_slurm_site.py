@@ -11,8 +11,12 @@ with Debian's Lmod; the runs start at once:
   nogpu     a GPU grid where no GPU can run it: the doctor stops the run
   pending   a doctor of 120 min (--set-resources, which the plan cannot see) on a partition
             of 60: PENDING (PartitionTimeLimit); the watcher cancels it, the run exits 1
+  pending_sacct  the same with the plugin's default status command, sacct, on the cluster
+            with accounting (tests/slurm/profile_sacct): sacct says "CANCELLED by 0", which
+            the plugin (2.8) does not know, so only cudalab's own stop ends the run
   refused   cpus_per_task 64 on a 4-CPU node: refused before anything is submitted
-plus `cudalab site` and `cudalab plan` reading the real sinfo.
+plus `cudalab site` and `cudalab plan` reading the real sinfo, and (with accounting) the
+jobs' rule and experiment in sacct.
 """
 
 from __future__ import annotations
@@ -23,14 +27,17 @@ import re
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 import yaml
 from lmod_modules import LMOD_INIT, write_module, write_python_module
-from test_slurm import ROOT, Run, run_all, snakemake_cmd, submitted
+from test_slurm import PROFILE, ROOT, Run, run_all, snakemake_cmd, submitted
 
 LMOD_PROFILE = Path("/etc/profile.d/lmod.sh")  # what a login shell sources: exports BASH_ENV
+SACCT_PROFILE = Path(__file__).resolve().parent / "profile_sacct"
+ACTIVE = "PENDING,RUNNING,COMPLETING,CONFIGURING,SUSPENDED"
 
 
 def site_config(workdir: Path, variants=("cpu",), **slurm) -> Path:
@@ -51,6 +58,26 @@ def with_lmod(cmd: list[str], modulepath: Path) -> list[str]:
     return ["bash", "-c", script, "_", str(modulepath), *cmd]
 
 
+def end_stamp(cmd: list[str], stamp: Path) -> list[str]:
+    """cmd, then the time it ended (epoch seconds) written to stamp."""
+    return ["bash", "-c", '"${@:2}"; rc=$?; date +%s.%N > "$1"; exit $rc', "_", str(stamp),
+            *cmd]
+
+
+def sacct_jobs(job_ids: list[str], fields: str, wait_s: float = 15) -> list[list[str]]:
+    """sacct's rows (fields split) of these jobs, once slurmdbd has them all (it gets them
+    from slurmctld a moment after each change)."""
+    end = time.monotonic() + wait_s
+    while True:
+        out = subprocess.run(["sacct", "-X", "-P", "-n", "--clusters", "all", "-j",
+                              ",".join(job_ids), "-o", f"JobIDRaw,{fields}"],
+                             capture_output=True, text=True, timeout=30).stdout
+        rows = [line.split("|") for line in out.splitlines() if line.strip()]
+        if {r[0] for r in rows} >= set(job_ids) or time.monotonic() > end:
+            return rows
+        time.sleep(0.5)
+
+
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "cudalab.cli", *args], capture_output=True,
                           text=True, cwd=cwd, timeout=120,
@@ -58,7 +85,7 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def site_runs(slurm_cluster, tmp_path_factory) -> dict[str, Run]:
+def site_runs(slurm_cluster, slurm_acct_off, tmp_path_factory) -> dict[str, Run]:
     if not (LMOD_INIT.is_file() and LMOD_PROFILE.is_file()):
         if os.environ.get("CUDALAB_REQUIRE_SLURM"):
             pytest.fail("Lmod is not installed (apt-get install lmod) and CI requires it")
@@ -80,6 +107,12 @@ def site_runs(slurm_cluster, tmp_path_factory) -> dict[str, Run]:
         config = site_config(workdir, variants, **slurm)
         cmd = snakemake_cmd(workdir, config, *extra, limit_s=limit_s)
         specs[name] = (with_lmod(cmd, mods / "modulefiles"), workdir)
+    if not slurm_acct_off:  # the cluster has accounting: the pending case with sacct status
+        workdir = tmp_path_factory.mktemp("site-pending_sacct")
+        cmd = snakemake_cmd(workdir, site_config(workdir), "--set-resources",
+                            "doctor:runtime=120", profiles=(PROFILE, SACCT_PROFILE), limit_s=75)
+        specs["pending_sacct"] = (end_stamp(with_lmod(cmd, mods / "modulefiles"),
+                                            workdir / "ended"), workdir)
     os.environ["CUDALAB_PENDING_POLL_S"] = "2"  # inherited by the snakemake processes
     t0 = time.monotonic()
     try:
@@ -88,7 +121,7 @@ def site_runs(slurm_cluster, tmp_path_factory) -> dict[str, Run]:
         del os.environ["CUDALAB_PENDING_POLL_S"]
     runs["modules"].nvcc = nvcc  # type: ignore[attr-defined]
     runs["modules"].python = python  # type: ignore[attr-defined]
-    print(f"\nslurm site runs (6 at once): {time.monotonic() - t0:.0f} s")
+    print(f"\nslurm site runs ({len(runs)} at once): {time.monotonic() - t0:.0f} s")
     return runs
 
 
@@ -178,9 +211,66 @@ def test_a_job_pending_for_ever_is_cancelled_with_its_reason(site_runs):
                      r"(PartitionTimeLimit|PartitionConfig), which never clears", line), out.log
     assert "Fix the slurm: block" in line, line
     assert submitted(out.log, "measure") == [], "nothing after the doctor"
-    # the reason again at the end, beside the failed job
-    assert out.log.count(line) == 2 and "cudalab: 1 job(s) failed: doctor" in out.log, out.log
+    # the reason again in the closing summary: the watcher stopped the run as Ctrl-C does
+    assert out.log.count(line) == 2 and "cudalab: the run stopped." in out.log, out.log
     assert out.wall_s < 75, f"cancelled within a minute of its start ({out.wall_s:.0f} s)"
+
+
+@pytest.mark.slurm
+def test_a_job_pending_for_ever_stops_the_run_with_sacct_status(site_runs, slurm_accounting):
+    """With accounting, the executor plugin reads job states from sacct (its default), which
+    calls the cancelled job "CANCELLED by 0": a state the plugin (2.8) does not match, so it
+    would wait for ever. cudalab's watcher stops the run itself (cudalab/pending.py)."""
+    assert "slurm-status-command" not in yaml.safe_load((SACCT_PROFILE / "config.yaml")
+                                                        .read_text())
+    out = site_runs["pending_sacct"]
+    # the plugin (2.8) says this only where its status command is sacct
+    assert "'squeue' should work reliably for status queries." in out.log, out.log
+    assert out.returncode == 1, (f"the run stops by itself, exit 1 (124: `timeout` had to "
+                                 f"stop it, the run waited for ever)\n{out.log}")
+    jobs = submitted(out.log, "doctor")
+    assert len(jobs) == 1 and submitted(out.log, "measure") == [], out.log
+    job_id = jobs[0][0]
+    line = next((x for x in out.log.splitlines() if x.startswith("cudalab: cancelled Slurm")),
+                "")
+    assert re.search(rf"job {job_id} \(rule_doctor_wildcards_doctor\): PENDING with reason "
+                     r"(PartitionTimeLimit|PartitionConfig), which never clears", line), out.log
+    assert "Fix the slurm: block" in line, line
+    # stopped as Ctrl-C stops it: the reason again in the closing summary
+    assert out.log.count(line) == 2 and "cudalab: the run stopped." in out.log, out.log
+    # what the plugin saw: sacct's state of the cancelled job, with its rule in the comment
+    rows = sacct_jobs([job_id], "State,Comment,Submit")
+    assert len(rows) == 1, rows
+    _, state, comment, submit = rows[0]
+    assert state.startswith("CANCELLED by "), rows
+    assert comment == "rule_doctor_wildcards_doctor", rows
+    ended = float((out.workdir / "ended").read_text())
+    after = ended - datetime.fromisoformat(submit).timestamp()
+    assert 0 <= after < 60, f"snakemake exited {after:.0f} s after the job's submission"
+    left = subprocess.run(["squeue", "-h", "-t", ACTIVE, "-o", "%i|%Z"], capture_output=True,
+                          text=True, timeout=30).stdout
+    mine = [x for x in left.splitlines()
+            if os.path.realpath(x.split("|")[-1]) == os.path.realpath(out.workdir)]
+    assert not mine, f"jobs of the run left in squeue: {mine}"
+    print(f"\npending with sacct status: {state}; snakemake exit {out.returncode} "
+          f"{after:.0f} s after submission")
+
+
+@pytest.mark.slurm
+def test_jobs_are_found_in_sacct_by_rule_and_experiment(site_runs, slurm_accounting):
+    """Issue 25 item 8: slurmdbd keeps the plugin's comment (AccountingStoreFlags=
+    job_comment): the rule and the experiment of each job, under the run's one job name."""
+    out = site_runs["modules"]
+    jobs = {j: rule for rule in ("doctor", "measure") for j, _ in submitted(out.log, rule)}
+    assert len(jobs) == 2, out.log
+    rows = {r[0]: r[1:] for r in sacct_jobs(list(jobs), "JobName,Comment,State")}
+    assert set(rows) == set(jobs), rows
+    comments = {jobs[j]: rows[j][1] for j in jobs}
+    assert comments == {"doctor": "rule_doctor_wildcards_doctor",
+                        "measure": "rule_measure_wildcards_results_matmul"}, rows
+    names = {rows[j][0] for j in jobs}
+    assert len(names) == 1 and re.fullmatch(r"cudalab_[0-9a-f-]{36}", names.pop()), rows
+    assert all(rows[j][2] == "COMPLETED" for j in jobs), rows
 
 
 @pytest.mark.slurm
