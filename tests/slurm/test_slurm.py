@@ -2,7 +2,9 @@
 
 The workflow runs in a scratch directory with the real profile plus the test overrides:
     snakemake --profile profiles/slurm --profile tests/slurm/profile
-(tests/slurm/profile: status via squeue, the test cluster has no accounting; 1 s polling).
+(tests/slurm/profile: status via squeue, 1 s polling; the cluster has accounting where
+mariadb-server and slurmdbd are installed, and test_slurm_site.py runs the pending case
+through sacct too).
 The three workflow runs (a doctor job and a measure job each) run at once; the file takes
 about 50 s.
 """
