@@ -322,7 +322,7 @@ def test_the_figures_step_draws_every_roofline_and_the_report_reads_them(tmp_pat
     assert got["telemetry"] == [] and got["telemetry_summary"] == {}
     # a folder the figures step has not drawn into: nothing to show, no error
     assert run_figures.read(tmp_path / "nothing") == {
-        "rooflines": {}, "telemetry": [], "telemetry_summary": {}}
+        "rooflines": {}, "telemetry": [], "telemetry_summary": {}, "comparisons": {}}
 
 
 # -- roofs per precision, the ceilings the run measured elsewhere -----------------------------

@@ -220,11 +220,12 @@ def test_the_watcher_cancels_what_never_clears_and_reports_what_may(tmp_path, mo
     monkeypatch.setattr(pending, "missing_gpu_type", lambda job: "a100" if job == "22" else "")
     cancelled: list[str] = []
     lines: list[str] = []
-    watch = pending.PendingWatch(wd, emit=lines.append)
+    stops: list[int] = []  # the run is stopped (SIGINT to Snakemake) after each cancel
+    watch = pending.PendingWatch(wd, emit=lines.append, stop_run=lambda: stops.append(1))
     monkeypatch.setattr(watch, "cancel", lambda job: cancelled.append(job) or True)
     watch.poll()
     watch.poll()  # once per job and reason
-    assert cancelled == ["21", "22"] and len(lines) == 4
+    assert cancelled == ["21", "22"] and len(lines) == 4 and stops == [1, 1]
     assert lines[0].startswith("cudalab: cancelled Slurm job 21 (rule_doctor_wildcards_doctor):"
                                " PENDING with reason PartitionTimeLimit, which never clears")
     assert "slurm.runtime_min" in lines[0]
