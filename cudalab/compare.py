@@ -459,6 +459,7 @@ def format_text(cmp: pd.DataFrame, detail_runs: int = 5, rule: Rule = DEFAULT_RU
     out += by_class(cmp)
     if note := no_trials_note(cmp):
         out.append(note)
+    out += baseline_gaps(cmp)
     if note := not_measured_note(cmp):
         out.append(note)
     return "\n".join(out)
@@ -481,6 +482,32 @@ def no_trials_note(cmp: pd.DataFrame) -> str:
             "(recorded before trials, or measurement.trials 1): no between-trial spread and "
             "no resolution floor, so they were judged by the samples' noise and the class "
             f"floors ({class_floors_text()})")
+
+
+def baseline_gaps(cmp: pd.DataFrame) -> list[str]:
+    """Per baseline, what it lacks that this run has (a reference made by older code): the
+    experiments it did not measure, the points it lacks in the others, and trials (without
+    them its timed points are judged by the class floors). [] where it lacks nothing."""
+    lines = []
+    for label, sub in cmp.groupby("baseline", sort=False):
+        only = sub[sub["verdict"] == "only this"]
+        new_exps = sorted(set(only["experiment"]) - set(sub.loc[sub["verdict"] != "only this",
+                                                                 "experiment"]))
+        more = int((~only["experiment"].isin(new_exps)).sum())
+        timed = sub[sub["ratio"].notna()]
+        no_trials = int(timed["baseline_trial_spread"].isna().sum())
+        parts = []
+        if new_exps:
+            n = int(only["experiment"].isin(new_exps).sum())
+            parts.append(f"the experiments {', '.join(new_exps)} ({n} points)")
+        if more:
+            parts.append(f"{more} points of the experiments both measured")
+        if no_trials:
+            parts.append(f"trials at {no_trials} of its {len(timed)} timed points (judged by "
+                         "the class floors there)")
+        if parts:
+            lines.append(f"{label} lacks what this run has: {'; '.join(parts)}")
+    return lines
 
 
 def point_reason(r: Any) -> str:
@@ -765,5 +792,6 @@ def report_context(df: pd.DataFrame, config: dict[str, Any],
                          "by_class": class_groups(cmp, max_rows),
                          "n_moved": len(moved(cmp)),
                          "n_timed": int(cmp["ratio"].notna().sum()),
-                         "no_trials": no_trials_note(cmp)}
+                         "no_trials": no_trials_note(cmp),
+                         "baseline_gaps": baseline_gaps(cmp)}
     return ctx

@@ -275,6 +275,23 @@ def _points(rows: list[tuple], spread: float = math.nan, floor_s: float = math.n
 KERNEL, EVENTS, HOST = "cuda_event_queued", "cuda_event", "perf_counter"
 
 
+def test_what_an_older_baseline_lacks_is_said():
+    """A baseline made by older code: an experiment it never measured, a point it lacks in
+    a shared one, and no trials; each is named, with counts. A baseline that lacks nothing
+    gets no line."""
+    base = _points([("k", "a-1", 1e-4, KERNEL), ("k", "a-2", 1e-4, KERNEL)])
+    run = _points([("k", "a-1", 1e-4, KERNEL), ("k", "a-2", 1e-4, KERNEL),
+                   ("k", "a-3", 1e-4, KERNEL), ("lat", "chase-1", 1e-5, KERNEL),
+                   ("lat", "chase-2", 1e-5, KERNEL)], spread=0.01, floor_s=1e-7)
+    [line] = compare.baseline_gaps(compare.compare_pair(base, run))
+    assert line == ("x lacks what this run has: the experiments lat (2 points); 1 points of "
+                    "the experiments both measured; trials at 2 of its 2 timed points "
+                    "(judged by the class floors there)")
+    same = _points([("k", "a-1", 1e-4, KERNEL)], spread=0.01, floor_s=1e-7)
+    assert compare.baseline_gaps(compare.compare_pair(same, same)) == []
+    assert line in compare.format_text(compare.compare_pair(base, run))
+
+
 def test_without_trials_the_class_floors_judge():
     """Records from before trials: a 2 us kernel moving by 0.3 us (15 %) is within the
     kernel floor (0.5 us), a 100 us kernel 10 % slower is slower; host work within 75 %

@@ -70,6 +70,7 @@ def test_baselines_in_the_report(h100, slower_copy, tmp_path):
     assert summary[str(slower_copy)]["only this"] == int((~in_copy).sum())
     html = _render(h100, config, tmp_path)
     assert "This run against its baselines" in html
+    assert f"{slower_copy} lacks what this run has: the experiments atomics, " in html
     sec = html[html.index('<section id="matmul"'):]
     sec = sec[:sec.index("</section>")]
     # the report draws no figure: without the figures step's ratio figures it shows none
