@@ -49,7 +49,8 @@ def modules_guard(modules: list[str]) -> str:
     return (f'_ok=1; for _m in {names}; do case ":${{LOADEDMODULES:-}}:" in '
             '*":$_m:"*|*":$_m/"*) ;; '
             '*) echo "cudalab: module $_m is not loaded in this job (LOADEDMODULES='
-            r'${LOADEDMODULES:-}): its \`module load\` failed (the error is in the Slurm log '
-            'of the job). Fix slurm.modules in config.yaml (module avail / module spider '
-            '$_m list what exists on the compute node)." >&2; _ok=0;; esac; done; '
+            r'${LOADEDMODULES:-}): its \`module load\` failed, or another module of the list '
+            'is unknown (Lmod then loads none of them; its error, in the Slurm log of the job, '
+            'names the unknown one). Fix slurm.modules in config.yaml (module avail / '
+            'module spider $_m list what exists on the compute node)." >&2; _ok=0;; esac; done; '
             '[ "$_ok" = 1 ] && ')
