@@ -136,8 +136,10 @@ _STAMP = re.compile(r"^\[\w{3} \w{3} +\d+ [\d:]+ \d{4}\]$")
 
 def command_output(lines: list[str]) -> list[str]:
     """What the failed command printed in a Slurm job's log: the lines after its `Shell
-    command:` line (and Snakemake's module note) up to the job's `Error in rule` block."""
-    end = next((i for i, x in enumerate(lines) if _RULE.match(x)), len(lines))
+    command:` line (and Snakemake's module note) up to the job's error report (Snakemake
+    9 opens it with a `RuleException:` block before `Error in rule`)."""
+    end = next((i for i, x in enumerate(lines) if _RULE.match(x) or x == "RuleException:"),
+               len(lines))
     start = max((i for i, x in enumerate(lines[:end]) if x.startswith("Shell command:")),
                 default=-1) + 1
     if start == 0:

@@ -173,6 +173,9 @@ Shell command: { python -m cudalab.cli measure matmul; } > results/logs/measure_
 Activating environment modules: cuda/0.0-missing
 Lmod has detected the following error: The following module(s) are unknown: "cuda/0.0-missing"
 cudalab: module cuda/0.0-missing is not loaded in this job (LOADEDMODULES=)
+RuleException:
+CalledProcessError in file "/tmp/x/workflow/rules/measure.smk", line 52:
+Command 'module purge && module load cuda/0.0-missing; set -euo pipefail; { _ok=1; ...' died
 [Wed Nov 25 13:29:55 2026]
 Error in rule measure:
     message: None
