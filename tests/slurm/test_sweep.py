@@ -5,11 +5,14 @@ a complete run folder results/gpu/<model>/ (its table and figures), and one repo
 the models side by side. The grid is CPU-only (the fake GPUs cannot run kernels); the jobs
 still ask for the model's GPU, as a sweep's jobs do.
 
-The first run is stopped with Ctrl-C (SIGINT) as soon as a doctor has passed: the doctors'
-flags must not survive it, so the resumed run checks both GPUs again before measuring."""
+The first run is stopped with Ctrl-C pressed twice (SIGINT to its process group) as soon as a
+doctor has passed: neither the doctors' flags nor a queued job may survive it, so the
+resumed run checks both GPUs again before measuring."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import signal
 import subprocess
@@ -24,17 +27,32 @@ MODELS = ["fake", "h100"]
 
 
 def _interrupted_run(workdir, config) -> str:
-    """Start the sweep and press Ctrl-C once a doctor's flag is there."""
+    """Start the sweep and, once a doctor's flag is there, press Ctrl-C twice as a user at a
+    terminal does: SIGINT to the whole process group (`timeout`, Snakemake and its sbatch /
+    squeue children), the second press while the first one's cleanup runs. `timeout -s INT`
+    forwards each to Snakemake once more."""
     proc = subprocess.Popen(snakemake_cmd(workdir, config), cwd=workdir, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
     flags = workdir / "results" / "doctor"
     t0 = time.monotonic()
     while proc.poll() is None and time.monotonic() - t0 < 120:
         if any(flags.glob("*.ok")):
-            proc.send_signal(signal.SIGINT)
+            for _ in range(2):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGINT)
+                time.sleep(0.5)
             break
         time.sleep(0.2)
     return proc.communicate(timeout=120)[0]
+
+
+def _queued(workdir) -> list[str]:
+    """The run's jobs still in squeue (pending, running or completing)."""
+    out = subprocess.run(["squeue", "--me", "-h", "-o", "%i|%k|%Z"], capture_output=True,
+                         text=True, timeout=30).stdout
+    return [line for line in out.splitlines()
+            if line.split("|")[-1] == str(workdir.resolve())]
 
 
 @pytest.fixture(scope="module")
@@ -47,16 +65,20 @@ def sweep(slurm_cluster, tmp_path_factory):
     config.write_text(yaml.safe_dump(cfg))
     first = _interrupted_run(workdir, config)
     left = sorted(p.name for p in (workdir / "results" / "doctor").glob("*.ok"))
+    queued = _queued(workdir)
     proc = subprocess.run(snakemake_cmd(workdir, config), cwd=workdir, capture_output=True,
                           text=True, timeout=300)
-    return workdir, proc.returncode, proc.stdout + proc.stderr, first, left
+    return workdir, proc.returncode, proc.stdout + proc.stderr, first, left, queued
 
 
 @pytest.mark.slurm
 def test_ctrl_c_leaves_no_doctor_flag_and_the_doctors_run_again(sweep):
-    workdir, rc, log, first, left = sweep
+    workdir, rc, log, first, left, queued = sweep
     assert submitted(first, "doctor"), f"the first run got as far as a doctor\n{first}"
-    assert left == [], f"Ctrl-C left the doctors' flags {left}"
+    # the second Ctrl-C did not cut the first one's cleanup short (cudalab/interrupts.py)
+    assert "KeyboardInterrupt" not in first, first
+    assert left == [], f"Ctrl-C left the doctors' flags {left}; the first run said:\n{first}"
+    assert queued == [], f"Ctrl-C left jobs in squeue {queued}\n{first}"
     assert rc == 0, log
     assert len(submitted(log, "doctor")) == 2, f"both GPUs checked again\n{log}"
 

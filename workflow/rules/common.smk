@@ -184,6 +184,7 @@ def _gpu_flag(gpus, model):
 onstart:
     _write_config_json()
     drop_leftover_doctor_flags()  # doctor.smk
+    guard_interrupts()  # doctor.smk: a second Ctrl-C cannot leave jobs or flags behind
     # Under Slurm: never submit what cannot start, say how many sbatch jobs this run submits
     # and watch them for a PENDING reason that never clears (doctor.smk).
     if workflow.executor_plugin is not None and workflow.executor_plugin.name == "slurm":

@@ -5,9 +5,11 @@
 # the run stops with the doctor's table and no measure job is submitted; locally it only
 # writes its table (a run without a GPU goes on). `slurm: {doctor: false}` turns it off.
 # Also here: the watcher that cancels Slurm jobs PENDING for a reason that never clears.
+import atexit
 import os
 import time as _time
 
+from cudalab import interrupts as cudalab_interrupts
 from cudalab import pending as cudalab_pending
 
 _SLURM = config["slurm"]
@@ -17,6 +19,7 @@ DOCTOR_TAGS = sorted({cudalab_sweep.doctor_tag(f, RESULTS) for f in FOLDERS})
 DOCTOR_TABLE = f"{RESULTS}/doctor/{{tag}}.md"
 _STARTED = _time.time()
 _WATCH = []
+_FLAGS_REMOVED = []  # set once remove_doctor_flags ran: it runs at most once per run
 
 
 def doctor_first(wildcards):
@@ -64,12 +67,24 @@ def drop_leftover_doctor_flags():
 
 
 def remove_doctor_flags():
-    """In onerror and onsuccess: no flag outlives a run. Under Slurm a doctor job cancelled
-    by Ctrl-C may still write its flag as it ends: wait for the run's doctor jobs first."""
+    """In onerror and onsuccess, and at exit: no flag outlives a run. Under Slurm a doctor
+    job cancelled by Ctrl-C may still write its flag as it ends: wait for the run's doctor
+    jobs first."""
+    if _FLAGS_REMOVED:
+        return
     if workflow.executor_plugin is not None and workflow.executor_plugin.name == "slurm":
         cudalab_pending.wait_for_jobs(os.getcwd(), "rule_doctor")
     for flag in doctor_flags():
         flag.unlink(missing_ok=True)
+    _FLAGS_REMOVED.append(True)
+
+
+def guard_interrupts():
+    """In onstart (the main process): a second Ctrl-C must not cut short the cancelling of
+    the run's jobs or the removal of the doctors' flags (cudalab/interrupts.py), and the
+    flags go at exit even when a forced stop skipped onerror."""
+    cudalab_interrupts.install()
+    atexit.register(remove_doctor_flags)
 
 
 def pending_cancelled():
