@@ -10,7 +10,7 @@
   cudalab run-figures                       results.csv, telemetry -> results/figures/_roofline,
                                            results/figures/_telemetry (figures + index.json)
   cudalab compare-figures                   results.csv, report.baselines -> results/figures/
-                                           _compare (time ratios per experiment + index.json)
+                                           _compare (comparison.csv, ratio figures, index.json)
   cudalab report                            -> results/report.html
   cudalab slides                            -> results/slides/EXPERIMENT.png|svg, index.html
   cudalab compare RUN... [--baseline DIR]    point-by-point verdicts against a baseline
@@ -283,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--out", default="results/figures")
     s.set_defaults(fn=cmd_run_figures)
     s = sub.add_parser("compare-figures",
-                       help="this run's time ratios against report.baselines, per experiment")
+                       help="this run against report.baselines: comparison.csv and the "
+                       "time-ratio figures")
     s.add_argument("--config", default="config.yaml")
     s.add_argument("--table", default="results/results.csv")
     s.add_argument("--out", default="results/figures")

@@ -664,8 +664,7 @@ def run_command(folders: list[str], baseline: str | None, threshold: float,
     cmp = compare_runs(base_runs[0], runs, threshold, rule)
     print(format_text(cmp, detail_runs, rule))
     if csv:
-        Path(csv).parent.mkdir(parents=True, exist_ok=True)
-        cmp.to_csv(csv, index=False)
+        write_comparison(cmp, Path(csv))
         print(f"\nwrote {csv} ({len(cmp)} rows)")
     slower = cmp[cmp["verdict"] == "slower"]
     if fail_on_slower and len(slower):
@@ -682,6 +681,45 @@ def run_command(folders: list[str], baseline: str | None, threshold: float,
 def _this_run(df: pd.DataFrame, config: dict[str, Any]) -> list[Run]:
     return split_by_gpu(table_points(df, "this run's results"), config["run_name"],
                         Path("results"))
+
+
+def expects_comparison(config: dict[str, Any]) -> bool:
+    """Whether the run is set beside anything: report.baselines, or a sweep's other models."""
+    from cudalab import sweep
+
+    return bool(sweep.other_model_folders(config) or config["report"].get("baselines"))
+
+
+def write_comparison(cmp: pd.DataFrame | None, path: Path) -> None:
+    """The comparison table, one row per (point, baseline): the figures step writes it once
+    and the report renders it; `cudalab compare --csv` writes the same table. None (nothing
+    to compare) writes an empty file, so a stale table never outlives its baselines."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    if cmp is None:
+        tmp.write_text("")
+    else:
+        cmp.to_csv(tmp, index=False)
+    tmp.replace(path)
+
+
+def read_comparison(path: Path) -> pd.DataFrame | None:
+    """The table write_comparison wrote (None for its empty file): the same columns and
+    types (floats exactly, as to_csv writes them in full)."""
+    if path.stat().st_size == 0:
+        return None
+    names = pd.read_csv(path, nrows=0).columns
+    return pd.read_csv(path, keep_default_na=False,
+                       na_values={c: [""] for c in names if c not in _EMPTY_IS_TEXT},
+                       dtype={**dict.fromkeys(_TEXT_COLUMNS, "str"), "trials": "bool"})
+
+
+# the table's text columns (read as text even where every row left one empty); in these an
+# empty cell is the text "" (a point without a timer), in the others it is missing (NaN)
+_TEXT_COLUMNS = ("experiment", "point_id", "variant", "baseline", "run", "baseline_gpu", "gpu",
+                 "baseline_status", "status", "verdict", "baseline_method", "method", "class",
+                 "bar_from")
+_EMPTY_IS_TEXT = ("baseline_method", "method", "class")
 
 
 def baseline_comparison(df: pd.DataFrame, config: dict[str, Any]) -> pd.DataFrame | None:
@@ -765,18 +803,19 @@ def _section_rows(sub: pd.DataFrame, max_rows: int) -> list[dict[str, Any]]:
              "verdict": r.verdict} for r in rows.itertuples()]
 
 
-def report_context(df: pd.DataFrame, config: dict[str, Any],
+def report_context(df: pd.DataFrame, config: dict[str, Any], cmp: pd.DataFrame | None,
                    figures: dict[str, str] | None = None) -> dict[str, Any]:
     """What the report template's comparison blocks read (reports/templates/compare*.j2):
     course_rows (the table that opens the report) and comparison (None without baselines:
-    summary, and per experiment rows + figure). figures: experiment -> the ratio figure's
-    data URI, as the figures step drew it (run_figures.draw_comparisons); none drawn here."""
+    summary, and per experiment rows + figure). cmp is the comparison table as the figures
+    step wrote it (baseline_comparison, read_comparison), figures: experiment -> the ratio
+    figure's data URI, as that step drew it (run_figures.draw_comparisons); nothing here
+    compares or draws."""
     from cudalab import course
 
     this = _this_run(df, config)[0] if len(df) else None
     own = df if this is None or not this.gpu else df[df["gpu_name"].isin([this.gpu]) |
                                                      df["gpu_name"].isna()]
-    cmp = baseline_comparison(df, config) if len(df) else None  # bad input fails first
     ctx: dict[str, Any] = {"course_rows": course.course_table(own), "comparison": None}
     if cmp is None:
         return ctx

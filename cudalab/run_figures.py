@@ -20,6 +20,7 @@ from cudalab.experiments import REGISTRY
 ROOFLINE_DIR = "_roofline"
 TELEMETRY_DIR = "_telemetry"
 COMPARE_DIR = "_compare"
+COMPARISON_CSV = "comparison.csv"  # in COMPARE_DIR: every (point, baseline) verdict
 INDEX = "index.json"
 
 
@@ -61,14 +62,16 @@ def draw(df: pd.DataFrame, results_dir: Path, figures_dir: Path) -> dict[str, in
 
 
 def draw_comparisons(df: pd.DataFrame, config: dict[str, Any], figures_dir: Path) -> int:
-    """Draw this run's time ratios against its baselines (report.baselines and, in a
-    sweep, the other models' folders), one figure per experiment with a timed ratio, into
-    figures_dir/_compare (made, with its index, even with no baseline); returns how many."""
+    """Compare this run with its baselines (report.baselines and, in a sweep, the other
+    models' folders) once: the table (COMPARISON_CSV, which the report renders) and one
+    time-ratio figure per experiment with a timed ratio, into figures_dir/_compare (made,
+    with its index and an empty table, even with no baseline); returns how many figures."""
     from cudalab import compare
 
     out_dir = Path(figures_dir) / COMPARE_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
     cmp = compare.baseline_comparison(df, config) if len(df) else None
+    compare.write_comparison(cmp, out_dir / COMPARISON_CSV)
     index = {}
     if cmp is not None:
         for exp in compare.timed_experiments(cmp):
@@ -106,6 +109,22 @@ def _embedded(entry: dict[str, Any], folder: Path) -> dict[str, Any]:
     png = entry.get("png")
     out = {k: v for k, v in entry.items() if k != "png"}
     return out | {"src": data_uri(folder / png) if png else ""}
+
+
+def read_comparison(figures_dir: Path, config: dict[str, Any]) -> pd.DataFrame | None:
+    """The comparison table the figures step wrote (None where it compared nothing). Its
+    absence is an error only where the config names baselines."""
+    from cudalab import compare
+
+    path = Path(figures_dir) / COMPARE_DIR / COMPARISON_CSV
+    if path.exists():
+        return compare.read_comparison(path)
+    if compare.expects_comparison(config):
+        raise compare.CompareError(
+            f"{path} is missing: the run has baselines (report.baselines or a sweep's other "
+            "models), and the figures step compares with them before the report "
+            "(cudalab compare-figures)")
+    return None
 
 
 def read(figures_dir: Path) -> dict[str, Any]:

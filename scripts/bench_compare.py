@@ -4,8 +4,8 @@ Builds N synthetic run folders from the H100 reference (every sample of a folder
 a node factor around 1, a few points made 20 % slower), then times
 
   1. `cudalab compare REFERENCE FOLDER_1 ... FOLDER_N --csv ...` (a subprocess, imports included)
-  2. the report's comparison context (cudalab.compare.report_context) with the N folders as
-     report.baselines (figures included)
+  2. the report's comparison (cudalab.compare.baseline_comparison, then report_context)
+     with the N folders as report.baselines
 
 Target (issue 9): comparing 100 folders of the default grid under 30 s on a laptop.
 
@@ -81,7 +81,7 @@ def main() -> int:
     config = cfg.validate({"run_name": "reference", "experiments": {"matmul": {}},
                            "report": {"baselines": [str(f) for f in folders]}})
     t0 = time.perf_counter()
-    ctx = compare.report_context(df, config)
+    ctx = compare.report_context(df, config, compare.baseline_comparison(df, config))
     t_rep = time.perf_counter() - t0
     n = pd.DataFrame(ctx["comparison"]["summary"])[["faster", "slower", "same"]].sum()
     print(f"report comparison blocks with {a.runs} baselines: {t_rep:.1f} s "

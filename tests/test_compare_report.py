@@ -9,6 +9,7 @@ import re
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -17,6 +18,7 @@ from cudalab import config as cfg
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "reports" / "reference" / "NVIDIA-H100-80GB-HBM3"
+H200 = ROOT / "reports" / "reference" / "NVIDIA-H200"
 QUIET = "naive-m4096-k4096-n4096-tile16"
 
 
@@ -48,6 +50,11 @@ def _render(df, config, tmp_path) -> str:
     return out.read_text()
 
 
+def _context(df, config) -> dict:
+    """The comparison blocks' context from a comparison made here (the figures step's)."""
+    return compare.report_context(df, config, compare.baseline_comparison(df, config))
+
+
 def test_course_table_opens_the_report(h100, tmp_path):
     html = _render(h100, _config(), tmp_path)
     main = html[html.index("<main>"):]
@@ -59,7 +66,7 @@ def test_course_table_opens_the_report(h100, tmp_path):
 
 def test_baselines_in_the_report(h100, slower_copy, tmp_path):
     config = _config(baselines=[str(slower_copy), str(REFERENCE)])
-    ctx = compare.report_context(h100, config)
+    ctx = _context(h100, config)
     summary = {b["baseline"]: b for b in ctx["comparison"]["summary"]}
     assert summary[str(slower_copy)]["faster"] == 1  # the point made slower in the baseline
     assert summary[str(slower_copy)]["slower"] == 0
@@ -68,15 +75,13 @@ def test_baselines_in_the_report(h100, slower_copy, tmp_path):
     # points only this run has (it measured 11 experiments, the copy 3) are listed
     in_copy = h100["experiment"].isin(["matmul", "device_query", "vector_add"])
     assert summary[str(slower_copy)]["only this"] == int((~in_copy).sum())
+    # the report compares nothing itself: without the figures step's table it stops
+    with pytest.raises(compare.CompareError, match=r"_compare/comparison.csv is missing"):
+        _render(h100, config, tmp_path)
+    assert run_figures.draw_comparisons(h100, config, tmp_path / "figures") == 11
     html = _render(h100, config, tmp_path)
     assert "This run against its baselines" in html
     assert f"{slower_copy} lacks what this run has: the experiments atomics, " in html
-    sec = html[html.index('<section id="matmul"'):]
-    sec = sec[:sec.index("</section>")]
-    # the report draws no figure: without the figures step's ratio figures it shows none
-    assert "Beside the baselines" in sec and "data:image/png;base64," not in sec
-    assert run_figures.draw_comparisons(h100, config, tmp_path / "figures") == 11
-    html = _render(h100, config, tmp_path)
     sec = html[html.index('<section id="matmul"'):]
     sec = sec[:sec.index("</section>")]
     assert sec.count("data:image/png;base64,") == 1
@@ -100,7 +105,7 @@ def test_the_ratio_figures_are_drawn_once_and_the_same_each_time(h100, slower_co
 
 def test_the_points_that_moved_are_grouped_by_class_with_their_reason(h100, slower_copy,
                                                                      tmp_path):
-    ctx = compare.report_context(h100, _config(baselines=[str(slower_copy)]))["comparison"]
+    ctx = _context(h100, _config(baselines=[str(slower_copy)]))["comparison"]
     [g] = ctx["by_class"]
     assert g["class"] == "kernel" and g["n"] == 1 and g["counts"] == "1 faster"
     [row] = g["rows"]
@@ -108,10 +113,24 @@ def test_the_points_that_moved_are_grouped_by_class_with_their_reason(h100, slow
     assert row["why"].startswith("0.833x < 1 / (1 + bar), bar ")
     # the reference has trials on both sides: no note on points judged without them
     assert ctx["no_trials"] == "" and ctx["n_moved"] == 1
+    run_figures.draw_comparisons(h100, _config(baselines=[str(slower_copy)]), tmp_path / "figures")
     html = _render(h100, _config(baselines=[str(slower_copy)]), tmp_path)
     block = html[html.index("Not the same, by class"):]
     assert "1 of " in block[:80] and QUIET in block
     assert "<th>unstable</th>" in html
+
+
+def test_the_comparison_is_written_once_and_read_back_as_it_was(h100, slower_copy, tmp_path):
+    """The figures step writes the table; the report renders exactly what it compared."""
+    config = _config(baselines=[str(slower_copy), str(H200)])
+    cmp = compare.baseline_comparison(h100, config)
+    run_figures.draw_comparisons(h100, config, tmp_path)
+    back = run_figures.read_comparison(tmp_path, config)
+    pd.testing.assert_frame_equal(back, cmp)  # NaN and "" kept apart, floats exact
+    assert compare.report_context(h100, config, back) == _context(h100, config)
+    # baselines dropped: the step writes an empty table, and no stale one is shown
+    run_figures.draw_comparisons(h100, _config(), tmp_path)
+    assert run_figures.read_comparison(tmp_path, _config()) is None
 
 
 def test_bad_baseline_is_named_without_traceback(h100, tmp_path, capsys):
@@ -147,10 +166,8 @@ def test_a_sweep_run_compares_its_gpus(h100, tmp_path):
     gpu = other["gpu_name"].notna()
     other.loc[gpu, "gpu_name"] = "NVIDIA H200"
     other.loc[gpu, "time_median_s"] = other.loc[gpu, "time_median_s"] * 0.5
-    import pandas as pd
-
     both = pd.concat([h100, other[gpu]], ignore_index=True)
-    ctx = compare.report_context(both, _config())
+    ctx = _context(both, _config())
     [s] = ctx["comparison"]["summary"]
     assert s["gpu"] == "NVIDIA H200" and ctx["comparison"]["gpu"] == "NVIDIA H100 80GB HBM3"
     assert s["slower"] > 300 and s["faster"] == 0  # the H100 takes twice the time
@@ -175,8 +192,6 @@ def test_workflow_checks_baselines_at_start_up(tmp_path):
     assert "Traceback" not in out
 
 
-H200 = ROOT / "reports" / "reference" / "NVIDIA-H200"
-
 
 @pytest.mark.skipif(not H200.is_dir(), reason="no H200 reference committed")
 def test_two_real_gpu_runs_compare_point_by_point(tmp_path):
@@ -197,7 +212,7 @@ def test_two_real_gpu_runs_compare_point_by_point(tmp_path):
     df = results.read_table(H200 / "results.csv")
     assert set(df["gpu_name"].dropna()) == {"NVIDIA H200"}
     assert (df["status"] == "ok").all()
-    ctx = compare.report_context(df, _config(baselines=[str(REFERENCE)]))
+    ctx = _context(df, _config(baselines=[str(REFERENCE)]))
     [row] = ctx["comparison"]["summary"]
     assert row["baseline"] == str(REFERENCE) and row["faster"] > 0
     # measured with the ceilings: every GPU memory point has its level, none is suspect

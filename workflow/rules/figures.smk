@@ -72,9 +72,10 @@ def run_figure_dirs():
     return [f"{folder}/figures/{d}" for folder in FOLDERS for d in RUN_FIGURE_DIRS]
 
 
-# This run's time ratios against the report's baselines (report.baselines and, in a sweep,
-# the other models' folders), one figure per experiment, drawn here so the report only embeds
-# them. The baselines are a param: changing them draws again.
+# This run against the report's baselines (report.baselines and, in a sweep, the other
+# models' folders), compared once here: the table (comparison.csv, which the report renders)
+# and one time-ratio figure per experiment. The baselines are a param: changing them
+# compares again.
 rule compare_figures:
     input:
         table=TABLE,
