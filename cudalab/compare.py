@@ -708,10 +708,10 @@ def read_comparison(path: Path) -> pd.DataFrame | None:
     types (floats exactly, as to_csv writes them in full)."""
     if path.stat().st_size == 0:
         return None
-    names = pd.read_csv(path, nrows=0).columns
-    return pd.read_csv(path, keep_default_na=False,
-                       na_values={c: [""] for c in names if c not in _EMPTY_IS_TEXT},
-                       dtype={**dict.fromkeys(_TEXT_COLUMNS, "str"), "trials": "bool"})
+    cmp = pd.read_csv(path, keep_default_na=False, na_values=[""],
+                      dtype={**dict.fromkeys(_TEXT_COLUMNS, "str"), "trials": "bool"})
+    cmp[list(_EMPTY_IS_TEXT)] = cmp[list(_EMPTY_IS_TEXT)].fillna("")
+    return cmp
 
 
 # the table's text columns (read as text even where every row left one empty); in these an

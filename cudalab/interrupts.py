@@ -52,4 +52,3 @@ def install(grace_s: float = GRACE_S) -> OnceInterrupt:
     handler = OnceInterrupt(grace_s)
     signal.signal(signal.SIGINT, handler)
     return handler
-

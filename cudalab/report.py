@@ -284,7 +284,7 @@ def render(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any], out: Pat
                         drawn["telemetry_summary"], drawn["rooflines"])
     # course table + baselines: the comparison table and its figures as the figures step
     # wrote them (run_figures.draw_comparisons), rendered here (compare.report_context)
-    ctx.update(compare_context(df, config, run_figures.read_comparison(figures_dir, config),
+    ctx.update(compare_context(df, config, run_figures.comparison_table(figures_dir, config),
                                drawn["comparisons"]))
     for s in ctx["sections"]:  # each lesson's handout page shows its course numbers
         s["course_rows"] = [r for r in ctx["course_rows"] if r["experiment"] == s["name"]]

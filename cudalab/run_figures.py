@@ -111,7 +111,7 @@ def _embedded(entry: dict[str, Any], folder: Path) -> dict[str, Any]:
     return out | {"src": data_uri(folder / png) if png else ""}
 
 
-def read_comparison(figures_dir: Path, config: dict[str, Any]) -> pd.DataFrame | None:
+def comparison_table(figures_dir: Path, config: dict[str, Any]) -> pd.DataFrame | None:
     """The comparison table the figures step wrote (None where it compared nothing). Its
     absence is an error only where the config names baselines."""
     from cudalab import compare

@@ -125,12 +125,12 @@ def test_the_comparison_is_written_once_and_read_back_as_it_was(h100, slower_cop
     config = _config(baselines=[str(slower_copy), str(H200)])
     cmp = compare.baseline_comparison(h100, config)
     run_figures.draw_comparisons(h100, config, tmp_path)
-    back = run_figures.read_comparison(tmp_path, config)
+    back = run_figures.comparison_table(tmp_path, config)
     pd.testing.assert_frame_equal(back, cmp)  # NaN and "" kept apart, floats exact
     assert compare.report_context(h100, config, back) == _context(h100, config)
     # baselines dropped: the step writes an empty table, and no stale one is shown
     run_figures.draw_comparisons(h100, _config(), tmp_path)
-    assert run_figures.read_comparison(tmp_path, _config()) is None
+    assert run_figures.comparison_table(tmp_path, _config()) is None
 
 
 def test_bad_baseline_is_named_without_traceback(h100, tmp_path, capsys):
