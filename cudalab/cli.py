@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -154,11 +153,11 @@ def cmd_aggregate(a: argparse.Namespace) -> int:
 def _write_ceilings(manifests: list[dict[str, Any]], path: Path) -> None:
     """results/ceilings.csv: the measured and theoretical ceilings of every GPU job."""
     from cudalab import ceilings
+    from cudalab.results import atomic_path
 
     table = ceilings.ceilings_table(manifests)
-    tmp = path.with_name(f".{path.name}.tmp")
-    table.to_csv(tmp, index=False)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        table.to_csv(tmp, index=False)
     print(f"wrote {path} ({len(table)} GPU jobs)")
 
 

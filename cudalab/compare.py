@@ -683,24 +683,22 @@ def _this_run(df: pd.DataFrame, config: dict[str, Any]) -> list[Run]:
                         Path("results"))
 
 
-def expects_comparison(config: dict[str, Any]) -> bool:
-    """Whether the run is set beside anything: report.baselines, or a sweep's other models."""
+def baseline_folders(config: dict[str, Any]) -> list[str]:
+    """What the run is set beside: a sweep's other models' folders, then report.baselines."""
     from cudalab import sweep
 
-    return bool(sweep.other_model_folders(config) or config["report"].get("baselines"))
+    return sweep.other_model_folders(config) + config["report"]["baselines"]
 
 
 def write_comparison(cmp: pd.DataFrame | None, path: Path) -> None:
     """The comparison table, one row per (point, baseline): the figures step writes it once
     and the report renders it; `cudalab compare --csv` writes the same table. None (nothing
     to compare) writes an empty file, so a stale table never outlives its baselines."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    if cmp is None:
-        tmp.write_text("")
-    else:
-        cmp.to_csv(tmp, index=False)
-    tmp.replace(path)
+    with results.atomic_path(path) as tmp:
+        if cmp is None:
+            tmp.write_text("")
+        else:
+            cmp.to_csv(tmp, index=False)
 
 
 def read_comparison(path: Path) -> pd.DataFrame | None:
@@ -725,11 +723,9 @@ _EMPTY_IS_TEXT = ("baseline_method", "method", "class")
 def baseline_comparison(df: pd.DataFrame, config: dict[str, Any]) -> pd.DataFrame | None:
     """This run (its first GPU) against every other GPU of the run (a GPU-model sweep) and
     every folder in report.baselines; ratio = this run's time / the baseline's."""
-    from cudalab import sweep
-
     this = _this_run(df, config)
-    folders = sweep.other_model_folders(config) + config["report"].get("baselines", [])
-    bases = this[1:] + [r for f in folders for r in load_runs(f, "report.baselines:")]
+    bases = this[1:] + [r for f in baseline_folders(config)
+                        for r in load_runs(f, "report.baselines:")]
     if not bases:
         return None
     frames = []

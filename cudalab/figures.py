@@ -3,12 +3,12 @@ one style and writes PNG + SVG atomically."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pandas as pd
 
 from cudalab.experiments import REGISTRY
+from cudalab.results import atomic_path
 
 
 def setup_style() -> None:
@@ -28,9 +28,8 @@ def save(fig, stem: Path) -> list[Path]:
     out = []
     for ext, kw in (("png", {"dpi": 130}), ("svg", {})):
         path = stem.with_suffix(f".{ext}")
-        tmp = path.with_name(f".{path.name}.tmp")
-        fig.savefig(tmp, format=ext, bbox_inches="tight", **kw)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format=ext, bbox_inches="tight", **kw)
         out.append(path)
     plt.close(fig)
     return out

@@ -289,8 +289,6 @@ def render(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any], out: Pat
     for s in ctx["sections"]:  # each lesson's handout page shows its course numbers
         s["course_rows"] = [r for r in ctx["course_rows"] if r["experiment"] == s["name"]]
     page = env.get_template("report.html.j2").render(**ctx)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(page)
-    os.replace(tmp, out)
+    with results.atomic_path(out) as tmp:
+        tmp.write_text(page)
     return out

@@ -12,12 +12,12 @@ never a speed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import sys
-import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -170,30 +170,29 @@ PROVENANCE_KEYS = [k for k in list(COLUMNS)[list(COLUMNS).index("gpu_name"):]]
 TABLE_EXTRAS = ("racy_repeats",)
 
 
+# -- writing atomically ----------------------------------------------------------------------
+@contextlib.contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A temporary name beside `path` to write to; when the block ends without an error it
+    replaces `path` in one rename, so a reader (a Snakemake step, a browser) never sees half
+    a file, and a failed write leaves the old file as it was."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 # -- raw records ---------------------------------------------------------------------------
 def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write to a temp file in the same folder, fsync, rename: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        # mkstemp makes the file 0600; a course's other users on a shared file system must
-        # read the records, so give it the mode a plain open() would (0666 & ~umask).
-        os.fchmod(fd, 0o666 & ~current_umask())
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=1, default=_json_default)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def current_umask() -> int:
-    """The process umask (os.umask can only be read by setting it; set it straight back)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+    """Write a record through atomic_path, fsynced before the rename: a record on disk is
+    whole even after the node loses power."""
+    with atomic_path(path) as tmp, open(tmp, "w") as f:
+        json.dump(obj, f, indent=1, default=_json_default)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _json_default(o: Any) -> Any:
@@ -553,19 +552,16 @@ def read_table(path: Path) -> pd.DataFrame:
 
 def write_table(df: pd.DataFrame, csv_path: Path) -> list[Path]:
     """Write results.csv (and .parquet if pyarrow is there), each atomically."""
-    csv_path.parent.mkdir(parents=True, exist_ok=True)
     written = []
-    tmp = csv_path.with_name(f".{csv_path.name}.tmp")
-    df.to_csv(tmp, index=False)
-    os.replace(tmp, csv_path)
+    with atomic_path(csv_path) as tmp:
+        df.to_csv(tmp, index=False)
     written.append(csv_path)
     try:
         import pyarrow  # noqa: F401
     except ImportError:
         return written
     pq = csv_path.with_suffix(".parquet")
-    tmp = pq.with_name(f".{pq.name}.tmp")
-    df.to_parquet(tmp, index=False)
-    os.replace(tmp, pq)
+    with atomic_path(pq) as tmp:
+        df.to_parquet(tmp, index=False)
     written.append(pq)
     return written

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from cudalab import figures, roofline, telemetry_report
+from cudalab import figures, results, roofline, telemetry_report
 from cudalab.embed import data_uri
 from cudalab.experiments import REGISTRY
 
@@ -90,10 +90,8 @@ def _relative(entry: dict[str, Any], folder: Path) -> dict[str, Any]:
 
 
 def _write_index(folder: Path, index: dict[str, Any]) -> None:
-    text = json.dumps(index, indent=1, sort_keys=True)
-    tmp = folder / f".{INDEX}.tmp"
-    tmp.write_text(text)
-    tmp.replace(folder / INDEX)
+    with results.atomic_path(folder / INDEX) as tmp:
+        tmp.write_text(json.dumps(index, indent=1, sort_keys=True))
 
 
 def _read_index(folder: Path) -> dict[str, Any]:
@@ -119,7 +117,7 @@ def comparison_table(figures_dir: Path, config: dict[str, Any]) -> pd.DataFrame 
     path = Path(figures_dir) / COMPARE_DIR / COMPARISON_CSV
     if path.exists():
         return compare.read_comparison(path)
-    if compare.expects_comparison(config):
+    if compare.baseline_folders(config):
         raise compare.CompareError(
             f"{path} is missing: the run has baselines (report.baselines or a sweep's other "
             "models), and the figures step compares with them before the report "

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import html
 import math
-import os
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ import pandas as pd
 from cudalab import claims
 from cudalab.embed import data_uri
 from cudalab.experiments import REGISTRY
+from cudalab.results import atomic_path
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -292,9 +292,8 @@ def save(fig: Figure, stem: Path) -> list[Path]:
     out = []
     for ext in ("png", "svg"):
         path = stem.with_suffix(f".{ext}")
-        tmp = path.with_name(f".{path.name}.tmp")
-        fig.savefig(tmp, format=ext, dpi=DPI)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format=ext, dpi=DPI)
         out.append(path)
     plt.close(fig)
     return out
@@ -340,10 +339,8 @@ def write_slides(df: pd.DataFrame, out: Path, names: list[str] | None = None) ->
 def write_deck(df: pd.DataFrame, names: list[str], out: Path) -> Path:
     """out/index.html from the slides already in out/ (out/<name>.png)."""
     deck = out / DECK
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = deck.with_name(f".{deck.name}.tmp")
-    tmp.write_text(deck_html(df, names, out), encoding="utf-8")
-    os.replace(tmp, deck)
+    with atomic_path(deck) as tmp:
+        tmp.write_text(deck_html(df, names, out), encoding="utf-8")
     return deck
 
 
