@@ -687,7 +687,7 @@ def baseline_folders(config: dict[str, Any]) -> list[str]:
     """What the run is set beside: a sweep's other models' folders, then report.baselines."""
     from cudalab import sweep
 
-    return sweep.other_model_folders(config) + config["report"]["baselines"]
+    return sweep.other_model_folders(config) + config["report"].get("baselines", [])
 
 
 def write_comparison(cmp: pd.DataFrame | None, path: Path) -> None:
