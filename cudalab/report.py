@@ -223,6 +223,25 @@ def provenance_summary(prov: pd.DataFrame, show: int = 3) -> dict[str, str]:
     return out
 
 
+def gpus_used(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """The GPUs this run measured on, each with the experiments (jobs) it ran: a local run
+    on a machine of several GPUs spreads its jobs over them."""
+    if "gpu_uuid" not in df or "timer" not in df:
+        return []
+    gpu = df[df["gpu_uuid"].notna() & (df["gpu_uuid"].astype(str) != "")
+             & (df["timer"] != "perf_counter")]  # CPU points carry their job's GPU too
+    out = []
+    for uuid, g in gpu.groupby("gpu_uuid", sort=False):
+        idx = g["gpu_smi_index"].dropna() if "gpu_smi_index" in g else pd.Series([], dtype=int)
+        out.append({"index": "" if idx.empty else int(idx.iloc[0]),
+                    "name": str(g["gpu_name"].iloc[0]), "uuid": str(uuid),
+                    "pci": str(g["gpu_pci_bus_id"].dropna().iloc[0])
+                    if "gpu_pci_bus_id" in g and g["gpu_pci_bus_id"].notna().any() else "",
+                    "experiments": ", ".join(sorted(g["experiment"].unique())),
+                    "points": len(g)})
+    return sorted(out, key=lambda r: (r["index"] == "", r["index"], r["uuid"]))
+
+
 def roofline_context(df: pd.DataFrame, rooflines: dict[str, dict[str, str]]
                      ) -> dict[str, Any]:
     """The report's roofline section: the run's figure, the ceilings measured beside the
@@ -259,6 +278,7 @@ def build_context(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any],
         "counts": df["status"].value_counts().to_dict(),
         "n_points": len(df),
         "provenance": provenance_summary(df[prov_cols]),
+        "gpus_used": gpus_used(df),
         "telemetry": telemetry or [],
         "telemetry_summary": telemetry_summary or {},
         # convergence and launch overhead (cudalab/timing_report.py)

@@ -122,6 +122,9 @@ COLUMNS: dict[str, tuple[str, str]] = {
     # provenance
     "gpu_name": ("string", "GPU model"),
     "gpu_uuid": ("string", "GPU UUID"),
+    "gpu_smi_index": ("Int64", "the GPU's index as nvidia-smi numbers it (CUDA_VISIBLE_DEVICES "
+                      "does not change it)"),
+    "gpu_pci_bus_id": ("string", "PCI bus id of the GPU"),
     "compute_capability": ("string", "major.minor"),
     "sm_count": ("Int64", "streaming multiprocessors of the GPU (the driver's "
                  "MULTIPROCESSOR_COUNT)"),
@@ -161,7 +164,8 @@ DERIVED_COLUMNS = ("cold_l2", "intensity", "roof_gflops", "roof_name", "suspect_
 # readable); every other column must be there.
 LATER_COLUMNS = (*CEILING_COLUMNS, *DERIVED_COLUMNS, "time_trial_spread", "time_floor_s",
                  "cpu_threads", "blas", "python_executable", "loaded_modules", "nvcc_path",
-                 "launch_blocks", "launch_threads", "sm_count")
+                 "launch_blocks", "launch_threads", "sm_count", "gpu_smi_index",
+                 "gpu_pci_bus_id")
 
 PROVENANCE_KEYS = [k for k in list(COLUMNS)[list(COLUMNS).index("gpu_name"):]]
 

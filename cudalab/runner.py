@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from cudalab import devicespec, results, trials
+from cudalab import devicespec, gpu_slots, results, trials
 from cudalab.config import block_hash
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.base import Experiment, Point, Result, RunContext, Skipped
 from cudalab.gpu_errors import CUDA_KINDS, gpu_error_kind
+from cudalab.gpu_slots import Claim
 from cudalab.harness import Harness, Settings
 from cudalab.provenance import job_provenance, now_iso, nvidia_driver_version, source_hash
 
@@ -126,6 +127,7 @@ class Job:
     ceilings: Ceilings | None = None  # measured once per GPU job (cudalab.ceilings)
     floor: dict[str, Any] | None = None  # the resolution floor, once per GPU job with trials
     profile: dict[str, Any] = field(default_factory=dict)  # the ncu step's summary, if it ran
+    slot: Claim | None = None  # the GPU a local job locked (cudalab.gpu_slots), held to the end
 
     @property
     def block(self) -> dict[str, Any]:
@@ -223,7 +225,10 @@ def run_experiment(config: dict[str, Any], name: str, results_dir: Path) -> dict
         for src in job.sources:
             _telemetry_hook(src, "after_job")
     _profile(job, ctx)
-    return _write_manifest(job, t_job)
+    manifest = _write_manifest(job, t_job)
+    if job.slot is not None:
+        job.slot.release()
+    return manifest
 
 
 def _usable_cores() -> int:
@@ -276,7 +281,9 @@ def _open_gpu(job: Job) -> None:
     from cudalab import gpu as gpumod
 
     try:
-        job.gpu = gpumod.open_session(job.config["gpu_index"])
+        # several GPUs here: lock a free one and pin this process to it before CUDA starts
+        job.slot = gpu_slots.claim_for_job(job.config, job.raw_dir, say=log)
+        job.gpu = gpumod.open_session(0 if job.slot else job.config["gpu_index"])
     except gpumod.NoGpuError as exc:
         if job.env.get("slurm_job_id"):
             raise  # a Slurm job that asked for a GPU: its message names job, node and GPUs
@@ -287,6 +294,11 @@ def _open_gpu(job: Job) -> None:
             "run the workflow again on a GPU machine to measure them")
         return
     job.env |= job.gpu.info
+    if job.slot is not None:
+        job.env |= job.slot.provenance()
+        log(f"{job.name}: measures on {job.slot.gpu.label()}")
+    else:
+        job.env["gpu_smi_index"] = gpu_slots.smi_index(job.env.get("gpu_pci_bus_id", ""))
     _open_telemetry(job)
     if job.settings.cold_l2:
         job.flush = job.gpu.l2_flusher()

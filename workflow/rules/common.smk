@@ -16,6 +16,7 @@ except ImportError:
                         f"`pip install -e .` in {workflow.basedir} first") from None
 
 from cudalab import config as cudalab_config
+from cudalab import gpu_slots as cudalab_gpu_slots
 from cudalab import runner as cudalab_runner
 from cudalab import slurm_request
 from cudalab import sweep as cudalab_sweep
@@ -47,6 +48,12 @@ EXPERIMENTS = cudalab_config.enabled_experiments(config)
 # figures/; the report is drawn from the first and sets the others beside it.
 FOLDERS = cudalab_sweep.folders(config, RESULTS)
 GPU_MODELS = cudalab_sweep.gpu_models(config)
+# A local run keeps every usable GPU busy: Snakemake starts as many GPU jobs at once as there
+# are GPUs, and each job locks one and pins itself to it (cudalab/gpu_slots.py). A `gpu`
+# given by hand (--resources gpu=N, a profile) wins; under Slurm the allocation decides.
+_LOCAL = workflow.executor_plugin is None or workflow.executor_plugin.name != "slurm"
+if _LOCAL and "gpu" not in workflow.global_resources:
+    workflow.global_resources["gpu"] = cudalab_gpu_slots.local_gpu_count(config)
 MEASURED = FOLDERS[0]
 TABLE = f"{MEASURED}/results.csv"
 REPORT = f"{RESULTS}/report.html"
@@ -197,3 +204,7 @@ onstart:
             )
         print(slurm_submit_line(*_slurm_jobs()), file=sys.stderr)
         start_pending_watch()
+    elif any(map(needs_gpu, EXPERIMENTS)):
+        if cudalab_gpu_slots.problem(config):
+            raise WorkflowError("cudalab: " + cudalab_gpu_slots.problem(config))
+        print(cudalab_gpu_slots.summary_line(config), file=sys.stderr)
