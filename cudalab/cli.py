@@ -303,9 +303,10 @@ def main(argv: list[str] | None = None) -> int:
                    "figure)")
     s.set_defaults(fn=cmd_slides)
     _add_compare(sub)
-    from cudalab import doctor, site  # their subcommands live with their code
+    from cudalab import accept, doctor, site  # their subcommands live with their code
     from cudalab.exercises import cli as exercise_cli
 
+    accept.add_parser(sub)
     doctor.add_parser(sub)
     site.add_parser(sub)
     exercise_cli.add_parser(sub)
