@@ -30,6 +30,8 @@ import pandas as pd
 from cudalab import compare, gpu_slots, results
 from cudalab import config as cfg
 from cudalab.gpu_slots import Gpu
+from cudalab.links import MODES, slow_pairs
+from cudalab.links import SLOW_LINK as SLOW_SHARE
 
 # A grid of large points only (kernels of 100 us or more, copies of 256 MiB): small points
 # are dominated by launch and host noise, which says nothing about the GPU.
@@ -192,11 +194,81 @@ def verdicts(table: pd.DataFrame, gpus: dict[int, Gpu], before: dict[str, dict[s
     return pd.DataFrame(out, columns=cols)
 
 
-def write_page(table: pd.DataFrame, path: Path, host: str, took_s: float) -> None:
+# The course's interconnect numbers (the multi-GPU slides): what this machine is put beside.
+COURSE_LINKS = {"NVLink": "NVLink: 300 GB/s", "PCIe": "PCIe: 12-32 GB/s"}
+
+
+def measure_links(out: Path, say: Any = print) -> pd.DataFrame | None:
+    """cudalab.links on every GPU pair (in a process of its own that sees every GPU); None
+    where it failed, with its log's end said."""
+    log = out / "links.log"
+    with open(log, "w") as f:
+        r = subprocess.run([sys.executable, "-m", "cudalab.links", "--out",
+                            str(out / "links.csv")], stdout=f, stderr=subprocess.STDOUT)
+    if not (out / "links.csv").is_file():
+        say(f"warning: the links between GPUs were not measured (exit {r.returncode}): "
+            + " | ".join(log.read_text(errors="replace").strip().splitlines()[-3:]))
+        return None
+    return pd.read_csv(out / "links.csv")
+
+
+def links_matrix_png(links: pd.DataFrame) -> str:
+    """The peer-copy bandwidth matrix (GB/s, source rows, destination columns), as a data
+    URI: the page stays one file."""
+    import base64
+    import io
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    modes = [m for m in ("peer", "no_peer", "host_staged") if (links["mode"] == m).any()]
+    fig, axes = plt.subplots(1, len(modes), figsize=(4.2 * len(modes), 3.8), squeeze=False)
+    top = float(links["gbps"].max()) if links["gbps"].notna().any() else 1.0
+    for ax, mode in zip(axes[0], modes):
+        m = links[links["mode"] == mode].pivot(index="src", columns="dst", values="gbps")
+        sns.heatmap(m, annot=True, fmt=".0f", cmap="viridis", vmin=0, vmax=top, ax=ax,
+                    cbar_kws={"label": "GB/s"})
+        ax.set(title=links_mode_title(mode), xlabel="destination GPU", ylabel="source GPU")
+    fig.suptitle("Copies between GPUs (GB/s, 256 MiB each)")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def links_mode_title(mode: str) -> str:
+    from cudalab.links import MODE_LABEL
+
+    return MODE_LABEL.get(mode, mode)
+
+
+def links_lines(links: pd.DataFrame) -> list[str]:
+    """Facts about the links: each link type's median per mode, beside the course's number."""
+    from cudalab.links import link_label
+
+    out = []
+    for link, g in links.groupby("link"):
+        med = g.groupby("mode")["gbps"].median()
+        kind = "NVLink" if str(link).startswith("NV") else "PCIe"
+        parts = [f"{links_mode_title(m)} {med[m]:.0f} GB/s" for m in MODES
+                 if m in med.index and pd.notna(med[m])]
+        out.append(f"{link_label(str(link))}: " + "; ".join(parts)
+                   + f" (the course: {COURSE_LINKS[kind]})")
+    return out
+
+
+def write_page(table: pd.DataFrame, path: Path, host: str, took_s: float,
+               links: pd.DataFrame | None = None) -> None:
     """One page a site engineer reads in a minute: the verdict per GPU first."""
     bad = table[table["verdict"] != "ok"]
+    slow = slow_pairs(links) if links is not None else pd.DataFrame()
     head = (f"{len(bad)} of {len(table)} GPU(s) are outliers" if len(bad)
             else f"all {len(table)} GPUs agree within the noise")
+    if len(slow):
+        head += f"; {len(slow)} GPU pair(s) copy slower than the others of their link type"
     rows = "".join(
         f"<tr class='{html.escape(r.verdict)}'><td>{r.gpu_index}</td><td>{html.escape(r.name)}"
         f"</td><td>{html.escape(r.pci_bus_id)}</td><td><b>{html.escape(r.verdict)}</b></td>"
@@ -215,10 +287,27 @@ resolution floor)). Host-bound points never flag a GPU.</p>
 <table><thead><tr><th>GPU</th><th>model</th><th>PCI bus</th><th>verdict</th>
 <th>median time ratio to the others</th><th>slower points</th><th>why</th></tr></thead>
 <tbody>{rows}</tbody></table>
+{_links_html(links, slow)}
 <p>Every point: accept.csv's detail in points.csv; each GPU's run folder: gpu&lt;index&gt;/.</p>
 </body></html>"""
     with results.atomic_path(path) as tmp:
         tmp.write_text(page)
+
+
+def _links_html(links: pd.DataFrame | None, slow: pd.DataFrame) -> str:
+    if links is None:
+        return "<h2>Links between GPUs</h2><p>Not measured (links.log says why).</p>"
+    items = "".join(f"<li>{html.escape(line)}</li>" for line in links_lines(links))
+    bad = "".join(f"<li><b>GPU {r.src} &rarr; GPU {r.dst}</b> ({html.escape(str(r.link))}): "
+                  f"{r.gbps:.0f} GB/s, {r.share_of_median:.0%} of its link type's median</li>"
+                  for r in slow.itertuples())
+    wrong = links[~links["correct"].astype(bool) & links["note"].isna()]
+    return (f"<h2>Links between GPUs</h2><img alt='bandwidth matrix' style='max-width:100%' "
+            f"src='{links_matrix_png(links)}'><ul>{items}</ul>"
+            + (f"<p>Slow pairs (below {SLOW_SHARE:.0%} of the median of their link type):</p>"
+               f"<ul>{bad}</ul>" if bad else "")
+            + (f"<p><b>{len(wrong)} copies did not arrive intact</b> (links.csv).</p>"
+               if len(wrong) else ""))
 
 
 def _num(x: float) -> str:
@@ -259,12 +348,17 @@ def run(config_path: str, out: Path, say: Any = print) -> int:
     for frame, name in ((table, "accept.csv"), (detail, "points.csv")):
         with results.atomic_path(out / name) as tmp:
             frame.to_csv(tmp, index=False)
-    write_page(table, out / "accept.html", _host(), took)
+    links = measure_links(out, say)
+    write_page(table, out / "accept.html", _host(), took, links)
     for r in table.itertuples():
         say(f"  GPU {r.gpu_index} ({r.pci_bus_id}): {r.verdict}"
             + (f": {r.why}" if r.why else f", median ratio {_num(r.median_ratio)}"))
     say(f"cudalab accept: {out / 'accept.html'} ({took:.0f} s)")
-    return 1 if (table["verdict"] != "ok").any() else 0
+    slow = slow_pairs(links) if links is not None else pd.DataFrame()
+    for r in slow.itertuples():
+        say(f"  link GPU {r.src} -> GPU {r.dst} ({r.link}): {r.gbps:.0f} GB/s, "
+            f"{r.share_of_median:.0%} of its link type's median: slow")
+    return 1 if (table["verdict"] != "ok").any() or len(slow) else 0
 
 
 def _host() -> str:

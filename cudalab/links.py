@@ -1,0 +1,312 @@
+"""The links between the GPUs of one machine: for every ordered pair, a copy of `size` bytes
+with peer access on (NVLink or PCIe peer-to-peer, as the topology allows) and off (the
+driver stages it through the host), staged by hand through pinned host memory, both
+directions at once, and a kernel on one GPU reading the other's memory directly. Each copy's
+data is checked byte for byte; times are CUDA events (one GPU) or the host clock around a
+synchronised batch (two GPUs at once). `nvidia-smi topo -m` gives each pair's link type.
+
+    python -m cudalab.links --out links.csv [--size-mib 256] [--reps 10]
+
+Run by `cudalab accept` after its per-GPU runs (the GPUs are idle then), which flags a pair
+slower than the others of its link type and draws the matrix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+MODES = ("peer", "no_peer", "host_staged", "bidirectional", "remote_read")
+MODE_LABEL = {"peer": "copy, peer access on", "no_peer": "copy, peer access off",
+              "host_staged": "staged through pinned host memory",
+              "bidirectional": "both directions at once (peer on; GB/s of both)",
+              "remote_read": "kernel reading the other GPU's memory"}
+SLOW_LINK = 0.8  # a pair below this share of its link type's median peer bandwidth is slow
+
+READ_REMOTE = r"""
+extern "C" __global__ void read_remote(const int4 *__restrict__ src, int4 *__restrict__ dst,
+                                       size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = src[i];
+}
+"""
+
+
+def topology(text: str | None = None) -> dict[tuple[int, int], str]:
+    """Each GPU pair's link as `nvidia-smi topo -m` names it (NV<n>: NVLink with n links;
+    PIX, PXB, PHB, NODE, SYS: PCIe paths through a switch, bridges, the host bridge, the
+    NUMA node, across sockets)."""
+    if text is None:
+        exe = shutil.which("nvidia-smi")
+        if exe is None:
+            return {}
+        text = subprocess.run([exe, "topo", "-m"], capture_output=True, text=True,
+                              timeout=60).stdout
+    rows = [ln.split() for ln in text.splitlines() if re.match(r"^\s*GPU\d+\s", ln)]
+    out = {}
+    for r in rows:
+        i = int(r[0][3:])
+        for j, cell in enumerate(r[1:1 + len(rows)]):
+            if j != i:
+                out[(i, j)] = cell
+    return out
+
+
+class Pair:
+    """Two GPUs' primary contexts, buffers of `size` bytes on each and pinned host memory."""
+
+    def __init__(self, cuda: Any, src: int, dst: int, size: int) -> None:
+        self.cuda, self.size = cuda, size
+        self.dev = [cuda.Device(src), cuda.Device(dst)]
+        self.ctx = [d.retain_primary_context() for d in self.dev]
+        self.buf, self.stream = [], []
+        for c in self.ctx:
+            c.push()
+            self.buf.append((cuda.mem_alloc(size), cuda.mem_alloc(size)))
+            self.stream.append(cuda.Stream())
+            c.pop()
+        self.host = cuda.pagelocked_empty(size, np.uint8)
+        self.data = np.random.default_rng().integers(0, 256, size, dtype=np.uint8)
+        self.ctx[0].push()
+        cuda.memcpy_htod(self.buf[0][0], self.data)
+        self.ctx[0].pop()
+        self.ctx[1].push()
+        cuda.memcpy_htod(self.buf[1][0], self.data[::-1].copy())
+        self.ctx[1].pop()
+        self.peer_ok = bool(self.dev[0].can_access_peer(self.dev[1])
+                            and self.dev[1].can_access_peer(self.dev[0]))
+
+    def set_peer(self, on: bool) -> None:
+        for a, b in ((0, 1), (1, 0)):
+            self.ctx[a].push()
+            try:
+                if on:
+                    self.cuda.Context.enable_peer_access(self.ctx[b])
+                else:
+                    self.cuda.Context.disable_peer_access(self.ctx[b])
+            except self.cuda.Error as exc:  # already in that state
+                if "ALREADY_ENABLED" not in str(exc) and "NOT_ENABLED" not in str(exc):
+                    raise
+            finally:
+                self.ctx[a].pop()
+
+    def check(self, side: int, expect: np.ndarray) -> bool:
+        """Whether side's destination buffer holds `expect`; it is poisoned afterwards."""
+        self.ctx[side].push()
+        got = np.empty(self.size, np.uint8)
+        self.cuda.memcpy_dtoh(got, self.buf[side][1])
+        self.cuda.memset_d8(self.buf[side][1], 0xA5, self.size)
+        self.cuda.Context.synchronize()
+        self.ctx[side].pop()
+        return bool(np.array_equal(got, expect))
+
+    def release(self) -> None:
+        for c, (a, b) in zip(self.ctx, self.buf):
+            c.push()
+            a.free()
+            b.free()
+            c.pop()
+            c.detach()
+
+
+def _events_time(pair: Pair, fn: Any, reps: int) -> float:
+    """Seconds per call of fn() on the source GPU's stream, by CUDA events (median of reps)."""
+    cuda = pair.cuda
+    pair.ctx[0].push()
+    try:
+        fn()  # warm-up
+        cuda.Context.synchronize()
+        times = []
+        for _ in range(reps):
+            a, b = cuda.Event(), cuda.Event()
+            a.record(pair.stream[0])
+            fn()
+            b.record(pair.stream[0])
+            b.synchronize()
+            times.append(b.time_since(a) / 1e3)
+        return statistics.median(times)
+    finally:
+        pair.ctx[0].pop()
+
+
+def _wall_time(pair: Pair, fn: Any, reps: int) -> float:
+    """Seconds per call of fn() (work on both GPUs), by the host clock around a batch."""
+    fn()
+    _sync_both(pair)
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        _sync_both(pair)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def _sync_both(pair: Pair) -> None:
+    for c, s in zip(pair.ctx, pair.stream):
+        c.push()
+        s.synchronize()
+        c.pop()
+
+
+def measure_pair(cuda: Any, src: int, dst: int, size: int, reps: int,
+                 kernel_src: str = READ_REMOTE) -> list[dict[str, Any]]:
+    """Every mode's GB/s from GPU src to GPU dst, each with its byte check."""
+    pair = Pair(cuda, src, dst, size)
+    s_src, d_dst = pair.buf[0][0], pair.buf[1][1]
+    rows = []
+
+    def row(mode: str, seconds: float, ok: bool, moved: int | None = None, why: str = "") -> None:
+        rows.append({"src": src, "dst": dst, "mode": mode, "bytes": moved or size,
+                     "seconds": seconds, "gbps": (moved or size) / seconds / 1e9
+                     if seconds and ok else math.nan, "correct": ok, "note": why})
+
+    def copy() -> None:
+        cuda.memcpy_dtod_async(d_dst, s_src, size, pair.stream[0])
+
+    try:
+        for mode in ("peer", "no_peer"):
+            if mode == "peer" and not pair.peer_ok:
+                row(mode, math.nan, False, why="no peer access between these GPUs")
+                continue
+            pair.set_peer(mode == "peer")
+            t = _events_time(pair, copy, reps)
+            row(mode, t, pair.check(1, pair.data))
+        pair.set_peer(False)
+
+        def staged() -> None:
+            pair.ctx[0].push()
+            cuda.memcpy_dtoh_async(pair.host, s_src, pair.stream[0])
+            pair.stream[0].synchronize()
+            pair.ctx[0].pop()
+            pair.ctx[1].push()
+            cuda.memcpy_htod_async(d_dst, pair.host, pair.stream[1])
+            pair.ctx[1].pop()
+
+        row("host_staged", _wall_time(pair, staged, reps), pair.check(1, pair.data))
+        if not pair.peer_ok:
+            for mode in ("bidirectional", "remote_read"):
+                row(mode, math.nan, False, why="no peer access between these GPUs")
+            return rows
+        pair.set_peer(True)
+
+        def both() -> None:
+            pair.ctx[0].push()
+            cuda.memcpy_dtod_async(d_dst, s_src, size, pair.stream[0])
+            pair.ctx[0].pop()
+            pair.ctx[1].push()
+            cuda.memcpy_dtod_async(pair.buf[0][1], pair.buf[1][0], size, pair.stream[1])
+            pair.ctx[1].pop()
+
+        t = _wall_time(pair, both, reps)
+        row("bidirectional", t, pair.check(1, pair.data) and pair.check(0, pair.data[::-1]),
+            moved=2 * size)
+        rows.append(_remote_read(cuda, pair, reps, kernel_src, src, dst))
+        return rows
+    finally:
+        pair.release()
+
+
+def _remote_read(cuda: Any, pair: Pair, reps: int, kernel_src: str, src: int, dst: int
+                 ) -> dict[str, Any]:
+    """A kernel on GPU dst copying GPU src's buffer into its own: loads over the link."""
+    from pycuda.compiler import SourceModule
+
+    pair.ctx[1].push()
+    try:
+        fn = SourceModule(kernel_src, no_extern_c=True).get_function("read_remote")
+        n = np.uint64(pair.size // 16)
+        sms = pair.dev[1].get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT)
+
+        def launch() -> None:
+            fn(pair.buf[0][0], pair.buf[1][1], n, block=(256, 1, 1), grid=(sms * 8, 1),
+               stream=pair.stream[1])
+
+        launch()
+        cuda.Context.synchronize()
+        times = []
+        for _ in range(reps):
+            a, b = cuda.Event(), cuda.Event()
+            a.record(pair.stream[1])
+            launch()
+            b.record(pair.stream[1])
+            b.synchronize()
+            times.append(b.time_since(a) / 1e3)
+        t = statistics.median(times)
+    finally:
+        pair.ctx[1].pop()
+    ok = pair.check(1, pair.data)
+    return {"src": src, "dst": dst, "mode": "remote_read", "bytes": pair.size, "seconds": t,
+            "gbps": pair.size / t / 1e9 if ok else math.nan, "correct": ok, "note": ""}
+
+
+def measure_all(size: int, reps: int) -> pd.DataFrame:
+    import pycuda.driver as cuda
+
+    cuda.init()
+    n = cuda.Device.count()
+    topo = topology()
+    rows = []
+    for src in range(n):
+        for dst in range(n):
+            if src != dst:
+                rows += measure_pair(cuda, src, dst, size, reps)
+    df = pd.DataFrame(rows)
+    df["link"] = [topo.get((s, d), "") for s, d in zip(df["src"], df["dst"])]
+    return df
+
+
+def slow_pairs(df: pd.DataFrame, share: float = SLOW_LINK) -> pd.DataFrame:
+    """Pairs whose peer copy is below `share` of the median of their link type's pairs
+    (an NVLink pair is judged against the NVLink pairs, a PCIe path against its kind)."""
+    peer = df[(df["mode"] == "peer") & df["gbps"].notna()].copy()
+    if peer.empty:
+        return peer
+    med = peer.groupby("link")["gbps"].transform("median")
+    peer["share_of_median"] = peer["gbps"] / med
+    return peer[peer["share_of_median"] < share]
+
+
+def link_label(link: str) -> str:
+    m = re.fullmatch(r"NV(\d+)", link or "")
+    if m:
+        return f"NVLink ({m.group(1)} links)"
+    return {"PIX": "PCIe, one switch", "PXB": "PCIe, several bridges",
+            "PHB": "PCIe through the host bridge", "NODE": "PCIe within a NUMA node",
+            "SYS": "PCIe across sockets (SMP link)"}.get(link, link or "unknown")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m cudalab.links", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="CSV: one row per pair and mode")
+    p.add_argument("--size-mib", type=int, default=256)
+    p.add_argument("--reps", type=int, default=10)
+    a = p.parse_args(argv)
+    if not 1 <= a.size_mib <= 16384 or not 1 <= a.reps <= 1000:
+        print("error: --size-mib 1..16384 and --reps 1..1000", file=sys.stderr)
+        return 2
+    df = measure_all(a.size_mib << 20, a.reps)
+    from cudalab import results
+
+    with results.atomic_path(Path(a.out)) as tmp:
+        df.to_csv(tmp, index=False)
+    print(df.pivot_table(index=["src", "dst", "link"], columns="mode", values="gbps")
+          .round(1).to_string())
+    return 0 if df["correct"].where(df["note"] == "", True).all() else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
