@@ -182,7 +182,7 @@ def cmd_compare_figures(a: argparse.Namespace) -> int:
     from cudalab import roofline, run_figures
     from cudalab.compare import CompareError
 
-    config = _config(a.config)
+    config = _config(run_config_path(a.config, Path(a.table).parent))
     try:
         n = run_figures.draw_comparisons(roofline.load_table(Path(a.table)), config,
                                          Path(a.out))
@@ -193,11 +193,24 @@ def cmd_compare_figures(a: argparse.Namespace) -> int:
     return 0
 
 
+RUN_CONFIG = "config.json"  # the run's validated config, written beside its results
+
+
+def run_config_path(given: str | None, run_folder: Path) -> str:
+    """The config a re-rendering reads: the one given, else the run's own (config.json in
+    its folder, as the workflow wrote it), else config.yaml. A report drawn again later
+    must describe the run, not today's config.yaml."""
+    if given:
+        return given
+    own = run_folder / RUN_CONFIG
+    return str(own) if own.is_file() else "config.yaml"
+
+
 def cmd_report(a: argparse.Namespace) -> int:
     from cudalab import report, roofline
     from cudalab.compare import CompareError
 
-    config = _config(a.config)
+    config = _config(run_config_path(a.config, Path(a.results)))
     df = roofline.load_table(Path(a.table))
     try:
         out = report.render(df, Path(a.figures), config, Path(a.out),
@@ -284,12 +297,14 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("compare-figures",
                        help="this run against report.baselines: comparison.csv and the "
                        "time-ratio figures")
-    s.add_argument("--config", default="config.yaml")
+    s.add_argument("--config", default=None, help="default: the run's own config.json "
+                   "beside the table, else config.yaml")
     s.add_argument("--table", default="results/results.csv")
     s.add_argument("--out", default="results/figures")
     s.set_defaults(fn=cmd_compare_figures)
     s = sub.add_parser("report")
-    s.add_argument("--config", default="config.yaml")
+    s.add_argument("--config", default=None, help="default: the run's own config.json in "
+                   "--results, else config.yaml")
     s.add_argument("--table", default="results/results.csv")
     s.add_argument("--figures", default="results/figures")
     s.add_argument("--results", default="results")

@@ -383,3 +383,17 @@ def test_a_contradicted_caption_claim_is_shown_under_the_caption(tmp_path):
     warn = sobel.index(far)
     assert sobel.index('<p class="caption prose"') < warn
     assert f"of the theoretical DRAM ceiling {fmt.bandwidth(3352.32)}" in sobel[warn:warn + 500]
+
+
+def test_a_report_drawn_again_reads_the_runs_own_config(tmp_path, monkeypatch):
+    """`cudalab report` without --config describes the run (its folder's config.json), not
+    whatever config.yaml says today; --config still wins."""
+    from cudalab.cli import run_config_path
+
+    monkeypatch.chdir(tmp_path)
+    assert run_config_path(None, tmp_path / "results") == "config.yaml"
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "config.json").write_text("{}")
+    assert run_config_path(None, tmp_path / "results") == str(tmp_path / "results" /
+                                                              "config.json")
+    assert run_config_path("mine.yaml", tmp_path / "results") == "mine.yaml"

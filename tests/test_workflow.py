@@ -67,6 +67,14 @@ def test_cpu_workflow_end_to_end_then_nothing_to_redo(workdir):
     log = (workdir / "results" / "logs" / "measure_matmul.log").read_text()
     assert log.count("cached from") == 3, log  # the job's output goes to its log
 
+    # drawn again by hand, without --config, the report describes this run (its own
+    # results/config.json), though the folder has no config.yaml
+    again = workdir / "again.html"
+    r4 = subprocess.run([sys.executable, "-m", "cudalab.cli", "report", "--out", str(again)],
+                        capture_output=True, text=True, cwd=workdir, timeout=300)
+    assert r4.returncode == 0, r4.stderr[-2000:]
+    assert "ci-cpu" in again.read_text()
+
 
 MIXED = ("run_name: mixed\nmeasurement: {warmup: 1, min_samples: 3, max_samples: 20, "
          "budget_s: 0.05}\ntelemetry: {nvidia_smi: false, nvml: false}\n"

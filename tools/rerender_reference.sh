@@ -8,6 +8,10 @@
 set -euo pipefail
 ref=$(readlink -f "$1")
 cd "$(dirname "$0")/.."
+# the run's own config (config.json, as the workflow wrote it; older references kept it as
+# report-config.yaml): the report describes that run, not today's config.yaml
+[ -z "${REPORT_CONFIG:-}" ] && [ ! -f "$ref/config.json" ] && [ -f "$ref/report-config.yaml" ] \
+  && REPORT_CONFIG="$ref/report-config.yaml"
 python -m cudalab.cli aggregate --results "$ref" --out "$ref/results.csv"
 rm -f "$ref/results.parquet"
 exps=$(python -c "import pandas as pd, sys; from cudalab.experiments import REGISTRY; \

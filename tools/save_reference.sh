@@ -14,6 +14,8 @@ print(d['gpu_name'].dropna().iloc[0].replace(' ', '-'))" "$tmp/results/results.c
 dest=$(dirname "$0")/../reports/reference/$gpu
 rm -rf "$dest" && mkdir -p "$dest"
 cp -r "$tmp"/results/{results.csv,report.html,raw,telemetry,logs,figures} "$dest/"
+# the run's own validated config: a later re-rendering describes this run, not config.yaml
+[ -f "$tmp/results/config.json" ] && cp "$tmp/results/config.json" "$dest/"
 find "$dest" -name '*.svg' -delete
 # ncu's raw CSV repeats ~250 device and launch attributes on every row: gzip keeps the
 # reference small enough to carry to the GPU machine again (zcat reads it)
