@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from cudalab import devicespec, nvcc_flags
+from cudalab import devicespec, nvcc_flags, toolkit
 from cudalab import occupancy as occ
 from cudalab.experiments import base
 from cudalab.experiments import matmul as mm
@@ -126,7 +126,9 @@ class StaticAnalysis(Experiment):
     needs_nvcc = True
 
     def toolchain(self, block: dict[str, Any], notes: list[str]) -> list[str]:
-        """Its nvcc must be executable and able to build every requested architecture."""
+        """Its nvcc must be an executable file a job may run (toolkit.untrusted_reasons),
+        and its toolkit's release able to build every requested architecture. Read only:
+        checking a config never runs the program it names (toolkit.py says why)."""
         key, name = f"experiments.{self.name}", block.get("nvcc")
         if not isinstance(name, str):
             return []
@@ -143,13 +145,27 @@ class StaticAnalysis(Experiment):
             notes.append(f"{key}.archs not checked: no {name!r} on PATH or in the usual CUDA "
                          f"homes here (static analysis needs it when it runs)")
             return []
-        buildable = supported_archs(nvcc)
-        if not buildable:
-            notes.append(f"{key}.archs not checked: {nvcc} --list-gpu-arch gave no list")
+        reasons = toolkit.untrusted_reasons(nvcc)
+        if reasons:
+            return [f"{key}.nvcc: {nvcc!r} would be refused by the static analysis job: "
+                    f"{'; '.join(reasons)}; allowed: an nvcc in folders that only root or "
+                    f"you can write"]
+        version, source = toolkit.toolkit_version(nvcc)
+        if version is None:
+            notes.append(f"{key}.archs checked against every architecture cudalab knows, "
+                         f"not against {nvcc}'s release: {source}")
             return []
-        return [f"{key}.archs[{i}]: {a!r} cannot be built by {nvcc} ({_nvcc_version(nvcc)}); "
-                f"allowed with this toolkit: {', '.join(buildable)}"
+        buildable = toolkit.buildable(version)
+        return [f"{key}.archs[{i}]: {a!r} cannot be built by CUDA {version[0]}.{version[1]} "
+                f"({nvcc}, release read from {source}); allowed with this toolkit: "
+                f"{', '.join(buildable)}"
                 for i, a in enumerate(block.get("archs", [])) if a not in buildable]
+
+    def tool_provenance(self, block: dict[str, Any]) -> dict[str, Any]:
+        """The nvcc this job runs and the verdict of its owner and mode check."""
+        from cudalab.provenance import toolkit_provenance
+
+        return toolkit_provenance(find_nvcc(block["nvcc"]))
 
     # -- grid --------------------------------------------------------------------------
     def check_config(self, block: dict[str, Any]) -> list[str]:
@@ -211,6 +227,10 @@ class StaticAnalysis(Experiment):
                 "$CUDA_PATH/bin and /usr/local/cuda*/bin): static analysis needs the CUDA "
                 "toolkit's compiler; install it or set experiments.static_analysis.nvcc to "
                 "its path")
+        reasons = toolkit.untrusted_reasons(nvcc)  # a job runs only a toolkit no one else
+        if reasons:                                # could have put there
+            raise CompileError(f"experiments.static_analysis.nvcc: "
+                               f"{toolkit.refusal(nvcc, reasons)}")
         key = ("static", p["file"], p["flags"], p["arch"])
         if key not in ctx.cache:
             ctx.cache[key] = compile_report(nvcc, CUDA_DIR / p["file"], p["flags"], p["arch"],
@@ -406,8 +426,9 @@ def compile_report(nvcc: str, path: Path, flags: str, arch: str,
     text = out.stdout + out.stderr
     if out.returncode != 0:
         if "Unsupported gpu architecture" in text or "unsupported gpu architecture" in text:
+            can = supported_archs(nvcc) or _listed_archs(nvcc)
             raise CompileError(f"{_nvcc_version(nvcc)} cannot compile for {arch} "
-                               f"(it supports {', '.join(supported_archs(nvcc)) or '?'})")
+                               f"(it supports {', '.join(can) or '?'})")
         tail = "\n".join(text.strip().splitlines()[-8:])
         raise CompileError(f"nvcc failed on {path.name} {flags!r} for {arch}:\n{tail}")
     report = parse_ptxas(text)
@@ -569,8 +590,16 @@ def _version_key(path: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", Path(path).name))
 
 
-@lru_cache(maxsize=8)
 def supported_archs(nvcc: str) -> list[str]:
+    """The targets nvcc's toolkit builds, from its release (read from its files, nothing is
+    run) and the table of CUDA releases; [] where the release is not found."""
+    version, _ = toolkit.toolkit_version(nvcc)
+    return toolkit.buildable(version) if version else []
+
+
+@lru_cache(maxsize=8)
+def _listed_archs(nvcc: str) -> list[str]:
+    """What `nvcc --list-gpu-arch` prints: only in a job, after the trust check passed."""
     try:
         out = subprocess.run([nvcc, "--list-gpu-arch"], capture_output=True, text=True,
                              timeout=30)
