@@ -39,6 +39,8 @@ KNOWN_ARCHS: dict[str, tuple[Version, Version | None]] = {
 # A version file is a few KB; cuda.h defines CUDA_VERSION in its first few hundred lines.
 _MAX_READ = 262_144
 _CUDA_H_VERSION = re.compile(r"^#define\s+CUDA_VERSION\s+(\d+)\s*$", re.M)
+# a wrapper's line that runs another nvcc by its absolute path
+_WRAPPER_EXEC = re.compile(r"^\s*exec\s+['\"]?(/[^\s'\";&|]*/nvcc)['\"]?(?:\s|$)", re.M)
 
 
 def buildable(version: Version) -> list[str]:
@@ -50,19 +52,34 @@ def buildable(version: Version) -> list[str]:
 def toolkit_version(nvcc: str) -> tuple[Version | None, str]:
     """(major, minor) of the toolkit nvcc belongs to and the file it was read from, or
     (None, what was looked for). Read, not run: <root>/version.json (CUDA 11.1+),
-    <root>/version.txt (older), <root>/include/cuda.h, where <root> is the folder above
-    nvcc's bin/ (as given, then with symlinks resolved)."""
-    roots = list(dict.fromkeys([Path(os.path.abspath(nvcc)).parent.parent,
-                                Path(os.path.realpath(nvcc)).parent.parent]))
+    <root>/version.txt (older), <root>/include/cuda.h or <root>/targets/*/include/cuda.h,
+    where <root> is the folder above nvcc's bin/ (as given, with symlinks resolved, and that
+    of the nvcc a wrapper script execs)."""
+    roots = list(dict.fromkeys(Path(p).parent.parent for p in toolkit_programs(nvcc)))
     for root in roots:
-        for name, parse in (("version.json", _from_json), ("version.txt", _from_txt),
-                            ("include/cuda.h", _from_cuda_h)):
-            text = _read_small(root / name)
+        headers = [root / "include/cuda.h", *sorted(root.glob("targets/*/include/cuda.h"))]
+        for path, parse in ((root / "version.json", _from_json),
+                            (root / "version.txt", _from_txt),
+                            *((h, _from_cuda_h) for h in headers)):
+            text = _read_small(path)
             found = parse(text) if text is not None else None
             if found is not None:
-                return found, str(root / name)
+                return found, str(path)
     where = " or ".join(str(r) for r in roots)
     return None, f"no version.json, version.txt or include/cuda.h in {where}"
+
+
+def toolkit_programs(nvcc: str) -> list[str]:
+    """nvcc as given, with symlinks resolved, and the nvcc it execs when it is a small
+    wrapper script (`exec /opt/cuda/bin/nvcc "$@"`, as some sites and images install):
+    every program a job running `nvcc` would start, found by reading."""
+    paths = [os.path.abspath(nvcc), os.path.realpath(nvcc)]
+    text = _read_small(Path(paths[1]), limit=4096)
+    if text is not None and text.startswith("#!"):
+        m = _WRAPPER_EXEC.search(text)
+        if m:
+            paths += [m.group(1), os.path.realpath(m.group(1))]
+    return list(dict.fromkeys(paths))
 
 
 def _from_json(text: str) -> Version | None:
@@ -93,7 +110,7 @@ def _major_minor(text: str) -> Version | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def _read_small(path: Path) -> str | None:
+def _read_small(path: Path, limit: int = _MAX_READ) -> str | None:
     """The start of a regular file (a FIFO or device named version.json is not waited on or
     read whole), or None."""
     try:
@@ -103,7 +120,7 @@ def _read_small(path: Path) -> str | None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        return os.read(fd, _MAX_READ).decode("utf-8", errors="replace")
+        return os.read(fd, limit).decode("utf-8", errors="replace")
     except OSError:
         return None
     finally:
@@ -113,15 +130,15 @@ def _read_small(path: Path) -> str | None:
 # -- may a job run it ------------------------------------------------------------------------
 def untrusted_reasons(path: str) -> list[str]:
     """Why a program at `path` must not be run ([]: it may): the file or a folder above it
-    (on the path as given and on the resolved one) is writable by everyone, or is owned by a
-    user other than root and the one running cudalab. A sticky world-writable folder such as
+    (on the path as given, the resolved one, and those of the nvcc a wrapper script execs)
+    is writable by everyone, or is owned by a user other than root and the one running
+    cudalab. A sticky world-writable folder such as
     /tmp counts too: the sticky bit stops others from replacing an existing file, not from
     creating the name first."""
     me = os.geteuid()
-    given = Path(os.path.abspath(path))
     seen: set[Path] = set()
     reasons: list[str] = []
-    for chain in (given, Path(os.path.realpath(given))):
+    for chain in map(Path, toolkit_programs(path)):
         for part in (chain, *chain.parents):
             if part in seen:
                 continue

@@ -195,3 +195,24 @@ def test_the_table_covers_every_schema_arch_and_agrees_with_nvcc_13():
         return
     listed = set(sa._listed_archs(real))  # a test may run the installed toolkit
     assert set(toolkit.buildable(version)) <= listed
+
+
+def test_a_wrapper_script_is_read_for_the_toolkit_it_runs(trusted_dir, tmp_path):
+    """`exec /opt/cuda/bin/nvcc "$@"` (as /usr/local/bin/nvcc on some images): the version
+    is the target's, and the target's folders are checked too."""
+    marker = tmp_path / "ran"
+    real = _plant(trusted_dir / "cuda-12.6" / "bin", marker, version="12.6.2")
+    wrapper = trusted_dir / "bin" / "nvcc"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\nexec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    assert toolkit.toolkit_version(str(wrapper))[0] == (12, 6)
+    assert toolkit.untrusted_reasons(str(wrapper)) == []
+    shared = tmp_path / "shared" / "cuda" / "bin" / "nvcc"
+    shared.parent.mkdir(parents=True)
+    shutil.copy(real, shared)
+    (tmp_path / "shared").chmod(0o777)
+    wrapper.write_text(f"#!/bin/sh\nexec '{shared}' \"$@\"\n")
+    assert f"{tmp_path / 'shared'} is writable by every user (mode 777)" in "; ".join(
+        toolkit.untrusted_reasons(str(wrapper)))
+    assert not marker.exists()

@@ -116,7 +116,9 @@ class StaticAnalysis(Experiment):
             },
             "timeout_s": {
                 "type": "integer", "minimum": 5, "maximum": 3600, "default": 300,
-                "description": "longest one nvcc run may take",
+                "x-unit": "s",
+                "description": "longest one nvcc run may take, in seconds (below the job's "
+                "slurm.runtime_min)",
             },
         })
     smoke = {"archs": ["sm_90"], "files": ["occupancy.cu"]}
