@@ -216,3 +216,21 @@ def test_a_wrapper_script_is_read_for_the_toolkit_it_runs(trusted_dir, tmp_path)
     assert f"{tmp_path / 'shared'} is writable by every user (mode 777)" in "; ".join(
         toolkit.untrusted_reasons(str(wrapper)))
     assert not marker.exists()
+
+
+@pytest.mark.skipif(sa.find_nvcc("nvcc") is None, reason="needs nvcc (the CUDA toolkit)")
+def test_a_static_analysis_record_names_the_toolkit_and_its_check(tmp_path):
+    from cudalab import config as cfg
+    from cudalab.runner import run_experiment
+
+    config = cfg.validate({"experiments": {"static_analysis": {
+        "files": ["vector_add.cu"], "archs": ["sm_90"]}}})
+    run_experiment(config, "static_analysis", tmp_path)
+    records = [json.loads(p.read_text()) for p in
+               (tmp_path / "raw" / "static_analysis").glob("*.json")
+               if not p.name.startswith("_")]
+    assert records
+    for rec in records:
+        prov = rec["provenance"]
+        assert prov["toolkit_nvcc"] == sa.find_nvcc("nvcc")
+        assert prov["toolkit_check"].startswith("ok: "), prov["toolkit_check"]
