@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import stat
 from pathlib import Path
 
@@ -43,10 +44,38 @@ _CUDA_H_VERSION = re.compile(r"^#define\s+CUDA_VERSION\s+(\d+)\s*$", re.M)
 _WRAPPER_EXEC = re.compile(r"^\s*exec\s+['\"]?(/[^\s'\";&|]*/nvcc)['\"]?(?:\s|$)", re.M)
 
 
+def find_nvcc(name: str = "nvcc") -> str | None:
+    """`name` on PATH (or a path), else the toolkit's usual homes: $CUDA_HOME/bin,
+    $CUDA_PATH/bin, /usr/local/cuda/bin, the newest /usr/local/cuda-*/bin."""
+    found = shutil.which(name)
+    if found or name != "nvcc":
+        return found
+    import glob
+
+    homes = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""),
+             "/usr/local/cuda",
+             *sorted(glob.glob("/usr/local/cuda-*"), key=_version_key, reverse=True)]
+    for h in homes:
+        cand = Path(h) / "bin" / "nvcc" if h else None
+        if cand is not None and os.access(cand, os.X_OK):
+            return str(cand)
+    return None
+
+
+def _version_key(path: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", Path(path).name))
+
+
 def buildable(version: Version) -> list[str]:
     """The targets of KNOWN_ARCHS that the nvcc of CUDA `version` builds."""
     return [a for a, (first, last) in KNOWN_ARCHS.items()
             if first <= version and (last is None or version <= last)]
+
+
+def archs_of(nvcc: str) -> list[str]:
+    """The targets the toolkit of nvcc builds, from its release; [] where none is found."""
+    version, _ = toolkit_version(nvcc)
+    return buildable(version) if version else []
 
 
 def toolkit_version(nvcc: str) -> tuple[Version | None, str]:
@@ -125,6 +154,35 @@ def _read_small(path: Path, limit: int = _MAX_READ) -> str | None:
         return None
     finally:
         os.close(fd)
+
+
+def config_problems(key: str, name: str, nvcc: str | None, archs: list[str],
+                    notes: list[str]) -> list[str]:
+    """The messages of a config's nvcc (`name` as the config gives it, `nvcc` the program
+    it names, None where not found): an executable file a job may run, whose release builds
+    every one of `archs`; what cannot be checked here goes to `notes`. Nothing is run."""
+    if os.sep in name and not (os.path.isfile(name) and os.access(name, os.X_OK)):
+        what = "does not exist" if not os.path.exists(name) else "is not an executable file"
+        return [f"{key}.nvcc: {name!r} {what}; allowed: the path of an executable nvcc, or a "
+                f"name on PATH"]
+    if nvcc is None:
+        notes.append(f"{key}.archs not checked: no {name!r} on PATH or in the usual CUDA "
+                     f"homes here (static analysis needs it when it runs)")
+        return []
+    reasons = untrusted_reasons(nvcc)
+    if reasons:
+        return [f"{key}.nvcc: {nvcc!r} would be refused by the job that runs it: "
+                f"{'; '.join(reasons)}; allowed: an nvcc in folders that only root or you "
+                f"can write"]
+    version, source = toolkit_version(nvcc)
+    if version is None:
+        notes.append(f"{key}.archs checked against every architecture cudalab knows, not "
+                     f"against {nvcc}'s release: {source}")
+        return []
+    can = buildable(version)
+    return [f"{key}.archs[{i}]: {a!r} cannot be built by CUDA {version[0]}.{version[1]} "
+            f"({nvcc}, release read from {source}); allowed with this toolkit: "
+            f"{', '.join(can)}" for i, a in enumerate(archs) if a not in can]
 
 
 # -- may a job run it ------------------------------------------------------------------------

@@ -32,7 +32,6 @@ import dataclasses
 import hashlib
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 from functools import lru_cache
@@ -50,6 +49,7 @@ from cudalab.experiments.static_analysis import lesson
 from cudalab.experiments.static_analysis.lesson import LESSON, TILE_PARAMS, _tile_labels  # noqa: F401
 from cudalab.gpu import Kernel, nvcc_banner
 from cudalab.resources import CUDA_DIR
+from cudalab.toolkit import find_nvcc  # re-exported: callers use sa.find_nvcc
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -128,40 +128,14 @@ class StaticAnalysis(Experiment):
     needs_nvcc = True
 
     def toolchain(self, block: dict[str, Any], notes: list[str]) -> list[str]:
-        """Its nvcc must be an executable file a job may run (toolkit.untrusted_reasons),
-        and its toolkit's release able to build every requested architecture. Read only:
-        checking a config never runs the program it names (toolkit.py says why)."""
-        key, name = f"experiments.{self.name}", block.get("nvcc")
+        """Its nvcc, read and never run (toolkit.config_problems): an executable a job may
+        run, whose toolkit's release builds every requested architecture."""
+        name = block.get("nvcc")
         if not isinstance(name, str):
             return []
-        if os.sep in name:
-            if not (os.path.isfile(name) and os.access(name, os.X_OK)):
-                what = ("does not exist" if not os.path.exists(name)
-                        else "is not an executable file")
-                return [f"{key}.nvcc: {name!r} {what}; allowed: the path of an executable "
-                        f"nvcc, or a name on PATH"]
-            nvcc: str | None = name
-        else:
-            nvcc = find_nvcc(name)
-        if nvcc is None:
-            notes.append(f"{key}.archs not checked: no {name!r} on PATH or in the usual CUDA "
-                         f"homes here (static analysis needs it when it runs)")
-            return []
-        reasons = toolkit.untrusted_reasons(nvcc)
-        if reasons:
-            return [f"{key}.nvcc: {nvcc!r} would be refused by the static analysis job: "
-                    f"{'; '.join(reasons)}; allowed: an nvcc in folders that only root or "
-                    f"you can write"]
-        version, source = toolkit.toolkit_version(nvcc)
-        if version is None:
-            notes.append(f"{key}.archs checked against every architecture cudalab knows, "
-                         f"not against {nvcc}'s release: {source}")
-            return []
-        buildable = toolkit.buildable(version)
-        return [f"{key}.archs[{i}]: {a!r} cannot be built by CUDA {version[0]}.{version[1]} "
-                f"({nvcc}, release read from {source}); allowed with this toolkit: "
-                f"{', '.join(buildable)}"
-                for i, a in enumerate(block.get("archs", [])) if a not in buildable]
+        nvcc = name if os.sep in name else find_nvcc(name)
+        return toolkit.config_problems(f"experiments.{self.name}", name, nvcc,
+                                       block.get("archs", []), notes)
 
     def tool_provenance(self, block: dict[str, Any]) -> dict[str, Any]:
         """The nvcc this job runs and the verdict of its owner and mode check."""
@@ -569,34 +543,9 @@ def bounded_curve(cc: Any, regs: int, smem: int, dynamic_smem: int, barriers: in
             for o in curve]
 
 
-def find_nvcc(name: str = "nvcc") -> str | None:
-    """`name` on PATH (or a path), else the toolkit's usual homes: $CUDA_HOME/bin,
-    $CUDA_PATH/bin, /usr/local/cuda/bin, the newest /usr/local/cuda-*/bin."""
-    found = shutil.which(name)
-    if found or name != "nvcc":
-        return found
-    import glob
-    import os
-
-    homes = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""),
-             "/usr/local/cuda",
-             *sorted(glob.glob("/usr/local/cuda-*"), key=_version_key, reverse=True)]
-    for h in homes:
-        cand = Path(h) / "bin" / "nvcc" if h else None
-        if cand is not None and os.access(cand, os.X_OK):
-            return str(cand)
-    return None
-
-
-def _version_key(path: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", Path(path).name))
-
-
 def supported_archs(nvcc: str) -> list[str]:
-    """The targets nvcc's toolkit builds, from its release (read from its files, nothing is
-    run) and the table of CUDA releases; [] where the release is not found."""
-    version, _ = toolkit.toolkit_version(nvcc)
-    return toolkit.buildable(version) if version else []
+    """The targets nvcc's toolkit builds, read from its files (toolkit.py); nothing runs."""
+    return toolkit.archs_of(nvcc)
 
 
 @lru_cache(maxsize=8)
