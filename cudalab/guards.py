@@ -136,14 +136,17 @@ def _baselines(config: dict[str, Any]) -> list[str]:
         if not isinstance(b, str) or _CONTROL.search(b):
             continue  # the schema or _strings says so
         folder = Path(b)
-        if not folder.is_dir():
-            what = "does not exist" if not folder.exists() else "is not a folder"
-        elif not ((folder / "results.csv").is_file()
-                  or any(folder.glob("raw/*/*.json"))):
-            what = "holds no results (no results.csv, no raw/<experiment>/<point>.json)"
-        else:
-            continue
-        msgs.append(f"report.baselines[{i}]: {b!r} {what}; allowed: a run's results/ "
+        try:  # a name the system refuses (longer than 255 bytes) raises, not False
+            if not folder.is_dir():
+                what = "does not exist" if not folder.exists() else "is not a folder"
+            elif not ((folder / "results.csv").is_file()
+                      or any(folder.glob("raw/*/*.json"))):
+                what = "holds no results (no results.csv, no raw/<experiment>/<point>.json)"
+            else:
+                continue
+        except OSError as exc:
+            what = f"cannot be looked at ({exc.strerror})"
+        msgs.append(f"report.baselines[{i}]: {show(b)} {what}; allowed: a run's results/ "
                     f"folder or reports/reference/<gpu>/ (relative to where snakemake runs)")
     return msgs
 

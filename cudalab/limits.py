@@ -141,7 +141,10 @@ def class_jobs(config: dict[str, Any]) -> tuple[int, int] | None:
         return None
     from cudalab.exercises import classroom
 
-    subs, rejected = classroom.discover(Path(ex["submissions"]))
+    try:
+        subs, rejected = classroom.discover(Path(ex["submissions"]))
+    except OSError:  # a folder that cannot be listed is the class folder check's to name
+        return None
     return len(subs), len(rejected)
 
 

@@ -223,3 +223,17 @@ def test_the_workflow_prints_the_warnings_at_its_start(tmp_path):
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "warning: profile.metrics[0]: 'regex:.*' matches metrics of" in r.stderr
+
+
+def test_a_path_component_longer_than_the_system_allows_is_named_not_a_traceback(
+        tmp_path, capsys, monkeypatch):
+    long = "a" * 300
+    p = tmp_path / "c.yaml"
+    p.write_text(f"experiments: {{vector_add: {{}}}}\nreport: {{baselines: [{tmp_path}/{long}]}}\n"
+                 f"exercises: {{submissions: {tmp_path}/{long}}}\n")
+    for command in ("validate", "plan"):
+        code, out = _cli([command, str(p)], capsys, monkeypatch)
+        assert code == 2 and "Traceback" not in out, out
+        assert "report.baselines[0]: " in out and "cannot be looked at (File name too long)" \
+            in out
+        assert long not in out  # a value is shown cut
