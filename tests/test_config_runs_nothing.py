@@ -234,3 +234,32 @@ def test_a_static_analysis_record_names_the_toolkit_and_its_check(tmp_path):
         prov = rec["provenance"]
         assert prov["toolkit_nvcc"] == sa.find_nvcc("nvcc")
         assert prov["toolkit_check"].startswith("ok: "), prov["toolkit_check"]
+
+
+def test_validate_and_plan_start_only_nvidia_smi_and_sinfo(tmp_path, monkeypatch, capsys):
+    """Every program validate and plan start, whatever the config: nvidia-smi (the GPU's
+    memory) and sinfo (does the request fit), both by name from PATH."""
+    from cudalab import cli, guards
+
+    started: list[str] = []
+    real_init = subprocess.Popen.__init__
+
+    def spy(self, args, *a, **kw):
+        started.append(os.path.basename(str(args[0] if isinstance(args, list) else args)))
+        return real_init(self, args, *a, **kw)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", spy)
+    guards.nvidia_smi_memory.cache_clear()
+    cfg = tmp_path / "every.yaml"
+    cfg.write_text(
+        "experiments:\n  static_analysis: {nvcc: nvcc, archs: [sm_90], files: [vector_add.cu]}\n"
+        "  vector_add: {}\n  matmul: {sizes: [64]}\n"
+        "profile: {ncu: true}\nslurm: {modules: [cuda/12.4], gpu_model: a100}\n"
+        f"exercises: {{submissions: {tmp_path}}}\n")
+    for command in ("validate", "plan"):
+        try:
+            cli.main([command, str(cfg)])
+        except SystemExit:
+            pass
+    capsys.readouterr()
+    assert set(started) <= {"nvidia-smi", "sinfo"}, started
