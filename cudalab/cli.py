@@ -96,11 +96,16 @@ def _class_lines(config: dict[str, Any]) -> list[str]:
                f"(listed in the report)" if rejected else "")]
 
 
+SUBMIT_NAMES = 12  # jobs named in the submit line (a class submits hundreds)
+
+
 def slurm_submit_line(jobs: list[tuple[str, str]], measured: int) -> str:
     """The line a Slurm run prints before submitting: jobs = [(name, GPU request or ''),
     ...], every job the run submits (the doctors too); `measured`: measure jobs already
     done, not resubmitted."""
-    names = ", ".join(e + (f" ({g})" if g else "") for e, g in jobs)
+    shown = [e + (f" ({g})" if g else "") for e, g in jobs[:SUBMIT_NAMES]]
+    names = ", ".join(shown) + (f", ... and {len(jobs) - SUBMIT_NAMES} more"
+                                if len(jobs) > SUBMIT_NAMES else "")
     return (f"cudalab: submitting {len(jobs)} Slurm job(s) with sbatch"
             + (f": {names}" if jobs else "")
             + (f"; {measured} experiment job(s) already measured, not resubmitted"

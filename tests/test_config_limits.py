@@ -237,3 +237,11 @@ def test_a_path_component_longer_than_the_system_allows_is_named_not_a_traceback
         assert "report.baselines[0]: " in out and "cannot be looked at (File name too long)" \
             in out
         assert long not in out  # a value is shown cut
+
+
+def test_the_submit_line_counts_every_job_and_names_a_few():
+    jobs = [(f"exercise_judge s{i}", "--gpus=1") for i in range(300)]
+    line = cli.slurm_submit_line([*jobs, ("exercise_baseline", "--gpus=1")], 0)
+    assert "submitting 301 Slurm job(s)" in line
+    assert "exercise_judge s11 (--gpus=1), ... and 289 more." in line
+    assert "exercise_judge s12" not in line
