@@ -203,8 +203,9 @@ class StaticAnalysis(Experiment):
                 "$CUDA_PATH/bin and /usr/local/cuda*/bin): static analysis needs the CUDA "
                 "toolkit's compiler; install it or set experiments.static_analysis.nvcc to "
                 "its path")
-        reasons = toolkit.untrusted_reasons(nvcc)  # a job runs only a toolkit no one else
-        if reasons:                                # could have put there
+        # a job runs only a toolkit no one but root or this user could have put there
+        reasons = toolkit.untrusted_reasons(nvcc)
+        if reasons:
             raise CompileError(f"experiments.static_analysis.nvcc: "
                                f"{toolkit.refusal(nvcc, reasons)}")
         key = ("static", p["file"], p["flags"], p["arch"])
