@@ -12,10 +12,13 @@ from __future__ import annotations
 import math
 import re
 
+from cudalab.keys import show
+
 # Slurm's --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S
-_CLOCK = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
-_WITH_UNIT = re.compile(r"(\d+(?:\.\d+)?)\s*(d|days?|h|hours?|hrs?|m|mins?|minutes?|s|secs?|"
-                        r"seconds?)", re.I)
+# (at most 9 digits a part: no time limit needs more, and the arithmetic stays finite)
+_CLOCK = re.compile(r"(?:(\d{1,9})-)?(\d{1,9})(?::(\d{1,9}))?(?::(\d{1,9}))?")
+_WITH_UNIT = re.compile(r"(\d{1,9}(?:\.\d{1,9})?)\s*"
+                        r"(d|days?|h|hours?|hrs?|m|mins?|minutes?|s|secs?|seconds?)", re.I)
 _SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 UNIT_WORDS = {"min": "minutes", "s": "seconds", "ms": "milliseconds"}
 
@@ -36,7 +39,8 @@ def _clock_meanings(text: str) -> list[tuple[float, str]]:
         return []  # a bare number is no duration text
     days, a, b, c = (int(g) if g is not None else None for g in m.groups())
     if days is not None:  # D-H[:M[:S]]
-        return [(days * 86400 + a * 3600 + (b or 0) * 60 + (c or 0), "as D-H:MM:SS")]
+        form = "D-H" + (":MM" if b is not None else "") + (":SS" if c is not None else "")
+        return [(days * 86400 + a * 3600 + (b or 0) * 60 + (c or 0), f"as {form}")]
     if c is not None:
         return [(a * 3600 + b * 60 + c, "as H:MM:SS")]
     return [(a * 60 + b, "as M:SS, as Slurm does"), (a * 3600 + b * 60, "as H:MM, as a clock")]
@@ -52,7 +56,7 @@ def hint(text: str, unit: str, key: str) -> str | None:
     if not readings:
         return None
     shown = [f"{key}: {_number(sec / scale)} ({text} read {how})" for sec, how in readings]
-    return (f"{text!r} is a duration written as text; allowed: a plain number of "
+    return (f"{show(text)} is a duration written as text; allowed: a plain number of "
             f"{UNIT_WORDS[unit]} (text such as 2:00:00 has more than one meaning, and YAML "
             f"1.1 reads it unquoted as the base-60 number 7200): write {' or '.join(shown)}")
 

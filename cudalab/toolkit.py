@@ -23,6 +23,8 @@ import shutil
 import stat
 from pathlib import Path
 
+from cudalab.keys import show
+
 Version = tuple[int, int]
 
 # First and last CUDA release whose nvcc builds each target (None: still supported). From
@@ -114,7 +116,7 @@ def toolkit_programs(nvcc: str) -> list[str]:
 def _from_json(text: str) -> Version | None:
     try:
         doc = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past Python's stack
         return None
     for key in ("cuda_nvcc", "cuda"):  # nvcc's own version first
         entry = doc.get(key) if isinstance(doc, dict) else None
@@ -163,7 +165,7 @@ def config_problems(key: str, name: str, nvcc: str | None, archs: list[str],
     every one of `archs`; what cannot be checked here goes to `notes`. Nothing is run."""
     if os.sep in name and not (os.path.isfile(name) and os.access(name, os.X_OK)):
         what = "does not exist" if not os.path.exists(name) else "is not an executable file"
-        return [f"{key}.nvcc: {name!r} {what}; allowed: the path of an executable nvcc, or a "
+        return [f"{key}.nvcc: {show(name)} {what}; allowed: the path of an executable nvcc, or a "
                 f"name on PATH"]
     if nvcc is None:
         notes.append(f"{key}.archs not checked: no {name!r} on PATH or in the usual CUDA "
@@ -171,7 +173,7 @@ def config_problems(key: str, name: str, nvcc: str | None, archs: list[str],
         return []
     reasons = untrusted_reasons(nvcc)
     if reasons:
-        return [f"{key}.nvcc: {nvcc!r} would be refused by the job that runs it: "
+        return [f"{key}.nvcc: {show(nvcc)} would be refused by the job that runs it: "
                 f"{'; '.join(reasons)}; allowed: an nvcc in folders that only root or you "
                 f"can write"]
     version, source = toolkit_version(nvcc)

@@ -88,7 +88,7 @@ def test_every_duration_key_declares_its_unit():
     ("runtime_min: '2:00:00'", ["runtime_min: 120 (2:00:00 read as H:MM:SS)"]),
     ("runtime_min: 2:00", ["runtime_min: 2 (2:00 read as M:SS, as Slurm does)",
                            "runtime_min: 120 (2:00 read as H:MM, as a clock)"]),
-    ("runtime_min: 1-12", ["runtime_min: 2160"]),
+    ("runtime_min: 1-12", ["runtime_min: 2160 (1-12 read as D-H)"]),
     ("runtime_min: 90min", ["runtime_min: 90 (90min read as written)"]),
     ("runtime_min: 2h", ["runtime_min: 120 (2h read as written)"]),
 ])
@@ -245,3 +245,9 @@ def test_the_submit_line_counts_every_job_and_names_a_few():
     assert "submitting 301 Slurm job(s)" in line
     assert "exercise_judge s11 (--gpus=1), ... and 289 more." in line
     assert "exercise_judge s12" not in line
+
+
+@pytest.mark.parametrize("value", ["9" * 400 + "h", "9" * 400 + ":00:00", "1:" * 300 + "1"])
+def test_hostile_duration_text_gets_a_message_not_a_traceback(value):
+    out = _problems({"experiments": {"vector_add": {}}, "slurm": {"runtime_min": value}})
+    assert "slurm.runtime_min: " in out and " ... " in out  # named, the value cut

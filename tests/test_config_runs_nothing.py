@@ -263,3 +263,10 @@ def test_validate_and_plan_start_only_nvidia_smi_and_sinfo(tmp_path, monkeypatch
             pass
     capsys.readouterr()
     assert set(started) <= {"nvidia-smi", "sinfo"}, started
+
+
+def test_a_version_json_nested_past_the_stack_is_no_release(tmp_path):
+    root = tmp_path / "cuda"
+    (root / "bin").mkdir(parents=True)
+    (root / "version.json").write_text("[" * 200_000)
+    assert toolkit.toolkit_version(str(root / "bin" / "nvcc"))[0] is None
