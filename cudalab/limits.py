@@ -74,8 +74,8 @@ def _judge_hang_limit(config: dict[str, Any]) -> list[str]:
             f"plus {STARTUP_S:g} s of start-up = {need:g} s before a hung submission is "
             f"stopped, not less than slurm.runtime_min ({wall // 60} min = {wall} s), the "
             f"judge job's wall-clock limit under Slurm: Slurm would kill the job first and "
-            f"the student get no verdict; allowed: {fix}slurm.runtime_min > "
-            f"{math.ceil(need / 60)}"]
+            f"the student get no verdict; allowed: {fix}slurm.runtime_min >= "
+            f"{math.floor(need / 60) + 1}"]
 
 
 def _static_analysis_timeout(config: dict[str, Any]) -> list[str]:

@@ -125,7 +125,7 @@ def test_a_memcheck_hang_limit_longer_than_the_slurm_job_is_refused(tmp_path):
     assert "exercises.launch_timeout_s: 600 s per launch x 50 under memcheck " \
         "(exercises.sanitize: true) plus 60 s of start-up = 30060 s" in out
     assert "slurm.runtime_min (30 min = 1800 s)" in out
-    assert "allowed: exercises.launch_timeout_s < 34.8, or slurm.runtime_min > 501" in out
+    assert "allowed: exercises.launch_timeout_s < 34.8, or slurm.runtime_min >= 502" in out
     # without memcheck 660 s fit the 30 minutes; with it, 30 s per launch do
     cfg.validate(config | {"exercises": config["exercises"] | {"sanitize": False}})
     cfg.validate(config | {"exercises": config["exercises"] | {"launch_timeout_s": 30}})
@@ -139,7 +139,7 @@ def test_a_judge_that_cannot_even_start_in_the_job_is_refused(tmp_path):
     out = _problems({"experiments": {"vector_add": {}}, "slurm": {"runtime_min": 1},
                      "exercises": {"submissions": str(folder), "launch_timeout_s": 10}})
     assert "exercises.launch_timeout_s: 10 s per launch plus 60 s of start-up = 70 s" in out
-    assert "allowed: slurm.runtime_min > 2" in out  # no launch limit would fit 1 minute
+    assert "allowed: slurm.runtime_min >= 2" in out  # no launch limit would fit 1 minute
 
 
 def test_an_nvcc_timeout_longer_than_the_slurm_job_is_refused():
