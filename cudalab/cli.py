@@ -67,20 +67,45 @@ def plan_lines(config: dict[str, Any], fit: Any = None) -> list[str]:
                     f"{doctors}, {total} grid points; aggregate, figures and report run "
                     "locally")
     per = "experiment and GPU model" if n.models else "experiment"
-    lines.insert(1, f"  under Slurm (--profile slurm): at most {n.total} sbatch job(s), one "
-                    f"allocation per {per} ({n.gpu_measure} with a GPU)"
+    for_what = (" for `snakemake` (the class run's jobs are counted below)"
+                if config["exercises"]["submissions"] else "")
+    lines.insert(1, f"  under Slurm (--profile slurm): at most {n.total} sbatch job(s)"
+                    f"{for_what}, one allocation per {per} ({n.gpu_measure} with a GPU)"
                     + (f", and {n.doctors} short doctor job(s) (1 CPU, a few minutes) before "
                        "them" if n.doctors else ""))
+    lines += _class_lines(config)
     fit = site.check_fit(config) if fit is None else fit
     return (lines + sweep.plan_lines(config, names) + plan_estimate(config)
             + site.fit_lines(fit, quiet=True))
+
+
+def _class_lines(config: dict[str, Any]) -> list[str]:
+    """A class run's jobs (`snakemake exercises`): one judge job per submission and one for
+    the course's kernels and cuBLAS, each an sbatch job with a GPU under Slurm."""
+    from cudalab import limits
+
+    found = limits.class_jobs(config)
+    if found is None:
+        return []
+    judged, rejected = found
+    folder = config["exercises"]["submissions"]
+    return [f"  class run (snakemake exercises): {judged} judge job(s), one per submission of "
+            f"{folder}, + 1 baseline job = {judged + 1} sbatch job(s) under Slurm, each with "
+            f"a GPU; the class report runs locally"
+            + (f"; {rejected} entr{'y' if rejected == 1 else 'ies'} of the folder rejected "
+               f"(listed in the report)" if rejected else "")]
+
+
+SUBMIT_NAMES = 12  # jobs named in the submit line (a class submits hundreds)
 
 
 def slurm_submit_line(jobs: list[tuple[str, str]], measured: int) -> str:
     """The line a Slurm run prints before submitting: jobs = [(name, GPU request or ''),
     ...], every job the run submits (the doctors too); `measured`: measure jobs already
     done, not resubmitted."""
-    names = ", ".join(e + (f" ({g})" if g else "") for e, g in jobs)
+    shown = [e + (f" ({g})" if g else "") for e, g in jobs[:SUBMIT_NAMES]]
+    names = ", ".join(shown) + (f", ... and {len(jobs) - SUBMIT_NAMES} more"
+                                if len(jobs) > SUBMIT_NAMES else "")
     return (f"cudalab: submitting {len(jobs)} Slurm job(s) with sbatch"
             + (f": {names}" if jobs else "")
             + (f"; {measured} experiment job(s) already measured, not resubmitted"
@@ -93,7 +118,11 @@ PLAN_OK, PLAN_DOES_NOT_FIT, PLAN_INVALID = 0, 1, 2
 
 
 def cmd_validate(a: argparse.Namespace) -> int:
-    _config(a.config, show_notes=True)
+    from cudalab import limits
+
+    config = _config(a.config, show_notes=True)
+    for w in limits.warnings(config):  # legal but costly: said, never failed
+        print(f"warning: {w}", file=sys.stderr)
     print(f"{a.config}: valid")
     return 0
 

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 from jsonschema import Draft202012Validator, ValidationError, validators
 
-from cudalab import fmt, safe_yaml
+from cudalab import durations, fmt, safe_yaml
 from cudalab.keys import key_path, show
 from cudalab.resources import CONFIG_SCHEMA as SCHEMA_PATH
 
@@ -126,7 +126,12 @@ def _describe(err) -> str:
     if v == "enum":
         return f"{where}: {show(inst)} is not allowed; allowed values: {s['enum']}"
     if v in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
-        return f"{where}: {show(inst)} is out of range; allowed: {_range(s)}"
+        why = f" ({s['x-why']})" if "x-why" in s else ""
+        return f"{where}: {show(inst)} is out of range; allowed: {_range(s)}{why}"
+    if v == "type" and isinstance(inst, str) and s.get("x-unit") in durations.UNIT_WORDS:
+        said = durations.hint(inst, s["x-unit"], str(err.absolute_path[-1]))
+        if said:
+            return f"{where}: {said}"
     if v == "type":
         hint = (_QUOTE_HINT if _wants_string(s["type"])
                 and not isinstance(inst, (str, list, dict)) else "")

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from cudalab import limits
 from cudalab.keys import key_path, show
 
 if TYPE_CHECKING:
@@ -28,9 +29,8 @@ GPU_MEMORY_SHARE = 0.9
 # Host-side overhead of one grid point beyond its timed samples (the reference run measured
 # a median of 0.26 s): the run-time estimate is points x (budget_s + this).
 POINT_OVERHEAD_S = 0.3
-# The plan warns about a run longer than this, or with more sbatch jobs than this.
+# The plan warns about a run longer than this (and, limits.MANY_JOBS, about many jobs).
 LONG_RUN_S = 4 * 3600
-MANY_JOBS = 200
 # Exceptions a rule may raise on a value the schema has already rejected.
 _MALFORMED = (TypeError, ValueError, KeyError, IndexError, AttributeError, ZeroDivisionError,
               OverflowError, OSError)
@@ -45,6 +45,7 @@ def cross_field_problems(config: dict[str, Any], schema_failed: bool,
         lambda: _samples(config),
         lambda: _constraint(config),
         lambda: _profile(config),
+        lambda: limits.cross_problems(config),
         lambda: _baselines(config),
         lambda: _experiment_rules(config, schema_failed, grids),
         lambda: _toolkit(config, notes),
@@ -135,14 +136,17 @@ def _baselines(config: dict[str, Any]) -> list[str]:
         if not isinstance(b, str) or _CONTROL.search(b):
             continue  # the schema or _strings says so
         folder = Path(b)
-        if not folder.is_dir():
-            what = "does not exist" if not folder.exists() else "is not a folder"
-        elif not ((folder / "results.csv").is_file()
-                  or any(folder.glob("raw/*/*.json"))):
-            what = "holds no results (no results.csv, no raw/<experiment>/<point>.json)"
-        else:
-            continue
-        msgs.append(f"report.baselines[{i}]: {b!r} {what}; allowed: a run's results/ "
+        try:  # a name the system refuses (longer than 255 bytes) raises, not False
+            if not folder.is_dir():
+                what = "does not exist" if not folder.exists() else "is not a folder"
+            elif not ((folder / "results.csv").is_file()
+                      or any(folder.glob("raw/*/*.json"))):
+                what = "holds no results (no results.csv, no raw/<experiment>/<point>.json)"
+            else:
+                continue
+        except OSError as exc:
+            what = f"cannot be looked at ({exc.strerror})"
+        msgs.append(f"report.baselines[{i}]: {show(b)} {what}; allowed: a run's results/ "
                     f"folder or reports/reference/<gpu>/ (relative to where snakemake runs)")
     return msgs
 
@@ -326,14 +330,14 @@ def plan_estimate(config: dict[str, Any]) -> list[str]:
                      f"({len(pts)} points); check measurement.min_samples, "
                      f"min_sample_sync_s and budget_s, and the grids")
     n = sweep.job_counts(config, list(grids), 0)  # the same count as the plan's first line
-    if n.total > MANY_JOBS:
+    if n.total > limits.MANY_JOBS:
         lines.append(f"  warning: under Slurm this run submits {n.total} sbatch jobs "
                      f"({len(grids)} experiments x {n.models} GPU models, and "
                      f"{n.doctors} doctor job(s)); a site may limit jobs per user")
     for n in grids:
         lines += [f"  warning: experiments.{n}: {w}"
                   for w in REGISTRY[n].plan_warnings(config["experiments"][n])]
-    return lines
+    return lines + [f"  warning: {w}" for w in limits.warnings(config)]
 
 
 def _duration(s: float) -> str:

@@ -104,6 +104,17 @@ def software_environment(env: dict[str, str] | None = None) -> dict[str, Any]:
             "nvcc_path": shutil.which("nvcc", path=env.get("PATH", "")) or ""}
 
 
+def toolkit_provenance(nvcc: str | None) -> dict[str, Any]:
+    """The toolkit a config names (experiments.static_analysis.nvcc, as found) and why the
+    job may run it or refuses to (cudalab.toolkit.untrusted_reasons: owner and mode of it
+    and every folder above it)."""
+    from cudalab import toolkit
+
+    if not nvcc:
+        return {"toolkit_nvcc": "", "toolkit_check": "not found"}
+    return {"toolkit_nvcc": nvcc, "toolkit_check": toolkit.check_result(nvcc)}
+
+
 def nvidia_driver_version(path: Path = Path("/proc/driver/nvidia/version")) -> str:
     """The kernel driver's version (580.159.04) from /proc/driver/nvidia/version, for when
     NVML is not there; '' if neither is (no NVIDIA driver on this host)."""

@@ -266,6 +266,7 @@ def _new_job(config: dict[str, Any], name: str, results_dir: Path) -> Job:
                                      "harness": settings.as_dict()}))
     env["timestamp"] = now_iso()
     env["code_hash"] = code_hash(exp)
+    env |= exp.tool_provenance(config["experiments"][name])
     job_id = f"{name}-{time.strftime('%Y%m%dT%H%M%S')}"
     raw_dir = results_dir / "raw" / name
     raw_dir.mkdir(parents=True, exist_ok=True)

@@ -73,6 +73,21 @@ UniqueKeyLoader.add_implicit_resolver(
     list("-+0123456789"))
 
 
+def _without_base_60(loader: type) -> None:
+    """YAML 1.1 reads 2:00:00 as the base-60 integer 7200 (and 1:30.5 as 90.5): a duration
+    written for Slurm would silently become 7200 minutes. As in YAML 1.2, such text stays a
+    string, which the config check then names (with the number the user probably meant)."""
+    not_base_60 = "(?!.*:)"  # no number cudalab reads has a colon
+    loader.yaml_implicit_resolvers = {
+        first: [(tag, re.compile(not_base_60 + rx.pattern, rx.flags)
+                 if tag in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float") else rx)
+                for tag, rx in resolvers]
+        for first, resolvers in loader.yaml_implicit_resolvers.items()}
+
+
+_without_base_60(UniqueKeyLoader)
+
+
 def load(text: str) -> Any:
     """The document of `text`, within the limits above. Raises YamlLimitError for a limit,
     yaml.YAMLError for text that is not YAML (the caller words both)."""

@@ -22,6 +22,7 @@ BEGIN = "<!-- every key: written by tools/config_docs.py from the schemas; do no
 END = "<!-- end of every key -->"
 RANGE_WORDS = [("minimum", "≥"), ("exclusiveMinimum", ">"), ("maximum", "≤"),
                ("exclusiveMaximum", "<")]
+UNIT_WORDS = {"min": "minutes", "s": "seconds", "ms": "milliseconds"}  # a key's x-unit
 
 
 def esc(text: str) -> str:
@@ -48,7 +49,8 @@ def type_words(p: dict[str, Any]) -> str:
             inner = "(" + inner.replace(" or ", ", or ") + ")"
         return f"list of{n} {inner}" if it else "list"
     bounds = " and ".join(f"{w} {p[k]}" for k, w in RANGE_WORDS if k in p)
-    return f"{t} {bounds}".strip()
+    unit = UNIT_WORDS.get(p.get("x-unit", ""), "")
+    return f"{t} {bounds}".strip() + (f" {unit}" if unit else "")
 
 
 def is_long(p: dict[str, Any]) -> bool:

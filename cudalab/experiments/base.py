@@ -419,6 +419,11 @@ class Experiment:
         goes to notes. [] : nothing to check."""
         return []
 
+    def tool_provenance(self, block: dict[str, Any]) -> dict[str, Any]:
+        """Provenance of the tools a config names that this experiment's jobs run (static
+        analysis: its nvcc and the owner and mode check that let it run); {} : none."""
+        return {}
+
     def gpu_bytes(self, point: Point) -> int:
         """Device memory one point allocates at once (inputs, outputs), for the plan's size
         guard; 0 = not declared (never refused)."""

@@ -171,7 +171,14 @@ def jobs_to_run():
 
 def _slurm_jobs():
     """(name, GPU request) of every job this run submits with sbatch, the doctors first
-    (one per folder that has a measure job to run), and the measure jobs not rerun."""
+    (one per folder that has a measure job to run), then a class's judges and baseline
+    where `exercises` is a target (exercises.smk), and the measure jobs not rerun."""
+    # the rules named on the command line (none: `all`), known once the DAG is built:
+    # `snakemake exercises` submits a class's jobs and no measure job
+    targets = set(getattr(workflow.dag_settings, "targets", None) or ())
+    judged = class_slurm_jobs(_gpu_flag) if "exercises" in targets else []
+    if targets == {"exercises"}:
+        return judged, 0
     todo = jobs_to_run()
     folders = [f for f in FOLDERS if any(f == folder for _, folder in todo)]
     out = []
@@ -181,7 +188,7 @@ def _slurm_jobs():
     for e, f in todo:
         w = SimpleNamespace(folder=f, experiment=e)
         out.append((job_label(e, f), _gpu_flag(gpu_count(w), gpu_model(w))))
-    return out, len(measure_jobs()) - len(todo)
+    return out + judged, len(measure_jobs()) - len(todo)
 
 
 def _gpu_flag(gpus, model):

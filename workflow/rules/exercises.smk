@@ -22,6 +22,16 @@ rule exercises:
         f"{CLASS_DIR}/index.html",
 
 
+def class_slurm_jobs(gpu_flag):
+    """(name, GPU request) of the class jobs a run submits: each submission without its
+    verdict, and the baseline, each with one GPU (the rules' resources below)."""
+    gpu = gpu_flag(1, SLURM["gpu_model"])
+    todo = [s for s in sorted(SUBMISSIONS)
+            if not Path(CLASS_DIR, "verdicts", f"{s}.json").exists()]
+    base = [] if Path(CLASS_DIR, "baseline.json").exists() else ["exercise_baseline"]
+    return [(f"exercise_judge {s}", gpu) for s in todo] + [(b, gpu) for b in base]
+
+
 rule exercise_judge:
     input:
         src=lambda w: str(SUBMISSIONS[w.student]),

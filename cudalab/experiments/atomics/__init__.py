@@ -55,7 +55,8 @@ RACY_REPEATS = 5  # extra runs of the racy counter: its count changes from run t
 # of its samples can reach target_cv (2.7 % with 5 ms samples, seen on the H100).
 RACY_MIN_SAMPLE_S = 0.02
 
-_launch = base.int_tuple_schema(2, 1, description="[blocks, threads per block]")
+# the blocks' limit, 2^31 - 1, bounds both; check_config holds threads to 1024
+_launch = base.int_tuple_schema(2, 1, 2**31 - 1, description="[blocks, threads per block]")
 
 
 class Atomics(Experiment):

@@ -202,8 +202,9 @@ class Matmul(Experiment):
                 "description": "block edge of the naive kernel",
             },
             "cpu_max_size": {
-                "type": "integer", "minimum": 1, "default": 2048,
-                "description": "time the CPU variant only where max(M, K, N) <= this",
+                "type": "integer", "minimum": 1, "maximum": 65536, "default": 2048,
+                "description": "time the CPU variant only where max(M, K, N) <= this "
+                "(elements; at most the largest size a grid may have)",
             },
             "end_to_end": {
                 "type": "boolean", "default": True,

@@ -32,7 +32,6 @@ import dataclasses
 import hashlib
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 from functools import lru_cache
@@ -41,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from cudalab import devicespec, nvcc_flags
+from cudalab import devicespec, nvcc_flags, toolkit
 from cudalab import occupancy as occ
 from cudalab.experiments import base
 from cudalab.experiments import matmul as mm
@@ -50,6 +49,7 @@ from cudalab.experiments.static_analysis import lesson
 from cudalab.experiments.static_analysis.lesson import LESSON, TILE_PARAMS, _tile_labels  # noqa: F401
 from cudalab.gpu import Kernel, nvcc_banner
 from cudalab.resources import CUDA_DIR
+from cudalab.toolkit import find_nvcc  # re-exported: callers use sa.find_nvcc
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -116,7 +116,9 @@ class StaticAnalysis(Experiment):
             },
             "timeout_s": {
                 "type": "integer", "minimum": 5, "maximum": 3600, "default": 300,
-                "description": "longest one nvcc run may take",
+                "x-unit": "s",
+                "description": "longest one nvcc run may take, in seconds (below the job's "
+                "slurm.runtime_min)",
             },
         })
     smoke = {"archs": ["sm_90"], "files": ["occupancy.cu"]}
@@ -126,30 +128,20 @@ class StaticAnalysis(Experiment):
     needs_nvcc = True
 
     def toolchain(self, block: dict[str, Any], notes: list[str]) -> list[str]:
-        """Its nvcc must be executable and able to build every requested architecture."""
-        key, name = f"experiments.{self.name}", block.get("nvcc")
+        """Its nvcc, read and never run (toolkit.config_problems): an executable a job may
+        run, whose toolkit's release builds every requested architecture."""
+        name = block.get("nvcc")
         if not isinstance(name, str):
             return []
-        if os.sep in name:
-            if not (os.path.isfile(name) and os.access(name, os.X_OK)):
-                what = ("does not exist" if not os.path.exists(name)
-                        else "is not an executable file")
-                return [f"{key}.nvcc: {name!r} {what}; allowed: the path of an executable "
-                        f"nvcc, or a name on PATH"]
-            nvcc: str | None = name
-        else:
-            nvcc = find_nvcc(name)
-        if nvcc is None:
-            notes.append(f"{key}.archs not checked: no {name!r} on PATH or in the usual CUDA "
-                         f"homes here (static analysis needs it when it runs)")
-            return []
-        buildable = supported_archs(nvcc)
-        if not buildable:
-            notes.append(f"{key}.archs not checked: {nvcc} --list-gpu-arch gave no list")
-            return []
-        return [f"{key}.archs[{i}]: {a!r} cannot be built by {nvcc} ({_nvcc_version(nvcc)}); "
-                f"allowed with this toolkit: {', '.join(buildable)}"
-                for i, a in enumerate(block.get("archs", [])) if a not in buildable]
+        nvcc = name if os.sep in name else find_nvcc(name)
+        return toolkit.config_problems(f"experiments.{self.name}", name, nvcc,
+                                       block.get("archs", []), notes)
+
+    def tool_provenance(self, block: dict[str, Any]) -> dict[str, Any]:
+        """The nvcc this job runs and the verdict of its owner and mode check."""
+        from cudalab.provenance import toolkit_provenance
+
+        return toolkit_provenance(find_nvcc(block["nvcc"]))
 
     # -- grid --------------------------------------------------------------------------
     def check_config(self, block: dict[str, Any]) -> list[str]:
@@ -211,6 +203,11 @@ class StaticAnalysis(Experiment):
                 "$CUDA_PATH/bin and /usr/local/cuda*/bin): static analysis needs the CUDA "
                 "toolkit's compiler; install it or set experiments.static_analysis.nvcc to "
                 "its path")
+        # a job runs only a toolkit no one but root or this user could have put there
+        reasons = toolkit.untrusted_reasons(nvcc)
+        if reasons:
+            raise CompileError(f"experiments.static_analysis.nvcc: "
+                               f"{toolkit.refusal(nvcc, reasons)}")
         key = ("static", p["file"], p["flags"], p["arch"])
         if key not in ctx.cache:
             ctx.cache[key] = compile_report(nvcc, CUDA_DIR / p["file"], p["flags"], p["arch"],
@@ -406,8 +403,9 @@ def compile_report(nvcc: str, path: Path, flags: str, arch: str,
     text = out.stdout + out.stderr
     if out.returncode != 0:
         if "Unsupported gpu architecture" in text or "unsupported gpu architecture" in text:
+            can = supported_archs(nvcc) or _listed_archs(nvcc)
             raise CompileError(f"{_nvcc_version(nvcc)} cannot compile for {arch} "
-                               f"(it supports {', '.join(supported_archs(nvcc)) or '?'})")
+                               f"(it supports {', '.join(can) or '?'})")
         tail = "\n".join(text.strip().splitlines()[-8:])
         raise CompileError(f"nvcc failed on {path.name} {flags!r} for {arch}:\n{tail}")
     report = parse_ptxas(text)
@@ -546,31 +544,14 @@ def bounded_curve(cc: Any, regs: int, smem: int, dynamic_smem: int, barriers: in
             for o in curve]
 
 
-def find_nvcc(name: str = "nvcc") -> str | None:
-    """`name` on PATH (or a path), else the toolkit's usual homes: $CUDA_HOME/bin,
-    $CUDA_PATH/bin, /usr/local/cuda/bin, the newest /usr/local/cuda-*/bin."""
-    found = shutil.which(name)
-    if found or name != "nvcc":
-        return found
-    import glob
-    import os
-
-    homes = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""),
-             "/usr/local/cuda",
-             *sorted(glob.glob("/usr/local/cuda-*"), key=_version_key, reverse=True)]
-    for h in homes:
-        cand = Path(h) / "bin" / "nvcc" if h else None
-        if cand is not None and os.access(cand, os.X_OK):
-            return str(cand)
-    return None
-
-
-def _version_key(path: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", Path(path).name))
+def supported_archs(nvcc: str) -> list[str]:
+    """The targets nvcc's toolkit builds, read from its files (toolkit.py); nothing runs."""
+    return toolkit.archs_of(nvcc)
 
 
 @lru_cache(maxsize=8)
-def supported_archs(nvcc: str) -> list[str]:
+def _listed_archs(nvcc: str) -> list[str]:
+    """What `nvcc --list-gpu-arch` prints: only in a job, after the trust check passed."""
     try:
         out = subprocess.run([nvcc, "--list-gpu-arch"], capture_output=True, text=True,
                              timeout=30)

@@ -122,7 +122,7 @@ class Streams(Experiment):
                 "description": "threads per block of the map kernel",
             },
             "check_elements": {
-                "type": "integer", "minimum": 1, "default": 1 << 18,
+                "type": "integer", "minimum": 1, "maximum": 1 << 30, "default": 1 << 18,
                 "description": "random elements compared with the float64 reference (plus "
                 "the first and last element of every chunk); every element is checked for "
                 "NaN (unwritten)",
