@@ -41,6 +41,8 @@ NOBODY = 65534
 POLICIES = ("required", "optional", "off")
 # Set in CI: a sandbox test fails where it would skip for want of bwrap.
 REQUIRE_ENV = "CUDALAB_REQUIRE_SANDBOX"
+# The bwrap to run where it is not on PATH; set empty, no sandbox is used.
+BWRAP_ENV = "CUDALAB_BWRAP"
 # What the host compiler and the toolkit's tools need of the system (found with nvcc 13 and
 # gcc 12 on Debian: nothing of /etc is read but the linker's cache; /usr/libexec holds
 # cc1plus on Red Hat's layout).
@@ -248,7 +250,9 @@ def _system_args() -> tuple[str, ...]:
 
 
 def _tools() -> tuple[str, str]:
-    bwrap, prlimit = shutil.which("bwrap"), shutil.which("prlimit")
+    named = os.environ.get(BWRAP_ENV)
+    bwrap = shutil.which("bwrap") if named is None else shutil.which(named) if named else None
+    prlimit = shutil.which("prlimit")
     if bwrap is None:
         raise SandboxUnavailable("bubblewrap (bwrap) is not installed: install the "
                                  "`bubblewrap` package (Debian, Ubuntu, Fedora, EL)")
@@ -303,6 +307,6 @@ def use(policy: str) -> bool:
 
 def readable_roots(paths: Iterable[str | os.PathLike]) -> tuple[str, ...]:
     """The existing ones of paths, real paths, none inside another (bind each once)."""
-    real = sorted({os.path.realpath(p) for p in paths if p and os.path.exists(p)})
+    real = sorted({os.path.abspath(p) for p in paths if p and os.path.exists(p)})
     return tuple(p for p in real
                  if not any(p != o and p.startswith(o.rstrip("/") + "/") for o in real))

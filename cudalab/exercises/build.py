@@ -134,7 +134,9 @@ def _opened(nvcc: str, ex: Exercise, name: str, arch: str, cwd: Path, boxed: boo
         return None, stopped
     deps = cwd / "deps.d"
     if out.returncode != 0 or not deps.exists():
-        own = [ln for ln in out.output.splitlines() if ln.startswith(name)]
+        lines = out.output.splitlines()
+        own = [ln for ln in lines if ln.startswith(name)] or [ln for ln in lines
+                                                              if "error" in ln]
         return None, own[0] if own else f"nvcc -M exit {out.returncode}"
     files = dependencies(deps.read_text())
     deps.unlink()
