@@ -95,14 +95,15 @@ class Jail:
 
     @property
     def uid(self) -> int | None:
-        """The user to run bwrap as: nobody where root's process count would go unchecked
-        and every bound path is readable by others; else None (the caller's own)."""
+        """The user to run bwrap as: nobody where root's process count would go unchecked,
+        every bound path is readable by others and a sandbox starts as nobody here; else
+        None (the caller's own)."""
         if os.geteuid() != 0:
             return None
         ok = all(_reachable_by_others(p) for p in self.ro) \
             and all(_reachable_by_others(p, write=True) for p in self.dev) \
             and all(_reachable_by_others(str(Path(p).parent)) for p in self.rw)
-        return NOBODY if ok else None
+        return NOBODY if ok and not _starts(NOBODY) else None
 
     @property
     def enforces_nproc(self) -> bool:
@@ -129,7 +130,7 @@ class Jail:
         for k, v in env.items():
             cmd += ["--setenv", k, v]
         # the CPU limit's soft part first: SIGXCPU names it; the hard part kills
-        rl = [f"--nproc={lim.processes}", f"--cpu={lim.cpu_s}:{lim.cpu_s + 5}",
+        rl = [f"--nproc={_nproc(lim.processes)}", f"--cpu={lim.cpu_s}:{lim.cpu_s + 5}",
               f"--fsize={lim.file_bytes}", "--core=0"]
         if lim.memory_bytes is not None:
             rl.append(f"--as={lim.memory_bytes}")
@@ -137,8 +138,10 @@ class Jail:
 
     def popen(self, argv: list[str], **kw: object) -> subprocess.Popen:
         """bwrap running argv, in a process group of its own (kill it to end the tree)."""
+        return self._popen(argv, self.uid, **kw)
+
+    def _popen(self, argv: list[str], uid: int | None, **kw: object) -> subprocess.Popen:
         tools = _tools()
-        uid = self.uid
         if uid is not None:
             for p in self.rw:
                 _give(Path(p), uid)
@@ -262,6 +265,25 @@ def _tools() -> tuple[str, str]:
     return bwrap, os.path.realpath(prlimit)
 
 
+@functools.lru_cache(maxsize=2)
+def _starts(uid: int | None) -> str:
+    """'' where a trivial sandbox starts as uid (None: as this process), else bwrap's
+    first line of complaint. Root may start one where nobody may not: an AppArmor rule
+    (Ubuntu 24.04) can keep user namespaces from unprivileged users."""
+    box = Jail(limits=Limits(wall_s=20, output_bytes=4096))
+    try:
+        proc = box._popen(["/bin/sh", "-c", "exit 0"], uid, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE)
+    except SandboxUnavailable as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"bubblewrap cannot be started: {exc}"
+    out = collect(proc, box.limits)
+    if out.returncode == 0:
+        return ""
+    return (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[0]
+
+
 @functools.lru_cache(maxsize=1)
 def probe() -> str:
     """'' where a sandbox starts here, else why not (one line). Tried once a process."""
@@ -269,17 +291,40 @@ def probe() -> str:
         _tools()
     except SandboxUnavailable as exc:
         return str(exc)
-    jail = Jail(limits=Limits(wall_s=20, output_bytes=4096))
-    try:
-        out = jail.run(["/bin/sh", "-c", "exit 0"])
-    except OSError as exc:
-        return f"bubblewrap cannot be started: {exc}"
-    if out.returncode == 0:
+    why = _starts(None) if os.geteuid() != 0 or _starts(NOBODY) else ""
+    if not why:
         return ""
-    why = (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[0]
     return (f"bubblewrap is installed but cannot start a sandbox here ({why}): user "
             "namespaces may be disabled (sysctl user.max_user_namespaces, "
             "kernel.unprivileged_userns_clone, or an AppArmor restriction)")
+
+
+def forget() -> None:
+    """Probe again on the next use (the tests change what is installed)."""
+    probe.cache_clear()
+    _starts.cache_clear()
+    _told.clear()
+
+
+def _nproc(limit: int) -> int:
+    """RLIMIT_NPROC for a sandbox of `limit` processes. Linux 5.14 and later count a user
+    namespace's processes (and threads) apart: the sandbox's alone. Earlier kernels count
+    all of the user's: there the user's present count is added."""
+    release = os.uname().release.split("-")[0].split(".")
+    try:
+        if (int(release[0]), int(release[1])) >= (5, 14):
+            return limit
+    except (IndexError, ValueError):
+        return limit
+    uid = NOBODY if os.geteuid() == 0 else os.getuid()
+    tasks = 0
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and p.stat().st_uid == uid:
+                tasks += len(os.listdir(p / "task"))
+        except OSError:
+            continue
+    return limit + tasks
 
 
 _told: set[str] = set()

@@ -35,14 +35,14 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not i
 
 @pytest.fixture(autouse=True)
 def _sandbox_here():
-    jail.probe.cache_clear()
+    jail.forget()
     why = jail.probe()
     if why:
         if os.environ.get(jail.REQUIRE_ENV):
             pytest.fail(f"{jail.REQUIRE_ENV} is set: {why}")
         pytest.skip(why)
     yield
-    jail.probe.cache_clear()
+    jail.forget()
 
 
 @pytest.fixture()
@@ -294,10 +294,9 @@ def test_a_compile_that_wants_too_much_memory_is_stopped(monkeypatch):
 @pytest.fixture()
 def no_bwrap(monkeypatch):
     monkeypatch.setenv(jail.BWRAP_ENV, "")
-    jail.probe.cache_clear()
-    monkeypatch.setattr(jail, "_told", set())
+    jail.forget()
     yield
-    jail.probe.cache_clear()
+    jail.forget()
 
 
 def test_a_bwrap_that_cannot_start_is_reported(monkeypatch, work):
@@ -307,7 +306,7 @@ def test_a_bwrap_that_cannot_start_is_reported(monkeypatch, work):
                     "exit 1\n")
     fake.chmod(0o755)
     monkeypatch.setenv(jail.BWRAP_ENV, str(fake))
-    jail.probe.cache_clear()
+    jail.forget()
     why = jail.probe()
     assert "installed but cannot start a sandbox" in why and "uid map" in why
     with pytest.raises(jail.SandboxUnavailable, match="exercises.sandbox: optional"):

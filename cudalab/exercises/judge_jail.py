@@ -18,6 +18,7 @@ import functools
 import glob
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from cudalab import jail
@@ -68,18 +69,20 @@ def toolkit_dirs() -> list[str]:
     return [str(toolkit_root(nvcc))] if nvcc else []
 
 
-def judge_jail(work: Path, gpu_nodes: list[str] | None = None) -> jail.Jail:
-    """The sandbox of one judge child, writing only into `work`."""
+def judge_jail(work: Path, gpu_nodes: list[str] | None = None,
+               tools: Sequence[str] = ()) -> jail.Jail:
+    """The sandbox of one judge child, writing only into `work`; `tools`: folders of the
+    programs it runs the judge under (compute-sanitizer's, where not the toolkit's)."""
     nodes = devices() if gpu_nodes is None else gpu_nodes
     libpath = [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p]
-    tools = toolkit_dirs()
+    toolkit = toolkit_dirs()
     package = [str(PACKAGE_DIR), str(CUDA_DIR), str(SCHEMAS_DIR)]
-    ro = jail.readable_roots([*python_dirs(), *package, *tools, *driver_library_dirs(),
-                              *libpath, "/sys"])
+    ro = jail.readable_roots([*python_dirs(), *package, *toolkit, *tools,
+                              *driver_library_dirs(), *libpath, "/sys"])
     env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
     env |= {"PYTHONPATH": str(IMPORT_ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
     if libpath:
         env["LD_LIBRARY_PATH"] = ":".join(libpath)
-    path = [os.path.dirname(sys.executable), *(str(Path(t) / "bin") for t in tools)]
+    path = [os.path.dirname(sys.executable), *(str(Path(t) / "bin") for t in toolkit)]
     return jail.Jail(ro=ro, rw=(str(work),), dev=tuple(nodes), env=env, path=tuple(path),
                      limits=JUDGE_LIMITS, cwd=str(work))

@@ -89,7 +89,8 @@ def run_judge(ex: Exercise, cubin: bytes | None, mode: str = "check", seed: int 
             cmd = [tool, "--tool", "memcheck", "--log-file", str(log), "--error-exitcode",
                    str(SANITIZER_EXIT), "--print-limit", "5", *cmd]
             limit *= SANITIZER_SLOWDOWN
-        box = judge_jail(Path(tmp)) if boxed else None
+        tools = [os.path.dirname(os.path.realpath(cmd[0]))] if sanitize else []
+        box = judge_jail(Path(tmp), tools=tools) if boxed else None
         rc, _lines, err, timed_out = watch(cmd, limit, box)
         verdict = results.read_json(out)
         report = log.read_text(errors="replace").splitlines() if log.exists() else []
