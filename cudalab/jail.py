@@ -113,28 +113,31 @@ class Jail:
                 prlimit: str = "/usr/bin/prlimit") -> list[str]:
         lim = self.limits
         cmd = [bwrap, "--unshare-all", "--die-with-parent", "--new-session",
-               "--cap-drop", "ALL", "--clearenv"]
+               "--cap-drop", "ALL"]
         if self.system:
             cmd += _system_args()
-        size = str(lim.tmp_bytes)
-        cmd += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm",
-                "--size", size, "--tmpfs", "/tmp"]
+        # an older bwrap (EL 8 and 9 ship 0.4) has no --size: each file's size still holds
+        size = ["--size", str(lim.tmp_bytes)] if "--size" in _bwrap_help(bwrap) else []
+        cmd += ["--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", "/dev/shm",
+                *size, "--tmpfs", "/tmp"]
         for p in self.ro:
             cmd += ["--ro-bind", p, p]
         for p in self.dev:
             cmd += ["--dev-bind", p, p]
         for p in self.rw:
             cmd += ["--bind", p, p]
-        env = {"PATH": ":".join([*self.path, "/usr/bin", "/bin"]), "HOME": "/tmp",
-               "TMPDIR": "/tmp", "LANG": "C.UTF-8"} | dict(self.env)
-        for k, v in env.items():
-            cmd += ["--setenv", k, v]
         # the CPU limit's soft part first: SIGXCPU names it; the hard part kills
         rl = [f"--nproc={_nproc(lim.processes)}", f"--cpu={lim.cpu_s}:{lim.cpu_s + 5}",
               f"--fsize={lim.file_bytes}", "--core=0"]
         if lim.memory_bytes is not None:
             rl.append(f"--as={lim.memory_bytes}")
         return [*cmd, "--chdir", self.cwd, prlimit, *rl, "--", *argv]
+
+    @property
+    def environ(self) -> dict[str, str]:
+        """The whole environment inside (bwrap passes its own on; none of the caller's)."""
+        return {"PATH": ":".join([*self.path, "/usr/bin", "/bin"]), "HOME": "/tmp",
+                "TMPDIR": "/tmp", "LANG": "C.UTF-8"} | dict(self.env)
 
     def popen(self, argv: list[str], **kw: object) -> subprocess.Popen:
         """bwrap running argv, in a process group of its own (kill it to end the tree)."""
@@ -147,7 +150,8 @@ class Jail:
                 _give(Path(p), uid)
             kw |= {"user": uid, "group": uid, "extra_groups": []}
         return subprocess.Popen(self.command(argv, *tools), start_new_session=True,
-                                stdin=subprocess.DEVNULL, **kw)  # type: ignore[call-overload]
+                                stdin=subprocess.DEVNULL, env=self.environ,
+                                **kw)  # type: ignore[call-overload]
 
     def run(self, argv: list[str]) -> Outcome:
         """argv in the sandbox; its output (at most limits.output_bytes of it) and exit."""
@@ -252,6 +256,16 @@ def _system_args() -> tuple[str, ...]:
     return tuple(args)
 
 
+@functools.lru_cache(maxsize=4)
+def _bwrap_help(bwrap: str) -> str:
+    """bwrap's list of options (what this version has), '' where it cannot say."""
+    try:
+        out = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout + out.stderr
+
+
 def _tools() -> tuple[str, str]:
     named = os.environ.get(BWRAP_ENV)
     bwrap = shutil.which("bwrap") if named is None else shutil.which(named) if named else None
@@ -303,6 +317,7 @@ def forget() -> None:
     """Probe again on the next use (the tests change what is installed)."""
     probe.cache_clear()
     _starts.cache_clear()
+    _bwrap_help.cache_clear()
     _told.clear()
 
 

@@ -197,7 +197,10 @@ def test_the_judges_sandbox_is_built_from_what_exists(work, monkeypatch, tmp_pat
     assert f"--ro-bind {IMPORT_ROOT} " not in text + " "  # the package, not the project
     assert "--unshare-all" in cmd and "--die-with-parent" in cmd and "--new-session" in cmd
     assert not any(c.startswith("--as=") for c in cmd)  # a CUDA context reserves far more
-    assert "CUDA_VISIBLE_DEVICES" in cmd and cmd[cmd.index("CUDA_VISIBLE_DEVICES") + 1] == "1"
+    monkeypatch.setenv("CUDALAB_TEST_TOKEN", "hunter2")
+    env = judge_jail(work, gpu_nodes=nodes).environ
+    assert env["CUDA_VISIBLE_DEVICES"] == "1" and env["PYTHONPATH"] == str(IMPORT_ROOT)
+    assert "CUDALAB_TEST_TOKEN" not in env and env["HOME"] == "/tmp"
     start = cmd.index("--") + 1
     assert cmd[start:start + 3] == [sys.executable, "-m", "cudalab.exercises.judge"]
     assert judge_jail(work).dev == tuple(sorted(glob.glob("/dev/nvidia*")))
