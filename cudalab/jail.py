@@ -18,8 +18,10 @@ either, the tree is killed.
 
 The kernel does not apply RLIMIT_NPROC to root. Run as root, a sandbox runs as the
 unprivileged user `nobody` wherever everything it binds is readable by others (a toolkit
-and /usr always are), and its work folder is handed to that user; otherwise it runs as
+and /usr always are) and nobody may start one (an AppArmor rule may keep user namespaces
+from unprivileged users); its work folder is handed to that user. Otherwise it runs as
 root, every limit but the process count still holding (`Jail.enforces_nproc` says which).
+Its environment is its own (PATH, HOME=/tmp, what the caller names), none of the caller's.
 """
 
 from __future__ import annotations
