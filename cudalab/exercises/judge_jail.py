@@ -31,6 +31,7 @@ JUDGE_LIMITS = jail.Limits(wall_s=float("inf"), cpu_s=7200, memory_bytes=None,
                            tmp_bytes=2 << 30)
 PASSED_ENV = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_MPS_PIPE_DIRECTORY",
               "NVIDIA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+TOOLKIT_ENV = ("CUDA_HOME", "CUDA_PATH")  # where CuPy and pycuda look for the toolkit
 
 
 def devices() -> list[str]:
@@ -60,13 +61,15 @@ def python_dirs() -> list[str]:
 
 
 def toolkit_dirs() -> list[str]:
-    """The CUDA toolkit of the nvcc found: the judge compiles its own fill and hold kernels
-    (pycuda) and runs compute-sanitizer from it."""
+    """The CUDA toolkit of the nvcc found (the judge compiles its own fill and hold kernels
+    with pycuda and runs compute-sanitizer from it), and those CUDA_HOME or CUDA_PATH
+    name."""
     from cudalab.exercises.toolkit_jail import toolkit_root
     from cudalab.experiments.static_analysis import find_nvcc
 
     nvcc = find_nvcc()
-    return [str(toolkit_root(nvcc))] if nvcc else []
+    named = [os.environ[k] for k in TOOLKIT_ENV if os.path.isdir(os.environ.get(k, ""))]
+    return [*([str(toolkit_root(nvcc))] if nvcc else []), *named]
 
 
 def judge_jail(work: Path, gpu_nodes: list[str] | None = None,
@@ -80,6 +83,7 @@ def judge_jail(work: Path, gpu_nodes: list[str] | None = None,
     ro = jail.readable_roots([*python_dirs(), *package, *toolkit, *tools,
                               *driver_library_dirs(), *libpath, "/sys"])
     env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
+    env |= {k: os.environ[k] for k in TOOLKIT_ENV if os.environ.get(k, "") in toolkit}
     env |= {"PYTHONPATH": str(IMPORT_ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
     if libpath:
         env["LD_LIBRARY_PATH"] = ":".join(libpath)
