@@ -227,6 +227,12 @@ TRICKS = {
     "stringified include": "#define Q(x) #x\n#define S(x) Q(x)\n#include S({p})",
     "__has_include probe": '#if __has_include("{p}")\n#error here\n#endif',
     "include": '#include "{p}"',
+    "include_next": '#include_next "{p}"',
+    "import": '#import "{p}"',
+    "__has_include_next probe": '#if __has_include_next("{p}")\n#error here\n#endif',
+    "pch_preprocess": '#pragma GCC pch_preprocess "{p}"',
+    "asm incbin": 'asm(".incbin \\"{p}\\"");',
+    "embed": '#embed "{p}"',
 }
 
 

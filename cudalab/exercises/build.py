@@ -135,8 +135,9 @@ def _opened(nvcc: str, ex: Exercise, name: str, arch: str, cwd: Path, boxed: boo
     deps = cwd / "deps.d"
     if out.returncode != 0 or not deps.exists():
         lines = out.output.splitlines()
-        own = [ln for ln in lines if ln.startswith(name)] or [ln for ln in lines
-                                                              if "error" in ln]
+        errors = [ln for ln in lines if "error" in ln]  # the file's own first, then nvcc's
+        own = [ln for ln in errors if ln.startswith(name)] or errors \
+            or [ln for ln in lines if ln.startswith(name)]
         return None, own[0] if own else f"nvcc -M exit {out.returncode}"
     files = dependencies(deps.read_text())
     deps.unlink()
