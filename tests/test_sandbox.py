@@ -241,6 +241,7 @@ TRICKS = {
 def test_a_submission_cannot_read_or_probe_a_file_outside(trick, planted):
     text = TRICKS[trick].format(p=planted) + "\n" + STARTER.read_text()
     present = build.compile_submission(text, VECTOR_ADD, "alice.cu", sandbox="required")
+    assert present.sandboxed
     dump = str(present.as_dict()) + present.cubin.decode("latin-1")
     assert "PLANTED-SECRET" not in dump
     planted.unlink()
@@ -253,6 +254,7 @@ def test_without_the_sandbox_the_same_probe_tells(planted):
     # the test above could fail: outside a sandbox, a file's existence changes the build
     text = TRICKS["__has_include probe"].format(p=planted) + "\n" + STARTER.read_text()
     present = build.compile_submission(text, VECTOR_ADD, "alice.cu", sandbox="off")
+    assert not present.sandboxed
     planted.unlink()
     absent = build.compile_submission(text, VECTOR_ADD, "alice.cu", sandbox="off")
     assert present.as_dict() != absent.as_dict()

@@ -5,13 +5,13 @@ cudalab's occupancy calculator.
 
 The file is compiled alone, in a fresh temporary folder, with no include path, to a cubin
 for one architecture; the judge loads that cubin and compiles none of the submission's
-code itself. Every nvcc run on a submission is sandboxed (toolkit_jail, cudalab.jail):
-it sees the toolkit, the host compiler, its folder and nothing else of the host, under
-time, memory, process and output limits; a file it names elsewhere is simply not there.
-Before the compile, as a first friendly message, the preprocessor is asked which files it
-opens (`nvcc -M`, host and device passes, with the compile's own options): a file outside
-the CUDA toolkit's and the host compiler's own include folders refuses the submission,
-however its #include was spelled.
+code itself. Every nvcc run on a submission is sandboxed where a sandbox can run (class
+mode requires one; toolkit_jail, cudalab.jail): it sees the toolkit, the host compiler,
+its folder and nothing else of the host, under time, memory, process and output limits; a
+file it names elsewhere is simply not there. Before the compile, as a first friendly
+message, the preprocessor is asked which files it opens (`nvcc -M`, host and device
+passes, with the compile's own options): a file outside the CUDA toolkit's and the host
+compiler's own include folders refuses the submission, however its #include was spelled.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ class Build:
     usage: dict[str, Any] = field(default_factory=dict)  # registers, smem, occupancy
     compiled: bool = False  # nvcc succeeded (ok is False only for a slot problem then)
     refused: str = ""  # why it was refused before the compile (a file it would read)
+    sandboxed: bool = False  # nvcc ran in the sandbox (cudalab.jail)
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -94,7 +95,7 @@ def compile_submission(text: str, ex: Exercise, name: str = "submission.cu",
         (Path(tmp) / name).write_text(text)
         refused = foreign_files(nvcc, ex, name, arch, Path(tmp), boxed)
         if refused:
-            return Build(False, arch, name, refused=refused)
+            return Build(False, arch, name, refused=refused, sandboxed=boxed)
         cmd = nvcc_command(nvcc, ex, name, arch, "k.cubin", ".")
         out = run_nvcc(cmd, Path(tmp), boxed)
         log = out.output
@@ -104,10 +105,11 @@ def compile_submission(text: str, ex: Exercise, name: str = "submission.cu",
             if not stopped and not any(d.severity in ("error", "fatal") for d in diags):
                 tail = " | ".join(log.strip().splitlines()[-3:])
                 diags.append(Diagnostic(name, 0, "error", tail or f"nvcc exit {out.returncode}"))
-            return Build(False, arch, name, diagnostics=diags, problem=stopped)
+            return Build(False, arch, name, diagnostics=diags, problem=stopped,
+                         sandboxed=boxed)
         ptx = "".join(p.read_text() for p in Path(tmp).glob("*.ptx"))
         cubin = (Path(tmp) / "k.cubin").read_bytes()
-    build = Build(True, arch, name, cubin, diags, compiled=True)
+    build = Build(True, arch, name, cubin, diags, compiled=True, sandboxed=boxed)
     build.problem = signature_problem(ex, ptx, log)
     if not build.problem:
         build.usage = static_usage(ex, log, ptx, arch)
