@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -119,6 +120,15 @@ def test_a_fork_bomb_is_stopped_and_leaves_nothing(work):
     assert _alive(marker) == []
     counted = box.run(["/bin/sh", "-c", "for i in $(seq 50); do sleep 3 & done; wait"])
     assert "Cannot fork" in counted.stderr, counted  # 32, not 50, processes
+
+
+def test_the_process_limit_counts_one_sandbox_not_the_users_all(work):
+    # two sandboxes of the same user side by side, each within its own limit of 24
+    box = jail.Jail(rw=(str(work),), limits=jail.Limits(wall_s=20, processes=24))
+    script = ["/bin/sh", "-c", "for i in $(seq 15); do sleep 2 & done; wait; echo done"]
+    with ThreadPoolExecutor(2) as pool:
+        outs = list(pool.map(box.run, [script, script]))
+    assert all(o.returncode == 0 and "done" in o.stdout for o in outs), outs
 
 
 def test_the_wall_time_limit_kills_the_whole_tree(work):
