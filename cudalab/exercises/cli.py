@@ -5,7 +5,9 @@
                    [--sandbox required|optional|off]   (default optional: without
                                                bubblewrap it says so once and runs as is)
   cudalab exercise judge FILE --student ID --exercise NAME --out VERDICT.json
-                                               one submission of a class (always exit 0)
+                                               one submission of a class (exit 0 with a
+                                               verdict; 2 without a sandbox, which class
+                                               mode requires: --sandbox required)
   cudalab exercise baseline --exercise NAME --out BASELINE.json
                                                the course's kernels and cuBLAS in the slot
   cudalab exercise report --exercise NAME --verdicts DIR --baseline FILE
