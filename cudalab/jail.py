@@ -142,7 +142,9 @@ class Jail:
                 "TMPDIR": "/tmp", "LANG": "C.UTF-8"} | dict(self.env)
 
     def popen(self, argv: list[str], **kw: object) -> subprocess.Popen:
-        """bwrap running argv, in a process group of its own (kill it to end the tree)."""
+        """bwrap running argv, in a process group of its own (kill it to end the tree).
+        The thread that calls this must outlive the sandbox: --die-with-parent follows the
+        thread that started bwrap, not the process."""
         return self._popen(argv, self.uid, **kw)
 
     def _popen(self, argv: list[str], uid: int | None, **kw: object) -> subprocess.Popen:
