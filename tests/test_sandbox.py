@@ -142,6 +142,15 @@ def test_the_wall_time_limit_kills_the_whole_tree(work):
     assert _alive(marker) == []
 
 
+def test_without_a_sandbox_the_wall_time_still_ends_the_process_group(work):
+    marker = "4244.5"
+    out = jail.run_plain(["/bin/sh", "-c", f"sleep {marker} & sleep {marker}"], str(work),
+                         jail.Limits(wall_s=1))
+    assert out.stopped == "time"
+    time.sleep(0.3)
+    assert _alive(marker) == []
+
+
 def test_the_output_and_file_size_limits(work):
     box = jail.Jail(rw=(str(work),), cwd=str(work),
                     limits=jail.Limits(wall_s=20, output_bytes=64 << 10, file_bytes=1 << 20))
