@@ -549,7 +549,7 @@ def test_sanitize_adds_memcheck_to_the_judgement(plain, checked, want, monkeypat
 
     calls = []
 
-    def run_judge(ex, cubin, mode, seed, timeout, sanitize=False):
+    def run_judge(ex, cubin, mode, seed, timeout, sanitize=False, sandbox="optional"):
         calls.append(sanitize)
         if sanitize:
             return {"status": checked, "message": "memcheck's"}

@@ -5,10 +5,13 @@ cudalab's occupancy calculator.
 
 The file is compiled alone, in a fresh temporary folder, with no include path, to a cubin
 for one architecture; the judge loads that cubin and compiles none of the submission's
-code itself. Before the compile, the preprocessor is asked which files it opens
-(`nvcc -M`, host and device passes, with the compile's own options): a file outside the
-CUDA toolkit's and the host compiler's own include folders refuses the submission, however
-its #include was spelled.
+code itself. Every nvcc run on a submission is sandboxed where a sandbox can run (class
+mode requires one; toolkit_jail, cudalab.jail): it sees the toolkit, the host compiler,
+its folder and nothing else of the host, under time, memory, process and output limits; a
+file it names elsewhere is simply not there. Before the compile, as a first friendly
+message, the preprocessor is asked which files it opens (`nvcc -M`, host and device
+passes, with the compile's own options): a file outside the CUDA toolkit's and the host
+compiler's own include folders refuses the submission, however its #include was spelled.
 """
 
 from __future__ import annotations
@@ -16,17 +19,17 @@ from __future__ import annotations
 import functools
 import os
 import re
-import subprocess
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cudalab import jail
 from cudalab import occupancy as occ
 from cudalab.exercises.catalog import Exercise
+from cudalab.exercises.toolkit_jail import limit_problem, run_nvcc
 from cudalab.experiments import static_analysis as sa
 
-COMPILE_TIMEOUT_S = 120
 DEFAULT_ARCH = "sm_90"
 _SAFE_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\.cu")
 _DIAG = re.compile(r"^(?P<file>[^\s()][^()]*)\((?P<line>\d+)\): (?P<sev>error|warning|remark)"
@@ -58,6 +61,7 @@ class Build:
     usage: dict[str, Any] = field(default_factory=dict)  # registers, smem, occupancy
     compiled: bool = False  # nvcc succeeded (ok is False only for a slot problem then)
     refused: str = ""  # why it was refused before the compile (a file it would read)
+    sandboxed: bool = False  # nvcc ran in the sandbox (cudalab.jail)
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -78,34 +82,34 @@ def nvcc_command(nvcc: str, ex: Exercise, name: str, arch: str, out: str,
 
 
 def compile_submission(text: str, ex: Exercise, name: str = "submission.cu",
-                       arch: str = DEFAULT_ARCH, nvcc: str | None = None) -> Build:
-    """Compile `text` for `arch`: the cubin, nvcc's diagnostics, and the slot checks."""
+                       arch: str = DEFAULT_ARCH, nvcc: str | None = None,
+                       sandbox: str = "optional") -> Build:
+    """Compile `text` for `arch`: the cubin, nvcc's diagnostics, and the slot checks.
+    `sandbox` (required|optional|off, cudalab.jail.use): whether nvcc runs in one."""
     nvcc = nvcc or sa.find_nvcc()
     if nvcc is None:
         return Build(False, arch, name, problem="nvcc not found: install the CUDA toolkit "
                      "(or put its bin/ on PATH) to compile exercises")
+    boxed = jail.use(sandbox)
     with tempfile.TemporaryDirectory(prefix="cudalab-ex-") as tmp:
         (Path(tmp) / name).write_text(text)
-        refused = foreign_files(nvcc, ex, name, arch, Path(tmp))
+        refused = foreign_files(nvcc, ex, name, arch, Path(tmp), boxed)
         if refused:
-            return Build(False, arch, name, refused=refused)
+            return Build(False, arch, name, refused=refused, sandboxed=boxed)
         cmd = nvcc_command(nvcc, ex, name, arch, "k.cubin", ".")
-        try:
-            out = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp,
-                                 timeout=COMPILE_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            return Build(False, arch, name, problem=f"nvcc took longer than "
-                         f"{COMPILE_TIMEOUT_S} s on this file")
-        log = out.stdout + out.stderr
+        out = run_nvcc(cmd, Path(tmp), boxed)
+        log = out.output
         diags = parse_diagnostics(log, text)
-        if out.returncode != 0:
-            if not any(d.severity in ("error", "fatal") for d in diags):
+        stopped = limit_problem(out)
+        if out.returncode != 0 or stopped:
+            if not stopped and not any(d.severity in ("error", "fatal") for d in diags):
                 tail = " | ".join(log.strip().splitlines()[-3:])
                 diags.append(Diagnostic(name, 0, "error", tail or f"nvcc exit {out.returncode}"))
-            return Build(False, arch, name, diagnostics=diags)
+            return Build(False, arch, name, diagnostics=diags, problem=stopped,
+                         sandboxed=boxed)
         ptx = "".join(p.read_text() for p in Path(tmp).glob("*.ptx"))
         cubin = (Path(tmp) / "k.cubin").read_bytes()
-    build = Build(True, arch, name, cubin, diags, compiled=True)
+    build = Build(True, arch, name, cubin, diags, compiled=True, sandboxed=boxed)
     build.problem = signature_problem(ex, ptx, log)
     if not build.problem:
         build.usage = static_usage(ex, log, ptx, arch)
@@ -120,20 +124,22 @@ def dependencies(make_rule: str) -> list[str]:
     return [f.replace("\\ ", " ") for f in re.split(r"(?<!\\)\s+", body.strip()) if f]
 
 
-def _opened(nvcc: str, ex: Exercise, name: str, arch: str, cwd: Path
+def _opened(nvcc: str, ex: Exercise, name: str, arch: str, cwd: Path, boxed: bool
             ) -> tuple[list[str] | None, str]:
     """The files the preprocessor opens for cwd/name with the compile's options (resolved
     paths), or None and nvcc's first message about the file where -M failed."""
     cmd = nvcc_command(nvcc, ex, name, arch, "deps.d", ".")
     cmd = [c for c in cmd if c not in ("-cubin", "-keep", "-keep-dir", ".", "-Xptxas", "-v")]
-    try:
-        out = subprocess.run([*cmd[:1], "-M", *cmd[1:]], capture_output=True, text=True,
-                             cwd=cwd, timeout=COMPILE_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        return None, f"the preprocessor took longer than {COMPILE_TIMEOUT_S} s"
+    out = run_nvcc([*cmd[:1], "-M", *cmd[1:]], cwd, boxed)
+    stopped = limit_problem(out, "the preprocessor")
+    if stopped:
+        return None, stopped
     deps = cwd / "deps.d"
     if out.returncode != 0 or not deps.exists():
-        own = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.startswith(name)]
+        lines = out.output.splitlines()
+        errors = [ln for ln in lines if "error" in ln]  # the file's own first, then nvcc's
+        own = [ln for ln in errors if ln.startswith(name)] or errors \
+            or [ln for ln in lines if ln.startswith(name)]
         return None, own[0] if own else f"nvcc -M exit {out.returncode}"
     files = dependencies(deps.read_text())
     deps.unlink()
@@ -141,28 +147,29 @@ def _opened(nvcc: str, ex: Exercise, name: str, arch: str, cwd: Path
 
 
 @functools.lru_cache(maxsize=8)
-def system_include_dirs(nvcc: str, arch: str) -> tuple[str, ...]:
+def system_include_dirs(nvcc: str, arch: str, boxed: bool) -> tuple[str, ...]:
     """The folders of the toolkit's and the host compiler's headers: those an empty file
     opens (none inside another)."""
     from cudalab.exercises.catalog import get
 
     with tempfile.TemporaryDirectory(prefix="cudalab-ex-") as tmp:
         (Path(tmp) / "empty.cu").write_text("")
-        files, why = _opened(nvcc, get("vector_add"), "empty.cu", arch, Path(tmp))
+        files, why = _opened(nvcc, get("vector_add"), "empty.cu", arch, Path(tmp), boxed)
     if files is None:
         raise RuntimeError(f"nvcc -M fails on an empty file: {why}")
     dirs = sorted({os.path.dirname(f) for f in files if not f.endswith("empty.cu")})
     return tuple(d for d in dirs if not any(d.startswith(o + os.sep) for o in dirs))
 
 
-def foreign_files(nvcc: str, ex: Exercise, name: str, arch: str, cwd: Path) -> str:
+def foreign_files(nvcc: str, ex: Exercise, name: str, arch: str, cwd: Path,
+                  boxed: bool = False) -> str:
     """'' where the preprocessor opens only the submission and the toolkit's and system's
     headers, else why the submission is refused."""
-    files, why = _opened(nvcc, ex, name, arch, cwd)
+    files, why = _opened(nvcc, ex, name, arch, cwd, boxed)
     if files is None:
         return f"the preprocessor failed on the file, so what it reads is unknown: {why}"
     own = os.path.realpath(cwd / name)
-    roots = system_include_dirs(nvcc, arch)
+    roots = system_include_dirs(nvcc, arch, boxed)
     outside = [f for f in files
                if f != own and not any(f.startswith(r + os.sep) for r in roots)]
     if not outside:

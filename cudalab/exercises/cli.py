@@ -2,8 +2,12 @@
 
   cudalab exercise list                        the exercises, their slots and grid rules
   cudalab exercise check FILE [--sanitize]     feedback on one file (exit 0: correct)
+                   [--sandbox required|optional|off]   (default optional: without
+                                               bubblewrap it says so once and runs as is)
   cudalab exercise judge FILE --student ID --exercise NAME --out VERDICT.json
-                                               one submission of a class (always exit 0)
+                                               one submission of a class (exit 0 with a
+                                               verdict; 2 without a sandbox, which class
+                                               mode requires: --sandbox required)
   cudalab exercise baseline --exercise NAME --out BASELINE.json
                                                the course's kernels and cuBLAS in the slot
   cudalab exercise report --exercise NAME --verdicts DIR --baseline FILE
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +33,27 @@ def cmd_list(a: argparse.Namespace) -> int:
 
 
 def _judge_options(a: argparse.Namespace) -> dict[str, Any]:
-    return {"arch": a.arch, "seed": a.seed, "launch_timeout_s": a.timeout}
+    return {"arch": a.arch, "seed": a.seed, "launch_timeout_s": a.timeout,
+            "sandbox": a.sandbox}
+
+
+def _sandbox_refused(a: argparse.Namespace) -> bool:
+    """Under --sandbox required with no working sandbox: says why on one line (True)."""
+    from cudalab import jail
+
+    try:
+        jail.use(a.sandbox)
+    except jail.SandboxUnavailable as exc:
+        print(f"cudalab exercise: {exc}", file=sys.stderr)
+        return True
+    return False
 
 
 def cmd_check(a: argparse.Namespace) -> int:
     from cudalab.exercises import feedback, pipeline
 
+    if _sandbox_refused(a):
+        return 2
     v = pipeline.judge_file(Path(a.file), exercise=a.exercise, student=a.student or "me",
                             gpu=not a.no_gpu, sanitize=a.sanitize, **_judge_options(a))
     print(feedback.render(v))
@@ -46,6 +66,8 @@ def cmd_judge(a: argparse.Namespace) -> int:
     from cudalab import results
     from cudalab.exercises import pipeline
 
+    if _sandbox_refused(a):
+        return 2  # no verdict: the teacher's setup, not the student's file, is at fault
     v = pipeline.judge_file(Path(a.file), exercise=a.exercise, student=a.student,
                             mode="class", sanitize=a.sanitize, **_judge_options(a))
     results.write_json_atomic(Path(a.out), v)
@@ -57,6 +79,8 @@ def cmd_baseline(a: argparse.Namespace) -> int:
     from cudalab import results
     from cudalab.exercises import pipeline
 
+    if _sandbox_refused(a):
+        return 2
     ex = catalog.get(a.exercise)
     opts = _judge_options(a) | {"mode": "class"}
     out = [pipeline.judge_course(ex, k, **opts) for k in ex.course]
@@ -86,7 +110,7 @@ def cmd_report(a: argparse.Namespace) -> int:
     return 0
 
 
-def _common(s: argparse.ArgumentParser) -> None:
+def _common(s: argparse.ArgumentParser, default_box: str = "optional") -> None:
     s.add_argument("--arch", help="compile for this target (default: the GPU's, else sm_90)")
     s.add_argument("--seed", type=int, default=0, help="seed of the inputs (0: fresh)")
     s.add_argument("--timeout", type=float, default=10.0,
@@ -94,6 +118,10 @@ def _common(s: argparse.ArgumentParser) -> None:
     s.add_argument("--sanitize", action="store_true",
                    help="also run the small grid under compute-sanitizer memcheck "
                    "(an invalid access wins over the plain verdict)")
+    s.add_argument("--sandbox", choices=["required", "optional", "off"], default=default_box,
+                   help="compile and judge in a bubblewrap sandbox: required (refuse to "
+                   "run without one), optional (say so once and run without), off "
+                   f"(default {default_box})")
 
 
 def add_parser(sub: Any) -> None:
@@ -114,12 +142,12 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--student", required=True)
     s.add_argument("--exercise", required=True, choices=sorted(catalog.EXERCISES))
     s.add_argument("--out", required=True)
-    _common(s)
+    _common(s, "required")
     s.set_defaults(fn=cmd_judge)
     s = esub.add_parser("baseline")
     s.add_argument("--exercise", required=True, choices=sorted(catalog.EXERCISES))
     s.add_argument("--out", required=True)
-    _common(s)
+    _common(s, "required")
     s.set_defaults(fn=cmd_baseline)
     s = esub.add_parser("report")
     s.add_argument("--exercise", required=True, choices=sorted(catalog.EXERCISES))

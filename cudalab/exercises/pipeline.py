@@ -31,6 +31,8 @@ from cudalab.exercises import build, sandbox
 from cudalab.exercises.catalog import CourseKernel, Exercise
 from cudalab.exercises.source import SubmissionError, course_source, read_submission
 
+judge_child = sandbox  # the module: the functions below take a `sandbox` policy argument
+
 
 def device_arch() -> str | None:
     """sm_XY of the first visible GPU (nvidia-smi), or None without one."""
@@ -49,10 +51,13 @@ def device_arch() -> str | None:
 
 def judge_text(text: str, ex: Exercise, name: str, *, student: str = "", mode: str = "check",
                arch: str | None = None, gpu: bool = True, seed: int = 0,
-               launch_timeout_s: float = 10.0, sanitize: bool = False) -> dict[str, Any]:
-    """Compile `text` for the slot, then judge it on the GPU (unless gpu is False)."""
+               launch_timeout_s: float = 10.0, sanitize: bool = False,
+               sandbox: str = "optional") -> dict[str, Any]:
+    """Compile `text` for the slot, then judge it on the GPU (unless gpu is False); both
+    in a sandbox as `sandbox` says (required|optional|off, cudalab.jail.use)."""
     here = device_arch() if gpu else None
-    b = build.compile_submission(text, ex, name, arch or here or build.DEFAULT_ARCH)
+    b = build.compile_submission(text, ex, name, arch or here or build.DEFAULT_ARCH,
+                                 sandbox=sandbox)
     record: dict[str, Any] = {"student": student, "exercise": ex.name, "file": name,
                               "build": b.as_dict()}
     if b.refused:
@@ -66,10 +71,11 @@ def judge_text(text: str, ex: Exercise, name: str, *, student: str = "", mode: s
     if arch and arch != here:
         return record | {"status": "compiled", "message": f"compiled for {arch}; this GPU is "
                          f"{here}: not run"}
-    verdict = sandbox.run_judge(ex, b.cubin, mode, seed, launch_timeout_s)
+    verdict = judge_child.run_judge(ex, b.cubin, mode, seed, launch_timeout_s,
+                                    sandbox=sandbox)
     if sanitize:
-        verdict = with_memcheck(verdict, lambda: sandbox.run_judge(
-            ex, b.cubin, mode, seed, launch_timeout_s, sanitize=True))
+        verdict = with_memcheck(verdict, lambda: judge_child.run_judge(
+            ex, b.cubin, mode, seed, launch_timeout_s, sanitize=True, sandbox=sandbox))
     return record | verdict
 
 
@@ -108,10 +114,12 @@ def judge_course(ex: Exercise, kernel: CourseKernel, **kw: Any) -> dict[str, Any
 
 
 def judge_cublas(ex: Exercise, *, mode: str = "class", seed: int = 0,
-                 launch_timeout_s: float = 10.0, **_: Any) -> dict[str, Any]:
+                 launch_timeout_s: float = 10.0, sandbox: str = "optional",
+                 **_: Any) -> dict[str, Any]:
     """cuBLAS (through CuPy) on the slot's inputs and checks: the ceiling."""
     if not ex.cublas:
         return {}
     label = "cuBLAS DGEMM" if ex.dtype == "float64" else "cuBLAS SGEMM"
-    verdict = sandbox.run_judge(ex, None, mode, seed, launch_timeout_s, cublas=True)
+    verdict = judge_child.run_judge(ex, None, mode, seed, launch_timeout_s, cublas=True,
+                                    sandbox=sandbox)
     return {"student": label, "exercise": ex.name, "baseline": "cublas"} | verdict

@@ -10,6 +10,10 @@ the small grid only, the tool writing its report to a file of its own (never the
 stdout, which a printf can fill with look-alike lines); an invalid access that report names
 is 'memory_error' with its first lines. Anything else the tool reports (a __trap, an API
 error) leaves the child's own verdict ('crashed' for a trap), as without the tool.
+
+Where a sandbox runs (cudalab.jail, judge_jail), the child runs in it: the GPU, the Python
+install and the package read-only, its temporary folder writable, nothing else of the host;
+killing it kills its whole PID namespace.
 """
 
 from __future__ import annotations
@@ -26,13 +30,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cudalab import jail
 from cudalab.exercises.catalog import Exercise
 from cudalab.exercises.guard import HEARTBEAT
+from cudalab.exercises.judge_jail import judge_jail
 from cudalab.resources import IMPORT_ROOT
 
 STARTUP_S = 60.0  # Python, pycuda and a CUDA context before the first heartbeat
 SANITIZER_SLOWDOWN = 50  # memcheck runs kernels this much slower, or more
 SANITIZER_EXIT = 97
+MAX_OUTPUT_LINES = 2000  # of the child's stdout kept (a kernel's printf can fill it)
 # memcheck's reports of an invalid access (its other reports: API errors, leaks, a summary)
 MEMORY_ERROR = re.compile(r"^=+ (Invalid __\w+__ (read|write|atomic)|Invalid (global|shared|"
                           r"local) |Misaligned|Out-of-range|Address 0x[0-9a-fA-F]+ is "
@@ -59,10 +66,12 @@ def judge_command(ex: Exercise, cubin: Path | None, out: Path, mode: str, seed: 
 
 def run_judge(ex: Exercise, cubin: bytes | None, mode: str = "check", seed: int = 0,
               launch_timeout_s: float = 10.0, sanitize: bool = False,
-              cublas: bool = False) -> dict[str, Any]:
-    """The child's verdict (a dict with 'status'), whatever the kernel does."""
+              cublas: bool = False, sandbox: str = "optional") -> dict[str, Any]:
+    """The child's verdict (a dict with 'status'), whatever the kernel does. `sandbox`
+    (required|optional|off, cudalab.jail.use): whether the child runs in one."""
     from cudalab import results
 
+    boxed = jail.use(sandbox)
     with tempfile.TemporaryDirectory(prefix="cudalab-judge-") as tmp:
         path = None
         if cubin is not None:
@@ -80,7 +89,9 @@ def run_judge(ex: Exercise, cubin: bytes | None, mode: str = "check", seed: int 
             cmd = [tool, "--tool", "memcheck", "--log-file", str(log), "--error-exitcode",
                    str(SANITIZER_EXIT), "--print-limit", "5", *cmd]
             limit *= SANITIZER_SLOWDOWN
-        rc, _lines, err, timed_out = watch(cmd, limit)
+        tools = [os.path.dirname(os.path.realpath(cmd[0]))] if sanitize else []
+        box = judge_jail(Path(tmp), tools=tools) if boxed else None
+        rc, _lines, err, timed_out = watch(cmd, limit, box)
         verdict = results.read_json(out)
         report = log.read_text(errors="replace").splitlines() if log.exists() else []
     if timed_out:
@@ -107,15 +118,20 @@ def memory_errors(report: list[str]) -> list[str]:
     return [ln.strip("= ").rstrip() for ln in report if MEMORY_ERROR.match(ln)]
 
 
-def watch(cmd: list[str], limit: float) -> tuple[int, list[str], str, bool]:
-    """Run cmd in its own process group; kill the group when no heartbeat came for `limit`
-    seconds (STARTUP_S more before the first). (exit status, stdout lines that are not
-    heartbeats, stderr, whether it was killed)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(IMPORT_ROOT),
-                                                      env.get("PYTHONPATH", "")]))
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, start_new_session=True)
+def watch(cmd: list[str], limit: float, box: jail.Jail | None = None
+          ) -> tuple[int, list[str], str, bool]:
+    """Run cmd in its own process group (in `box` where given); kill the group when no
+    heartbeat came for `limit` seconds (STARTUP_S more before the first). (exit status,
+    stdout lines that are not heartbeats, stderr, whether it was killed)."""
+    pipes: dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE,
+                             "text": True, "errors": "replace"}
+    if box is not None:
+        proc = box.popen(cmd, **pipes)
+    else:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(IMPORT_ROOT),
+                                                          env.get("PYTHONPATH", "")]))
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True, **pipes)
     last = [time.monotonic() + STARTUP_S]
     lines: list[str] = []
     err: list[str] = []
@@ -124,11 +140,16 @@ def watch(cmd: list[str], limit: float) -> tuple[int, list[str], str, bool]:
         for line in proc.stdout:
             if line.strip() == HEARTBEAT:
                 last[0] = time.monotonic()
-            else:
-                lines.append(line.rstrip("\n"))
+            elif len(lines) < MAX_OUTPUT_LINES:
+                lines.append(line.rstrip("\n")[:1000])
+
+    def read_err() -> None:
+        for line in proc.stderr:
+            if len(err) < MAX_OUTPUT_LINES:
+                err.append(line[:1000])
 
     readers = [threading.Thread(target=read_out, daemon=True),
-               threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)]
+               threading.Thread(target=read_err, daemon=True)]
     for t in readers:
         t.start()
     timed_out = False

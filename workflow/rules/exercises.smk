@@ -4,17 +4,26 @@
 # kernels and cuBLAS in one more, and writes results/class/<exercise>/index.html.
 # A job's verdict is its own file: a submission that fails, crashes or hangs gets its verdict
 # and never stops the run or touches another student's records.
+from cudalab import jail as cudalab_jail
 from cudalab.exercises import classroom as cudalab_classroom
 from cudalab.exercises.source import NAME_PATTERN as STUDENT_PATTERN
 
 CLASS = config["exercises"]
+SANDBOX = CLASS["sandbox"] or "off"  # YAML reads an unquoted off as false
+# Untrusted code is compiled and judged in a sandbox (docs/exercises.md): without one, the
+# run stops here, before any job, unless the config says `sandbox: optional` or `off`.
+try:
+    cudalab_jail.use(SANDBOX)
+except cudalab_jail.SandboxUnavailable as exc:
+    raise WorkflowError(f"exercises.sandbox is {SANDBOX}: {exc}") from None
 CLASS_DIR = f"{RESULTS}/class/{CLASS['exercise']}"
 # Read once at parse time (nothing is written): only names that passed the strict pattern
 # become jobs; the rest are listed as rejected by the report.
 SUBMISSIONS, _REJECTED = cudalab_classroom.discover(Path(CLASS["submissions"]))
 CLASS_FLAGS = (f"--exercise {shlex.quote(CLASS['exercise'])}"
                f" --timeout {float(CLASS['launch_timeout_s']):g}"
-               + (" --sanitize" if CLASS["sanitize"] else ""))
+               + (" --sanitize" if CLASS["sanitize"] else "")
+               + f" --sandbox {shlex.quote(SANDBOX)}")
 
 
 rule exercises:
