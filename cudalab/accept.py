@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import html
 import math
+import os
 import subprocess
 import sys
 import threading
@@ -29,6 +30,7 @@ import pandas as pd
 
 from cudalab import compare, gpu_slots, results
 from cudalab import config as cfg
+from cudalab.gpu import PLANT_ENV
 from cudalab.gpu_slots import Gpu
 from cudalab.links import MODES, slow_pairs
 from cudalab.links import SLOW_LINK as SLOW_SHARE
@@ -45,7 +47,8 @@ GRID: dict[str, dict[str, Any]] = {
                "end_to_end": False},
     "transfer": {"min_bytes": 268435456, "max_bytes": 268435456, "memory": ["pinned"]},
 }
-KERNEL_CLASSES = ("kernel", "small-grid")  # verdicts of host-bound points never flag a GPU
+KERNEL_CLASSES = ("kernel", "small-grid")  # host-bound points' verdicts never flag a GPU
+PLANTED = "-Xptxas -O0"  # the check of the check: unoptimised machine code, kernels slower
 
 
 def grid_config(base: dict[str, Any], gpu: Gpu) -> dict[str, Any]:
@@ -58,18 +61,21 @@ def grid_config(base: dict[str, Any], gpu: Gpu) -> dict[str, Any]:
     return cfg.validate(c)
 
 
-def measure_gpu(config: dict[str, Any], gpu: Gpu, folder: Path, log: Path) -> int:
+def measure_gpu(config: dict[str, Any], gpu: Gpu, folder: Path, log: Path,
+                plant: str = "") -> int:
     """Every experiment of the grid on one GPU, one after the other; the exit status of the
-    first that failed (0: all ran)."""
+    first that failed (0: all ran). `plant`: nvcc options that make this GPU's kernels
+    slower on purpose (the check of the check)."""
     folder.mkdir(parents=True, exist_ok=True)
     conf = folder / "config.json"
     results.write_json_atomic(conf, config)
+    env = {**os.environ, PLANT_ENV: plant} if plant else None
     rc = 0
     with open(log, "w") as out:
         for name in cfg.enabled_experiments(config):
             r = subprocess.run([sys.executable, "-m", "cudalab.cli", "measure", name, "--config",
                                 str(conf), "--results", str(folder)], stdout=out,
-                               stderr=subprocess.STDOUT)
+                               stderr=subprocess.STDOUT, env=env)
             rc = rc or r.returncode
     return rc
 
@@ -314,7 +320,7 @@ def _num(x: float) -> str:
     return "&mdash;" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
 
 
-def run(config_path: str, out: Path, say: Any = print) -> int:
+def run(config_path: str, out: Path, say: Any = print, plant_gpu: int | None = None) -> int:
     """Acceptance of this machine's GPUs; 0: none is an outlier, 1: some are, 2: cannot run."""
     try:
         base = cfg.load(config_path)
@@ -332,8 +338,11 @@ def run(config_path: str, out: Path, say: Any = print) -> int:
     say(f"cudalab accept: {len(found)} GPUs, the grid {', '.join(GRID)} on each at once")
     t0 = time.time()
     rcs: dict[int, int] = {}
+    if plant_gpu is not None:
+        say(f"test hook: GPU {plant_gpu}'s kernels are built with {PLANTED} (slower on purpose)")
     threads = [threading.Thread(target=lambda i=i: rcs.__setitem__(i, measure_gpu(
-        grid_config(base, gpus[i]), gpus[i], folders[i], out / f"gpu{i}.log"))) for i in gpus]
+        grid_config(base, gpus[i]), gpus[i], folders[i], out / f"gpu{i}.log",
+        PLANTED if i == plant_gpu else ""))) for i in gpus]
     for t in threads:
         t.start()
     for t in threads:
@@ -374,5 +383,8 @@ def add_parser(sub: Any) -> None:
                    help="its harness, telemetry and gpus: settings (the grid is cudalab's own)")
     s.add_argument("--out", default="accept", help="folder for the runs, accept.csv and "
                    "accept.html (default: accept)")
-    s.set_defaults(fn=lambda a: run(a.config, Path(a.out)))
+    s.add_argument("--plant-slowdown", type=int, default=None, metavar="INDEX",
+                   help=f"test hook: build GPU INDEX's kernels with {PLANTED}, so that a "
+                   "working acceptance flags it (tools/accept_planted.sh)")
+    s.set_defaults(fn=lambda a: run(a.config, Path(a.out), plant_gpu=a.plant_slowdown))
 

@@ -139,6 +139,7 @@ class GpuSession:
 
         defines = defines or {}
         opts = ["-O3", "-lineinfo", *options] + [f"-D{k}={v}" for k, v in sorted(defines.items())]
+        opts += planted_options()
         key = (source_file, tuple(opts))
         if key not in self._kernels:
             path = CUDA_DIR / source_file
@@ -330,6 +331,22 @@ def _nvml_uuid(pci_bus_id: str) -> str:
 
 
 _SESSION: GpuSession | None = None
+
+# A test hook of node acceptance (tools/accept_planted.sh): nvcc options added to every kernel
+# this process compiles, e.g. "-Xptxas -O0", to make one GPU's kernels slower on purpose.
+# The workflow never sets it; the options show in every record's nvcc_options and hash.
+PLANT_ENV = "CUDALAB_PLANT_NVCC_OPTIONS"
+_PLANT_ALLOWED = {"-Xptxas", "-O0", "-O1", "-O2", "-G"}
+
+
+def planted_options() -> list[str]:
+    """The planted nvcc options of PLANT_ENV (only a few harmless ones are taken)."""
+    words = os.environ.get(PLANT_ENV, "").split()
+    bad = [w for w in words if w not in _PLANT_ALLOWED]
+    if bad:
+        raise ValueError(f"{PLANT_ENV}: {' '.join(bad)} not allowed; allowed: "
+                         f"{', '.join(sorted(_PLANT_ALLOWED))}")
+    return words
 
 
 def open_session(index: int = 0) -> GpuSession:

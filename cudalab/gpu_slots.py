@@ -136,10 +136,18 @@ def lock_dir() -> Path:
 class Claim:
     gpu: Gpu
     fd: int  # the open lock file: the GPU is ours while it stays open
+    cvd_before: str | None = None  # CUDA_VISIBLE_DEVICES before the claim pinned it
 
     def release(self) -> None:
+        if self.fd < 0:
+            return
         with contextlib.suppress(OSError):
             os.close(self.fd)
+        self.fd = -1
+        if self.cvd_before is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = self.cvd_before
 
     def provenance(self) -> dict[str, Any]:
         return {"gpu_smi_index": self.gpu.index, "gpu_slot_locked": True}
@@ -179,8 +187,9 @@ def claim(gpus: list[Gpu], prefer_uuid: str = "", folder: Path | None = None,
         for gpu in order:
             fd = _try_lock(folder, gpu)
             if fd is not None:
+                before = os.environ.get("CUDA_VISIBLE_DEVICES")
                 os.environ["CUDA_VISIBLE_DEVICES"] = gpu.uuid
-                return Claim(gpu, fd)
+                return Claim(gpu, fd, before)
         now = time.monotonic()
         if timeout_s is not None and now - t0 > timeout_s:
             raise TimeoutError(f"no free GPU among {len(gpus)} after {timeout_s:g} s")
@@ -228,7 +237,9 @@ def claim_for_job(config: dict[str, Any], raw_dir: Path,
                          f"({'; '.join(g.label() for g in found)})")
         err.why = str(err)
         raise err
-    if not pins(config, gpus):
+    if not pins(config, gpus) or "pycuda.driver" in sys.modules:
+        # CUDA reads CUDA_VISIBLE_DEVICES once, when it starts: a process that may have
+        # started it already (a test session, a notebook) keeps the device it has
         return None
     return claim(gpus, last_gpu(raw_dir), say=say)
 

@@ -77,9 +77,9 @@ class Pair:
             self.buf.append((cuda.mem_alloc(size), cuda.mem_alloc(size)))
             self.stream.append(cuda.Stream())
             c.pop()
-        self.host = cuda.pagelocked_empty(size, np.uint8)
         self.data = np.random.default_rng().integers(0, 256, size, dtype=np.uint8)
         self.ctx[0].push()
+        self.host = cuda.pagelocked_empty(size, np.uint8)  # pinned: needs a current context
         cuda.memcpy_htod(self.buf[0][0], self.data)
         self.ctx[0].pop()
         self.ctx[1].push()
@@ -113,6 +113,9 @@ class Pair:
         return bool(np.array_equal(got, expect))
 
     def release(self) -> None:
+        self.ctx[0].push()
+        self.host.base.free()  # before its context goes
+        self.ctx[0].pop()
         for c, (a, b) in zip(self.ctx, self.buf):
             c.push()
             a.free()

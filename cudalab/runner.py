@@ -206,6 +206,15 @@ def not_measured_summary(results_dir: Path, names: list[str]) -> str:
 def run_experiment(config: dict[str, Any], name: str, results_dir: Path) -> dict[str, Any]:
     """Measure every point of one experiment; returns (and writes) the job manifest."""
     job = _new_job(config, name, results_dir)
+    try:
+        return _run_job(job)
+    finally:
+        if job.slot is not None:  # the GPU's lock, whatever happened
+            job.slot.release()
+
+
+def _run_job(job: Job) -> dict[str, Any]:
+    name = job.name
     if job.needs_gpu:
         _open_gpu(job)
     ctx = _context(job)
@@ -225,10 +234,7 @@ def run_experiment(config: dict[str, Any], name: str, results_dir: Path) -> dict
         for src in job.sources:
             _telemetry_hook(src, "after_job")
     _profile(job, ctx)
-    manifest = _write_manifest(job, t_job)
-    if job.slot is not None:
-        job.slot.release()
-    return manifest
+    return _write_manifest(job, t_job)
 
 
 def _usable_cores() -> int:

@@ -192,3 +192,28 @@ def test_the_h100_reference_reads_back_with_one_gpu():
     df = results.read_table(ROOT / "reports/reference/NVIDIA-H100-80GB-HBM3/results.csv")
     rows = gpus_used(df)
     assert len(rows) == 1 and rows[0]["name"] == "NVIDIA H100 80GB HBM3"
+
+
+def test_a_process_that_may_have_started_cuda_is_not_pinned(monkeypatch, tmp_path):
+    """CUDA reads CUDA_VISIBLE_DEVICES once: a claim in a process that imported pycuda's
+    driver (a test session) would lock one GPU and measure on another."""
+    import types
+
+    monkeypatch.setenv(gpu_slots.TEST_GPUS_ENV, json.dumps([g.__dict__ for g in TWO]))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.setitem(sys.modules, "pycuda.driver", types.ModuleType("pycuda.driver"))
+    assert gpu_slots.claim_for_job({}, tmp_path) is None
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ
+
+
+def test_a_released_claim_frees_the_gpu_and_restores_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    c = gpu_slots.claim(TWO, folder=tmp_path, timeout_s=5)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == TWO[0].uuid
+    c.release()
+    c.release()  # twice is harmless
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,1"
+    again = gpu_slots.claim(TWO[:1], folder=tmp_path, timeout_s=5)  # not left locked
+    again.release()
