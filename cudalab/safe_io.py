@@ -102,6 +102,24 @@ def lstat(path: str | os.PathLike[str], follow_symlinks: bool = True) -> os.stat
         raise _refusal(path, exc) from None
 
 
+def special_problem(path: str | os.PathLike[str]) -> str:
+    """Why `path` must not be opened: a name too long, a FIFO, socket or device, a link
+    loop ('' for a regular file, a folder, or a path that does not exist: the caller's own
+    open says so in its words)."""
+    try:
+        check_name(path)
+        st = os.stat(path)
+    except InputRefused as exc:
+        return str(exc)
+    except FileNotFoundError:
+        return ""
+    except OSError as exc:
+        return str(_refusal(path, exc))
+    if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        return ""
+    return f"{shown(path)} is a {kind(st.st_mode)}, not a regular file (not opened)"
+
+
 def check_folder(path: str | os.PathLike[str]) -> Path:
     """The path of an existing folder (links followed, a loop refused), else InputRefused."""
     st = lstat(path)

@@ -15,9 +15,10 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas only where a frame is written: a console line needs none
+    import pandas as pd
 
 CSV_TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
 _PLAIN_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
@@ -56,6 +57,8 @@ def csv_text(value: Any) -> Any:
 
 
 def _text_columns(df: pd.DataFrame) -> list[str]:
+    import pandas as pd
+
     return [c for c in df.columns
             if pd.api.types.is_object_dtype(df[c]) or pd.api.types.is_string_dtype(df[c])]
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +73,11 @@ def cmd_report(a: argparse.Namespace) -> int:
     from cudalab import results
     from cudalab.exercises import classroom
 
-    subs, rejected = classroom.discover(Path(a.submissions))
+    try:
+        subs, rejected = classroom.discover(Path(a.submissions))
+    except classroom.ClassFolderError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     verdicts = []
     for student in sorted(subs):
         v = results.read_json(Path(a.verdicts) / f"{student}.json")
