@@ -792,7 +792,7 @@ def write_comparison(cmp: pd.DataFrame | None, path: Path) -> None:
         if cmp is None:
             tmp.write_text("")
         else:  # text cells a spreadsheet would run (a point id "=cmd|...") neutralised
-            safe_text.csv_frame(cmp).to_csv(tmp, index=False)
+            safe_text.write_frame(cmp, tmp)
 
 
 def read_comparison(path: Path) -> pd.DataFrame | None:

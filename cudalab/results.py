@@ -577,7 +577,7 @@ def write_table(df: pd.DataFrame, csv_path: Path) -> list[Path]:
     """Write results.csv (and .parquet if pyarrow is there), each atomically."""
     written = []
     with atomic_path(csv_path) as tmp:  # text cells a spreadsheet would run neutralised
-        safe_text.csv_frame(df).to_csv(tmp, index=False)
+        safe_text.write_frame(df, tmp)
     written.append(csv_path)
     try:
         import pyarrow  # noqa: F401

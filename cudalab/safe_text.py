@@ -7,7 +7,8 @@ tab or CR gets a single quote in front, so a spreadsheet shows it as text. A cel
 already begins with a quote gets one more, so reading back (csv_text) removes exactly one
 quote from every cell that begins with one and the round trip is exact. Numbers stay
 numbers: only text cells change, and a text cell that is a plain number ("-1.5") is no
-formula and is left as it is.
+formula and is left as it is. write_frame writes a frame so (and quotes a cell holding a
+bare CR, which would otherwise end its row for a reader).
 """
 
 from __future__ import annotations
@@ -70,6 +71,18 @@ def csv_frame(df: pd.DataFrame) -> pd.DataFrame:
     for c in _text_columns(out):
         out[c] = out[c].map(csv_cell, na_action="ignore")
     return out.rename(columns=lambda c: csv_cell(c) if isinstance(c, str) else c)
+
+
+def write_frame(df: pd.DataFrame, path: Any) -> None:
+    """df as CSV (no index) through csv_frame. A text cell holding a bare CR would end the
+    row for a reader (the csv module quotes only what holds a character of its line end, \n):
+    where one does, every text cell is quoted (QUOTE_NONNUMERIC), so no row can be forged."""
+    import csv
+
+    out = csv_frame(df)
+    cr = any(out[c].map(lambda v: isinstance(v, str) and "\r" in v).any()
+             for c in _text_columns(out))
+    out.to_csv(path, index=False, quoting=csv.QUOTE_NONNUMERIC if cr else csv.QUOTE_MINIMAL)
 
 
 def uncsv_frame(df: pd.DataFrame, columns: Iterable[str] | None = None) -> pd.DataFrame:
