@@ -12,8 +12,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from cudalab.results import SCHEMA_VERSION, STATUSES
-
+SCHEMA_VERSION = 1
+# not_measured: a GPU point of a run on a machine without a GPU (its reason says what was
+# looked for); a rerun on a GPU machine measures it. Like every status but ok, never a speed.
+STATUSES = ("ok", "wrong", "failed", "skipped", "not_measured")
 MAX_ID_CHARS = 512
 MAX_SAMPLES = 1_000_000
 # Mappings a record may hold (or leave null): what the readers .get() from.

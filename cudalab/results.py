@@ -24,13 +24,10 @@ from typing import Any
 
 import pandas as pd
 
-from cudalab import safe_io, safe_text
+from cudalab import record_schema, safe_io, safe_text
 
-SCHEMA_VERSION = 1
-
-# not_measured: a GPU point of a run on a machine without a GPU (its reason says what was
-# looked for); a rerun on a GPU machine measures it. Like every status but ok, never a speed.
-STATUSES = ("ok", "wrong", "failed", "skipped", "not_measured")
+# the raw record's version and statuses: the record schema's (record_schema.py)
+from cudalab.record_schema import SCHEMA_VERSION, STATUSES  # noqa: F401
 
 # name -> (pandas dtype, description). The tests enforce this; docs/results-schema.md lists it.
 COLUMNS: dict[str, tuple[str, str]] = {
@@ -220,8 +217,6 @@ def read_record(path: Path) -> dict[str, Any] | None:
     """A raw record with its Nsight Compute counters merged in (the profiler keeps them in
     a file of their own: counters_path), or None where the record cannot be used (unreadable,
     or not of the record schema: record_schema.record_problem)."""
-    from cudalab import record_schema
-
     rec = read_json(path)
     if rec is None or record_schema.record_problem(rec):
         return None
@@ -244,8 +239,6 @@ def counters_path(record: Path) -> Path:
 
 def record_problem(path: Path) -> str:
     """Why a raw record file cannot be used ('' if it can)."""
-    from cudalab import record_schema
-
     try:
         obj = safe_io.read_json(path)
     except safe_io.InputRefused as exc:

@@ -55,10 +55,6 @@ def _verdict(out_csv: Path, point: str = POINT) -> str:
     return cmp.loc[cmp["point_id"] == point, "verdict"].item()
 
 
-def test_the_reference_point_is_there():
-    assert _record(REFERENCE).is_file()
-
-
 def _set_samples(value):
     def fn(rec):
         rec["timing"]["samples_s"] = [value] * len(rec["timing"]["samples_s"])
