@@ -340,19 +340,14 @@ def read_manifests(raw_dir: Path, paths: Iterable[Path] | None = None) -> list[d
     found = sorted(Path(raw_dir).glob("*/_manifest.json")) if paths is None else list(paths)
     out = []
     for p in found:
-        try:
-            out.append(json.loads(Path(p).read_text()))
-        except (OSError, json.JSONDecodeError):
-            continue
+        if (manifest := read_json(p)) is not None:
+            out.append(manifest)
     return out
 
 
 def read_left_out(results_dir: Path) -> dict[str, Any] | None:
     """The left-out summary aggregate wrote (for the report), None if there is none."""
-    try:
-        return json.loads((Path(results_dir) / LEFT_OUT_FILE).read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
+    return read_json(Path(results_dir) / LEFT_OUT_FILE)
 
 
 # -- the table -----------------------------------------------------------------------------
