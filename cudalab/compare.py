@@ -282,7 +282,8 @@ def _records(folder: Path, role: str) -> list[Path]:
 
 def _table_file(csv: Path, role: str) -> pd.DataFrame:
     """A folder's results.csv (a regular file within the size limit), its text as written."""
-    try:
+    try:  # inside the folder: a results.csv linked to a file elsewhere is not read
+        safe_io.resolved_inside(csv, csv.parent)
         data = safe_io.read_bytes(csv, results.MAX_TABLE_BYTES)
         return safe_text.uncsv_frame(pd.read_csv(io.BytesIO(data), low_memory=False))
     except (safe_io.InputRefused, ValueError, UnicodeDecodeError) as exc:

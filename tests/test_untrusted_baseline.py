@@ -163,3 +163,11 @@ def test_aggregate_reads_own_records_with_the_same_limits(tmp_path, capsys):
     assert POINT not in ids and "gpu-n16777216-threads1024" not in ids and len(ids) > 10
     assert "nests 1101 levels" in err and "not a time > 0" in err and "FIFO" in err
     assert results.read_json(_record(run)) is None
+
+
+def test_results_csv_linked_out_of_the_folder_is_not_read(tmp_path, capsys):
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "results.csv").symlink_to(REFERENCE / "results.csv")
+    code, _, err = _compare(capsys, base, REFERENCE)
+    assert code == 2 and "outside" in err and "symbolic link out of the folder" in err
