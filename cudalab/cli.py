@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
 from pathlib import Path
@@ -355,7 +356,18 @@ def main(argv: list[str] | None = None) -> int:
     site.add_parser(sub)
     exercise_cli.add_parser(sub)
     a = p.parse_args(argv)
-    return a.fn(a)
+    from cudalab.safe_io import InputRefused, shown
+
+    try:
+        return a.fn(a)
+    except InputRefused as exc:  # a path given that cannot be read safely (safe_io says why)
+        print(f"error: {exc}", file=sys.stderr)
+    except OSError as exc:
+        if exc.errno != errno.ENAMETOOLONG:
+            raise
+        print(f"error: {shown(exc.filename or '')}: a file or folder name is longer than the "
+              "file system allows", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

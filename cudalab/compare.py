@@ -50,8 +50,11 @@ picks k from two runs of unchanged code and a planted slowdown.
 
 from __future__ import annotations
 
-import json
+import io
+import itertools
 import math
+import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,7 +62,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cudalab import results
+from cudalab import record_schema, results, safe_io, safe_text
 
 DEFAULT_THRESHOLD = 0.05
 IQR_TO_SIGMA = 1.349  # IQR of a normal distribution in standard deviations
@@ -124,6 +127,7 @@ POINT_COLS = ["experiment", "point_id", "variant", "gpu", "status", "median_s", 
 # have none to compare.
 RECORD_KEYS = ("experiment", "variant", "point_id", "status", "provenance")
 TIMED_KEYS = ("timing",)
+MAX_RECORD_BYTES = 64 * 1024 * 1024  # a record keeps every sample: about 10 kB
 TABLE_COLS = ("experiment", "variant", "point_id", "status", "time_median_s", "time_iqr_s",
               "n_samples", "gpu_name")
 
@@ -157,27 +161,38 @@ def _record_row(rec: dict[str, Any]) -> dict[str, Any]:
     return {"experiment": rec["experiment"], "point_id": rec["point_id"],
             "variant": rec["variant"], "gpu": (rec["provenance"] or {}).get("gpu_name") or "",
             "status": rec["status"], "median_s": med, "noise": noise,
-            "n_samples": int(samples.size), "method": str(t.get("timer") or ""),
-            "trial_spread": float(t.get("trial_spread", math.nan)),
-            "floor_s": float((rec.get("floor") or {}).get("floor_s", math.nan)),
+            "n_samples": int(samples.size),
+            "method": safe_text.printable(t.get("timer") or ""),
+            "trial_spread": results.number(t.get("trial_spread")),
+            "floor_s": results.number((rec.get("floor") or {}).get("floor_s")),
             "blocks": results.number((rec.get("launch") or {}).get("blocks")),
             "sm_count": results.number((rec["provenance"] or {}).get("sm_count"))}
 
 
-def _from_records(folder: Path, files: list[Path]) -> pd.DataFrame:
+def _from_records(folder: Path, files: list[Path], role: str) -> pd.DataFrame:
+    """The points of a folder's records. A record that is not of the schema (not JSON, too
+    large or deep, a list where a mapping belongs, a time that is not > 0) is named on
+    stderr and left out; records of an older schema are an error that says what they lack."""
     rows, old = [], {}
     for path in files:
         try:
-            rec = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise CompareError(f"{path}: not a readable result record ({exc})") from None
+            rec = safe_io.read_json(path, MAX_RECORD_BYTES)
+        except safe_io.InputRefused as exc:
+            _left_out(role, folder, path, str(exc).removeprefix(safe_io.shown(path)))
+            continue
+        if not isinstance(rec, dict):
+            _left_out(role, folder, path, record_schema.record_problem(rec))
+            continue
         missing = [k for k in RECORD_KEYS + TIMED_KEYS * (rec.get("status") == "ok")
                    if k not in rec]
         version = rec.get("schema_version")
         if missing or version != results.SCHEMA_VERSION:
-            old.setdefault((version, tuple(missing)), []).append(path.name)
-            continue
-        rows.append(_record_row(rec))
+            old.setdefault((safe_text.printable(version)[:20], tuple(missing)),
+                           []).append(safe_io.shown(path.name))
+        elif why := record_schema.record_problem(rec):
+            _left_out(role, folder, path, why)
+        else:
+            rows.append(_record_row(rec))
     if old:
         what = "; ".join(
             f"{len(names)} record(s) (e.g. {names[0]}) with schema_version {v}"
@@ -190,51 +205,114 @@ def _from_records(folder: Path, files: list[Path]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=POINT_COLS)
 
 
+def _left_out(role: str, folder: Path, path: Path, why: str) -> None:
+    print(f"warning: {role} folder {safe_io.shown(folder)}: left out "
+          f"{safe_io.shown(path)}: {why.strip(' :')}", file=sys.stderr)
+
+
+def _numbers(df: pd.DataFrame, col: str) -> pd.Series:
+    """A column as floats (NaN where it is missing, empty or not a number)."""
+    if col not in df:
+        return pd.Series(math.nan, index=df.index, dtype=float)
+    return pd.to_numeric(df[col], errors="coerce").astype(float)
+
+
+def _texts(df: pd.DataFrame, col: str) -> pd.Series:
+    """A column as printable text ('' where empty)."""
+    if col not in df:
+        return pd.Series("", index=df.index, dtype=object)
+    col_ = df[col].astype(object)
+    return col_.where(col_.notna(), "").map(safe_text.printable)
+
+
 def table_points(df: pd.DataFrame, source: str) -> pd.DataFrame:
-    """Points (POINT_COLS) of a results table; the spread comes from its IQR column."""
+    """Points (POINT_COLS) of a results table; the spread comes from its IQR column. A row
+    whose time is there but not a time > 0 (a negative, text, an infinity) is named on
+    stderr and left out."""
     missing = [c for c in TABLE_COLS if c not in df.columns]
     if missing:
         raise CompareError(f"{source}: results written by an older schema: missing column(s) "
                            f"{', '.join(missing)}")
-    med = df["time_median_s"].astype(float).where(df["status"] == "ok")
-    noise = (df["time_iqr_s"].astype(float) / IQR_TO_SIGMA / med).where(med > 0)
+    status, med, iqr = _texts(df, "status"), _numbers(df, "time_median_s"), \
+        _numbers(df, "time_iqr_s")
+    given = df["time_median_s"].notna() & (status == "ok")
+    bad = given & ~(np.isfinite(med) & (med > 0)) | (iqr < 0)
+    for r in df[bad].head(20).itertuples():
+        print(f"warning: {source}: left out the row of {safe_text.printable(r.point_id)}: "
+              f"time_median_s {safe_text.printable(r.time_median_s)} is not a time > 0",
+              file=sys.stderr)
+    med = med.where(status == "ok")
+    noise = (iqr / IQR_TO_SIGMA / med).where(med > 0)
     return pd.DataFrame({
-        "experiment": df["experiment"].astype(str), "point_id": df["point_id"].astype(str),
-        "variant": df["variant"].astype(str),
-        "gpu": df["gpu_name"].astype(object).where(df["gpu_name"].notna(), "").astype(str),
-        "status": df["status"].astype(str), "median_s": med, "noise": noise,
-        "n_samples": df["n_samples"].fillna(0).astype(int),
-        "method": (df["timer"].astype(object).where(df["timer"].notna(), "").astype(str)
-                   if "timer" in df else ""),
-        "trial_spread": (df["time_trial_spread"].astype(float)
-                         if "time_trial_spread" in df else math.nan),
-        "floor_s": df["time_floor_s"].astype(float) if "time_floor_s" in df else math.nan,
-        "blocks": df["launch_blocks"].astype(float) if "launch_blocks" in df else math.nan,
-        "sm_count": df["sm_count"].astype(float) if "sm_count" in df else math.nan,
-    })[POINT_COLS].reset_index(drop=True)
+        "experiment": _texts(df, "experiment"), "point_id": _texts(df, "point_id"),
+        "variant": _texts(df, "variant"), "gpu": _texts(df, "gpu_name"),
+        "status": status, "median_s": med, "noise": noise,
+        "n_samples": _numbers(df, "n_samples").fillna(0).clip(0, 1e9).astype(int),
+        "method": _texts(df, "timer"), "trial_spread": _numbers(df, "time_trial_spread"),
+        "floor_s": _numbers(df, "time_floor_s"), "blocks": _numbers(df, "launch_blocks"),
+        "sm_count": _numbers(df, "sm_count"),
+    })[~bad][POINT_COLS].reset_index(drop=True)
+
+
+def _checked_folder(folder: Path, role: str) -> Path:
+    try:
+        return safe_io.check_folder(folder)
+    except safe_io.InputRefused as exc:
+        raise CompareError(f"{role} folder {exc}") from None
+
+
+def _records(folder: Path, role: str) -> list[Path]:
+    """The record files of folder/raw (raw/<experiment>/[<gpu model>/]<point>.json): raw
+    must lie inside the folder (`raw -> /` is refused, never walked), links in it are not
+    followed, and what the walk leaves out is named."""
+    raw = folder / "raw"
+    if not os.path.lexists(raw):
+        return []
+    try:
+        safe_io.resolved_inside(raw, folder)
+        safe_io.check_folder(raw)
+        walk = safe_io.walk_files(raw, ".json", max_depth=2, max_files=results.MAX_RECORDS,
+                                  min_depth=1)
+    except safe_io.InputRefused as exc:
+        raise CompareError(f"{role} folder {safe_io.shown(folder)}: {exc}") from None
+    for path, why in walk.skipped:
+        _left_out(role, folder, path, why)
+    return walk.files
+
+
+def _table_file(csv: Path, role: str) -> pd.DataFrame:
+    """A folder's results.csv (a regular file within the size limit), its text as written."""
+    try:  # inside the folder: a results.csv linked to a file elsewhere is not read
+        safe_io.resolved_inside(csv, csv.parent)
+        data = safe_io.read_bytes(csv, results.MAX_TABLE_BYTES)
+        return safe_text.uncsv_frame(pd.read_csv(io.BytesIO(data), low_memory=False))
+    except (safe_io.InputRefused, ValueError, UnicodeDecodeError) as exc:
+        raise CompareError(f"{role} table {safe_io.shown(csv)} cannot be read: "
+                           f"{safe_text.printable(exc)}") from None
 
 
 def load_points(folder: Path, role: str = "run") -> pd.DataFrame:
     """Every point of a result folder (POINT_COLS); CompareError names the folder."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise CompareError(f"{role} folder {folder} does not exist")
+    folder = _checked_folder(Path(folder), role)
     raw, csv = folder / "raw", folder / "results.csv"
-    files = sorted(p for p in raw.glob("*/**/*.json") if not p.name.startswith("_"))
+    files = _records(folder, role)
     if files:
-        pts = _from_records(folder, files)
-    elif csv.is_file():
-        pts = table_points(pd.read_csv(csv, low_memory=False), str(csv))
+        pts = _from_records(folder, files, role)
+    elif os.path.lexists(csv):
+        pts = table_points(_table_file(csv, role), safe_io.shown(csv))
     else:
-        raise CompareError(f"{role} folder {folder} holds no results: looked for "
-                           f"{raw}/<experiment>/<point>.json and {csv}")
+        raise CompareError(f"{role} folder {safe_io.shown(folder)} holds no results: looked "
+                           f"for {safe_io.shown(raw)}/<experiment>/<point>.json and "
+                           f"{safe_io.shown(csv)}")
     if pts.empty:
-        raise CompareError(f"{role} folder {folder} holds no results (no grid point)")
+        raise CompareError(f"{role} folder {safe_io.shown(folder)} holds no results (no "
+                           "grid point; a record left out is named above)")
     dup = pts.duplicated(["experiment", "point_id", "gpu"])
     if dup.any():
         r = pts[dup].iloc[0]
-        raise CompareError(f"{role} folder {folder}: point {r['experiment']}/{r['point_id']} "
-                           f"appears more than once for GPU {r['gpu'] or '(none)'}")
+        raise CompareError(f"{role} folder {safe_io.shown(folder)}: point "
+                           f"{r['experiment']}/{r['point_id']} appears more than once for "
+                           f"GPU {r['gpu'] or '(none)'}")
     return pts
 
 
@@ -251,11 +329,23 @@ def split_by_gpu(pts: pd.DataFrame, label: str, folder: Path) -> list[Run]:
 def load_runs(folder: Path | str, role: str = "run") -> list[Run]:
     """The runs of a result folder: one per GPU; a GPU-model sweep's results/ (no raw/ of its
     own, one run folder per model in gpu/<model>/) gives one per model."""
-    folder = Path(folder)
-    models = sorted(p.parent for p in folder.glob("gpu/*/raw"))
-    if models and not (folder / "raw").is_dir():
+    folder = _checked_folder(Path(folder), role)
+    models = _model_folders(folder)
+    if models and not os.path.lexists(folder / "raw"):
         return [r for m in models for r in load_runs(m, role)]
-    return split_by_gpu(load_points(folder, role), str(folder), folder)
+    return split_by_gpu(load_points(folder, role), safe_text.printable(folder), folder)
+
+
+def _model_folders(folder: Path, most: int = 1000) -> list[Path]:
+    """gpu/<model>/ folders holding a raw/ folder: real folders only (no link followed),
+    the first `most` entries of gpu/ looked at."""
+    gpu = folder / "gpu"
+    if gpu.is_symlink() or not gpu.is_dir():
+        return []
+    with os.scandir(gpu) as it:
+        entries = list(itertools.islice(it, most))
+    return sorted(Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)
+                  and (Path(e.path) / "raw").is_dir() and not (Path(e.path) / "raw").is_symlink())
 
 
 # -- verdicts ----------------------------------------------------------------------------------
@@ -664,7 +754,12 @@ def run_command(folders: list[str], baseline: str | None, threshold: float,
     cmp = compare_runs(base_runs[0], runs, threshold, rule)
     print(format_text(cmp, detail_runs, rule))
     if csv:
-        write_comparison(cmp, Path(csv))
+        try:
+            safe_io.check_name(csv)
+            write_comparison(cmp, Path(csv))
+        except (safe_io.InputRefused, OSError) as exc:
+            raise CompareError(f"--csv {safe_io.shown(csv)}: cannot write it: "
+                               f"{getattr(exc, 'strerror', None) or exc}") from None
         print(f"\nwrote {csv} ({len(cmp)} rows)")
     slower = cmp[cmp["verdict"] == "slower"]
     if fail_on_slower and len(slower):
@@ -697,8 +792,8 @@ def write_comparison(cmp: pd.DataFrame | None, path: Path) -> None:
     with results.atomic_path(path) as tmp:
         if cmp is None:
             tmp.write_text("")
-        else:
-            cmp.to_csv(tmp, index=False)
+        else:  # text cells a spreadsheet would run (a point id "=cmd|...") neutralised
+            safe_text.write_frame(cmp, tmp)
 
 
 def read_comparison(path: Path) -> pd.DataFrame | None:
@@ -709,7 +804,7 @@ def read_comparison(path: Path) -> pd.DataFrame | None:
     cmp = pd.read_csv(path, keep_default_na=False, na_values=[""],
                       dtype={**dict.fromkeys(_TEXT_COLUMNS, "str"), "trials": "bool"})
     cmp[list(_EMPTY_IS_TEXT)] = cmp[list(_EMPTY_IS_TEXT)].fillna("")
-    return cmp
+    return safe_text.uncsv_frame(cmp, _TEXT_COLUMNS)
 
 
 # the table's text columns (read as text even where every row left one empty); in these an

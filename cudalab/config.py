@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 from jsonschema import Draft202012Validator, ValidationError, validators
 
-from cudalab import durations, fmt, safe_yaml
+from cudalab import durations, fmt, safe_io, safe_yaml
 from cudalab.keys import key_path, show
 from cudalab.resources import CONFIG_SCHEMA as SCHEMA_PATH
 
@@ -267,6 +267,8 @@ def read_mapping(path: str | Path) -> dict[str, Any]:
     """Read a YAML config file into a dict; every way it can be unreadable is a ConfigError
     (missing, a directory, not UTF-8, not YAML, duplicate keys, empty, not a mapping)."""
     path = Path(path)
+    if why := safe_io.special_problem(path):  # a FIFO would hang the open; a long name
+        raise ConfigError(f"{why}; give the path of a YAML config file")
     try:
         with path.open("rb") as f:  # never more than the limit (a FIFO or /dev/zero ends too)
             blob = f.read(safe_yaml.MAX_BYTES + 1)

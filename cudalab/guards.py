@@ -17,7 +17,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from cudalab import limits
+from cudalab import limits, safe_io
 from cudalab.keys import key_path, show
 
 if TYPE_CHECKING:
@@ -136,6 +136,9 @@ def _baselines(config: dict[str, Any]) -> list[str]:
         if not isinstance(b, str) or _CONTROL.search(b):
             continue  # the schema or _strings says so
         folder = Path(b)
+        if why := safe_io.special_problem(folder):  # a name too long, a FIFO, a link loop
+            msgs.append(f"report.baselines[{i}]: {why}")
+            continue
         try:  # a name the system refuses (longer than 255 bytes) raises, not False
             if not folder.is_dir():
                 what = "does not exist" if not folder.exists() else "is not a folder"

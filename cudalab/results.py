@@ -13,6 +13,7 @@ never a speed.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import math
 import os
@@ -23,11 +24,10 @@ from typing import Any
 
 import pandas as pd
 
-SCHEMA_VERSION = 1
+from cudalab import record_schema, safe_io, safe_text
 
-# not_measured: a GPU point of a run on a machine without a GPU (its reason says what was
-# looked for); a rerun on a GPU machine measures it. Like every status but ok, never a speed.
-STATUSES = ("ok", "wrong", "failed", "skipped", "not_measured")
+# the raw record's version and statuses: the record schema's (record_schema.py)
+from cudalab.record_schema import SCHEMA_VERSION, STATUSES  # noqa: F401
 
 # name -> (pandas dtype, description). The tests enforce this; docs/results-schema.md lists it.
 COLUMNS: dict[str, tuple[str, str]] = {
@@ -208,19 +208,21 @@ def _json_default(o: Any) -> Any:
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
-    """A JSON object from disk, or None if it is missing or not a whole JSON object."""
+    """A JSON object from disk, or None if it is missing, not a regular file, too large or
+    deep (safe_io's limits), or not a whole JSON object."""
     try:
-        obj = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        obj = safe_io.read_json(path)
+    except safe_io.InputRefused:
         return None
     return obj if isinstance(obj, dict) else None
 
 
 def read_record(path: Path) -> dict[str, Any] | None:
     """A raw record with its Nsight Compute counters merged in (the profiler keeps them in
-    a file of their own: counters_path), or None where the record cannot be used."""
+    a file of their own: counters_path), or None where the record cannot be used (unreadable,
+    or not of the record schema: record_schema.record_problem)."""
     rec = read_json(path)
-    if rec is None or rec.get("schema_version") != SCHEMA_VERSION:
+    if rec is None or record_schema.record_problem(rec):
         return None
     counters = read_json(counters_path(path))
     if counters and counters.get("cache_key") == rec.get("cache_key") \
@@ -242,22 +244,30 @@ def counters_path(record: Path) -> Path:
 def record_problem(path: Path) -> str:
     """Why a raw record file cannot be used ('' if it can)."""
     try:
-        obj = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError) as exc:
-        return f"unreadable: {exc}"
-    except json.JSONDecodeError as exc:
-        return f"not whole JSON (truncated?): {exc}"
-    if not isinstance(obj, dict) or obj.get("schema_version") != SCHEMA_VERSION:
-        return f"not a schema_version {SCHEMA_VERSION} record"
-    return ""
+        obj = safe_io.read_json(path)
+    except safe_io.InputRefused as exc:
+        return str(exc).removeprefix(safe_io.shown(path)).strip(" :")
+    return record_schema.record_problem(obj)
+
+
+# a run's records: raw/<experiment>/<point>.json, a few hundred per experiment
+MAX_RECORDS = 200_000
+
+
+def walk_records(raw_dir: Path, min_depth: int = 1) -> safe_io.Walk:
+    """The record files under raw_dir (min_depth 0: <point>.json directly in it too) and the
+    entries left out (links, FIFOs, sockets, devices, deeper folders), never following a
+    link; an empty walk where raw_dir is no folder."""
+    if not Path(raw_dir).is_dir():
+        return safe_io.Walk()
+    return safe_io.walk_files(raw_dir, ".json", max_depth=1, max_files=MAX_RECORDS,
+                              min_depth=min_depth)
 
 
 def record_paths(raw_dir: Path) -> list[Path]:
     """Every raw record file under raw_dir (<experiment>/<point>.json, or <point>.json
     directly in one experiment's folder); manifests (_*.json) are no records."""
-    raw_dir = Path(raw_dir)
-    return sorted(p for p in [*raw_dir.glob("*/*.json"), *raw_dir.glob("*.json")]
-                  if not p.name.startswith("_"))
+    return walk_records(raw_dir, min_depth=0).files
 
 
 def damaged_records(raw_dir: Path) -> list[tuple[Path, str]]:
@@ -267,15 +277,16 @@ def damaged_records(raw_dir: Path) -> list[tuple[Path, str]]:
 
 def iter_records(raw_dir: Path) -> Iterable[dict[str, Any]]:
     """The readable records; a damaged one is named on stderr, never dropped in silence."""
-    for p in sorted(Path(raw_dir).glob("*/*.json")):
-        if p.name.startswith("_"):
-            continue
+    walk = walk_records(raw_dir)
+    for p, why in walk.skipped:
+        print(f"warning: left out {safe_io.shown(p)}: {why}", file=sys.stderr)
+    for p in walk.files:
         rec = read_record(p)
         if rec is not None:
             yield rec
         else:
-            print(f"warning: left out damaged record {p} ({record_problem(p)}); a rerun of "
-                  "the workflow measures its point again", file=sys.stderr)
+            print(f"warning: left out damaged record {safe_io.shown(p)} ({record_problem(p)}); "
+                  "a rerun of the workflow measures its point again", file=sys.stderr)
 
 
 # -- which records are this run's ----------------------------------------------------------
@@ -333,19 +344,14 @@ def read_manifests(raw_dir: Path, paths: Iterable[Path] | None = None) -> list[d
     found = sorted(Path(raw_dir).glob("*/_manifest.json")) if paths is None else list(paths)
     out = []
     for p in found:
-        try:
-            out.append(json.loads(Path(p).read_text()))
-        except (OSError, json.JSONDecodeError):
-            continue
+        if (manifest := read_json(p)) is not None:
+            out.append(manifest)
     return out
 
 
 def read_left_out(results_dir: Path) -> dict[str, Any] | None:
     """The left-out summary aggregate wrote (for the report), None if there is none."""
-    try:
-        return json.loads((Path(results_dir) / LEFT_OUT_FILE).read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
+    return read_json(Path(results_dir) / LEFT_OUT_FILE)
 
 
 # -- the table -----------------------------------------------------------------------------
@@ -524,10 +530,15 @@ def check_table(df: pd.DataFrame) -> list[str]:
     return problems
 
 
+MAX_TABLE_BYTES = 1024 ** 3  # results.csv of the default grid is about 1 MB
+
+
 def read_table(path: Path) -> pd.DataFrame:
-    """Read results.csv back with the schema's dtypes."""
+    """Read results.csv back with the schema's dtypes (a regular file of at most
+    MAX_TABLE_BYTES: safe_io), its text cells as they were before write_table."""
     dtypes = {c: d for c, (d, _) in COLUMNS.items() if d not in ("boolean",)}
-    df = pd.read_csv(path, dtype=dtypes, keep_default_na=True)
+    data = io.BytesIO(safe_io.read_bytes(path, MAX_TABLE_BYTES))
+    df = safe_text.uncsv_frame(pd.read_csv(data, dtype=dtypes, keep_default_na=True))
     for c, (d, _) in COLUMNS.items():
         if d == "boolean" and c in df:
             df[c] = df[c].map({True: True, False: False, "True": True, "False": False}).astype(
@@ -557,8 +568,8 @@ def read_table(path: Path) -> pd.DataFrame:
 def write_table(df: pd.DataFrame, csv_path: Path) -> list[Path]:
     """Write results.csv (and .parquet if pyarrow is there), each atomically."""
     written = []
-    with atomic_path(csv_path) as tmp:
-        df.to_csv(tmp, index=False)
+    with atomic_path(csv_path) as tmp:  # text cells a spreadsheet would run neutralised
+        safe_text.write_frame(df, tmp)
     written.append(csv_path)
     try:
         import pyarrow  # noqa: F401

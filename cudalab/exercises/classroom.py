@@ -3,8 +3,8 @@
 A class folder holds one file per student (<student>.cu) or one folder per student
 (<student>/<file>.cu, exactly one .cu file). Student ids and file names must match
 source.NAME_PATTERN (they become job names, wildcards and file names); anything else, and
-symbolic links (which could point at another student's file or a solution), is listed as
-rejected in the report and never judged.
+symbolic links (which could point at another student's file or a solution), FIFOs, sockets
+and devices, is listed as rejected in the report and never judged (class_folder.discover).
 """
 
 from __future__ import annotations
@@ -16,51 +16,13 @@ import math
 from pathlib import Path
 from typing import Any
 
-from cudalab import fmt
+from cudalab import fmt, safe_text
 from cudalab.exercises import feedback
+from cudalab.exercises.class_folder import ClassFolderError, discover  # noqa: F401
 from cudalab.exercises.source import valid_name
 
 STATUS_ORDER = ["ok", "gamed", "wrong", "memory_error", "crashed", "timeout", "slot_error",
                 "compile_error", "rejected", "compiled", "no_gpu"]
-
-
-def _entry(entry: Path) -> tuple[str, Path | None, str]:
-    """(student, file, why rejected) of one entry of a class folder."""
-    if entry.is_symlink():
-        return entry.stem, None, "a symbolic link (submissions must be plain files)"
-    if entry.is_file():
-        if not valid_name(entry.stem):
-            return entry.stem, None, "file name not allowed (letters, digits, _ and - only)"
-        return entry.stem, entry, ""
-    files = sorted(p for p in entry.iterdir() if p.suffix == ".cu")
-    if not valid_name(entry.name):
-        return entry.name, None, "folder name not allowed (letters, digits, _ and - only)"
-    if len(files) != 1:
-        return entry.name, None, f"{len(files)} .cu files in the folder (one is judged)"
-    f = files[0]
-    if f.is_symlink() or not f.is_file() or not valid_name(f.stem):
-        return entry.name, None, f"{f.name!r}: not a plain file with an allowed name"
-    return entry.name, f, ""
-
-
-def discover(folder: Path) -> tuple[dict[str, Path], list[dict[str, str]]]:
-    """{student: file} of the class folder, and the rejected entries with the reason."""
-    subs: dict[str, Path] = {}
-    rejected: list[dict[str, str]] = []
-    if not folder.is_dir():
-        return subs, [{"name": str(folder), "why": "the submissions folder does not exist"}]
-    for entry in sorted(folder.iterdir()):
-        if entry.name.startswith(".") or (entry.is_file() and not entry.is_symlink()
-                                          and entry.suffix != ".cu"):
-            continue  # hidden files, a README beside the submissions
-        student, path, why = _entry(entry)
-        if not why and student in subs:
-            why = f"a second submission of {student}"
-        if why:
-            rejected.append({"name": entry.name, "why": why})
-        else:
-            subs[student] = path
-    return subs, rejected
 
 
 def _time(v: dict[str, Any]) -> float:
@@ -121,7 +83,7 @@ def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
     with path.open("w", newline="") as f:
         w = csv.DictWriter(f, cols, extrasaction="ignore")
         w.writeheader()
-        w.writerows(rows)
+        w.writerows(safe_text.csv_row(r) for r in rows)  # names and messages: no formulas
 
 
 def _cell(r: dict[str, Any], key: str) -> str:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from cudalab.exercises import catalog
+from cudalab.safe_text import printable
 
 
 def cmd_list(a: argparse.Namespace) -> int:
@@ -71,7 +72,8 @@ def cmd_judge(a: argparse.Namespace) -> int:
     v = pipeline.judge_file(Path(a.file), exercise=a.exercise, student=a.student,
                             mode="class", sanitize=a.sanitize, **_judge_options(a))
     results.write_json_atomic(Path(a.out), v)
-    print(f"{a.student}: {v['status']}" + (f": {v['message']}" if v.get("message") else ""))
+    print(printable(f"{a.student}: {v['status']}"
+                    + (f": {v['message']}" if v.get("message") else "")))
     return 0
 
 
@@ -87,7 +89,7 @@ def cmd_baseline(a: argparse.Namespace) -> int:
     if ex.cublas:
         out.append(pipeline.judge_cublas(ex, **opts))
     for v in out:
-        print(f"{v['student']}: {v['status']} {v.get('message', '')}".rstrip())
+        print(printable(f"{v['student']}: {v['status']} {v.get('message', '')}".rstrip()))
     results.write_json_atomic(Path(a.out), {"baselines": out})
     return 0
 
@@ -96,7 +98,11 @@ def cmd_report(a: argparse.Namespace) -> int:
     from cudalab import results
     from cudalab.exercises import classroom
 
-    subs, rejected = classroom.discover(Path(a.submissions))
+    try:
+        subs, rejected = classroom.discover(Path(a.submissions))
+    except classroom.ClassFolderError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     verdicts = []
     for student in sorted(subs):
         v = results.read_json(Path(a.verdicts) / f"{student}.json")

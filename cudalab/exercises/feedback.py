@@ -7,6 +7,7 @@ from typing import Any
 
 from cudalab import fmt
 from cudalab.exercises.catalog import EXERCISES
+from cudalab.safe_text import printable
 
 MAX_DIAGNOSTICS = 10
 
@@ -105,26 +106,31 @@ def render(verdict: dict[str, Any]) -> str:
     ex = EXERCISES.get(verdict.get("exercise", ""))
     kind = ex.kind if ex else ""
     status = verdict.get("status", "?")
-    head = f"{verdict.get('file', '?')}: " + (f"exercise {ex.name} ({ex.title})" if ex else "")
-    lines = [head, HEADLINE.get(status, status)
-             + (f": {verdict['message']}" if verdict.get("message") and status != "ok" else "")]
+    # every text the submission controls (its file name, nvcc's messages quoting it, its
+    # source lines) with control characters escaped: no forged line, no terminal escape
+    head = f"{printable(verdict.get('file', '?'))}: " + (f"exercise {ex.name} ({ex.title})"
+                                                          if ex else "")
+    lines = [head, printable(HEADLINE.get(status, status))
+             + (f": {printable(verdict['message'])}" if verdict.get("message")
+                and status != "ok" else "")]
     build = verdict.get("build") or {}
     diags = [d for d in build.get("diagnostics", []) if d["severity"] != "remark"]
     for d in sorted(diags, key=lambda d: d["severity"] != "error")[:MAX_DIAGNOSTICS]:
         where = f"{d['file']}:{d['line']}" if d["line"] else d["file"]
-        lines.append(f"  {where}: {d['severity']}: {d['message']}")
+        lines.append(printable(f"  {where}: {d['severity']}: {d['message']}"))
         if d.get("source"):
-            lines.append(f"      {d['source']}")
+            lines.append(f"      {printable(d['source'], keep_tabs=True)}")
     if status == "wrong":
         lines += failing_check(verdict, kind)
     if status == "ok":
         n = len(verdict.get("checks", []))
         lines[-1] += (f" on {n} checks (sizes that are no tile multiple included), each "
                       "launch's output checked, the timed ones too")
-    lines += [f"  {s}" for s in verdict.get("sanitizer", [])]
+    lines += [f"  {printable(s)}" for s in verdict.get("sanitizer", [])]
     if verdict.get("memcheck"):
         m = verdict["memcheck"]
-        lines.append(f"memcheck: {m['status']}" + (f": {m['message']}" if m["message"] else ""))
+        lines.append(printable(f"memcheck: {m['status']}"
+                               + (f": {m['message']}" if m["message"] else "")))
     lines += static_lines(build) + timing_lines(verdict, kind)
     if ex and status in ("ok", "wrong", "compiled"):
         lines.append(f"Next step: {ex.hint}")

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from cudalab import safe_io
 from cudalab.exercises.catalog import EXERCISES, CourseKernel, Exercise
 from cudalab.resources import CUDA_DIR
 
@@ -112,12 +113,10 @@ def read_submission(path: Path, exercise: str | None = None, student: str | None
     if not valid_name(student):
         raise SubmissionError(f"student id {student!r} is not allowed: 1 to 64 letters, "
                               "digits, _ or -, starting with a letter or digit")
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise SubmissionError(f"cannot read {path.name}: {exc.strerror}") from None
-    if len(data) > MAX_BYTES:
-        raise SubmissionError(f"{path.name} has {len(data)} bytes; at most {MAX_BYTES}")
+    try:  # a regular file of at most MAX_BYTES: a FIFO or /dev/zero is refused unread
+        data = safe_io.read_bytes(path, MAX_BYTES)
+    except safe_io.InputRefused as exc:
+        raise SubmissionError(f"cannot read the submission: {exc}") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

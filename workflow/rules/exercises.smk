@@ -17,9 +17,13 @@ try:
 except cudalab_jail.SandboxUnavailable as exc:
     raise WorkflowError(f"exercises.sandbox is {SANDBOX}: {exc}") from None
 CLASS_DIR = f"{RESULTS}/class/{CLASS['exercise']}"
-# Read once at parse time (nothing is written): only names that passed the strict pattern
-# become jobs; the rest are listed as rejected by the report.
-SUBMISSIONS, _REJECTED = cudalab_classroom.discover(Path(CLASS["submissions"]))
+# Read once at parse time (nothing is written, no file opened): only names that passed the
+# strict pattern become jobs; the rest are listed as rejected by the report. A folder that
+# is no class folder (missing, a file, a link loop, /, the repository) stops the run here.
+try:
+    SUBMISSIONS, _REJECTED = cudalab_classroom.discover(Path(CLASS["submissions"]))
+except cudalab_classroom.ClassFolderError as exc:
+    raise WorkflowError(f"exercises.submissions: {exc}") from None
 CLASS_FLAGS = (f"--exercise {shlex.quote(CLASS['exercise'])}"
                f" --timeout {float(CLASS['launch_timeout_s']):g}"
                + (" --sanitize" if CLASS["sanitize"] else "")
@@ -46,8 +50,9 @@ rule exercise_judge:
         src=lambda w: str(SUBMISSIONS[w.student]),
     output:
         f"{CLASS_DIR}/verdicts/{{student}}.json",
-    log:
-        f"{CLASS_DIR}/logs/{{student}}.log",
+    log:  # a folder of their own: a student named like a class job (baseline, report)
+        # cannot write over that job's log
+        f"{CLASS_DIR}/logs/students/{{student}}.log",
     wildcard_constraints:
         student=STUDENT_PATTERN,
     envmodules:
