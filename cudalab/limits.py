@@ -143,7 +143,7 @@ def class_jobs(config: dict[str, Any]) -> tuple[int, int] | None:
 
     try:
         subs, rejected = classroom.discover(Path(ex["submissions"]))
-    except OSError:  # a folder that cannot be listed is the class folder check's to name
+    except (OSError, classroom.ClassFolderError):  # the class folder check names it
         return None
     return len(subs), len(rejected)
 
