@@ -1,7 +1,8 @@
 """`cudalab exercise ...`: the student's check and the steps of a class run.
 
   cudalab exercise list                        the exercises, their slots and grid rules
-  cudalab exercise check FILE [--sanitize]     feedback on one file (exit 0: correct)
+  cudalab exercise check FILE [--sanitize]     feedback on one file (exit 0: correct,
+                                               1: not correct, 3: compiled, not judged)
   cudalab exercise judge FILE --student ID --exercise NAME --out VERDICT.json
                                                one submission of a class (always exit 0)
   cudalab exercise baseline --exercise NAME --out BASELINE.json
@@ -18,6 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from cudalab.exercises import catalog
+
+# `exercise check` exit codes (docs/exercises.md); 2 is argparse's, for a bad command line
+EXIT_CORRECT = 0  # every check passed on the GPU
+EXIT_FAILED = 1  # judged, or caught without a GPU, and not correct
+EXIT_NOT_JUDGED = 3  # compiled, not judged: no GPU here (or --no-gpu, or another arch)
 
 
 def cmd_list(a: argparse.Namespace) -> int:
@@ -39,7 +45,7 @@ def cmd_check(a: argparse.Namespace) -> int:
     print(feedback.render(v))
     if a.json:
         Path(a.json).write_text(json.dumps(v, indent=1))
-    return 0 if v["status"] in ("ok", "compiled") else 1
+    return {"ok": EXIT_CORRECT, "compiled": EXIT_NOT_JUDGED}.get(v["status"], EXIT_FAILED)
 
 
 def cmd_judge(a: argparse.Namespace) -> int:
