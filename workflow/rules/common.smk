@@ -188,6 +188,10 @@ onstart:
     # Under Slurm: never submit what cannot start, say how many sbatch jobs this run submits
     # and watch them for a PENDING reason that never clears (doctor.smk).
     if workflow.executor_plugin is not None and workflow.executor_plugin.name == "slurm":
+        from cudalab.site import slurm_missing
+
+        if slurm_missing(plugin_installed=True):  # no sbatch here: say so, submit nothing
+            raise WorkflowError(slurm_missing(plugin_installed=True))
         if FIT is not None and not FIT.fits:
             raise WorkflowError(
                 "cudalab: the slurm: request cannot fit this cluster (sinfo), so its jobs "
