@@ -40,6 +40,9 @@ def _run_slow(config: pytest.Config) -> bool:
 
 
 def _deselect_slow(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:  # a real cluster or browser takes seconds to start: slow by nature
+        if item.get_closest_marker("slurm") or item.get_closest_marker("browser"):
+            item.add_marker(pytest.mark.slow)
     if _run_slow(config):
         return
     slow = [i for i in items if i.get_closest_marker("slow") is not None]
