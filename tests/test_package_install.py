@@ -23,6 +23,7 @@ import pytest
 
 from cudalab import resources
 
+pytestmark = pytest.mark.slow  # a venv and a package build
 CHECKOUT = Path(__file__).resolve().parent.parent
 # What the build reads besides the LAYOUT folders (pyproject's readme is README.md).
 BUILD_FILES = ["pyproject.toml", "setup.py", "README.md"]

@@ -26,6 +26,7 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
+@pytest.mark.slow
 def test_after_a_kill_the_message_names_unlock_and_unlock_then_rerun_works(tmp_path):
     # static analysis (nvcc over every kernel) runs long enough to be killed mid-run
     (tmp_path / "config.yaml").write_text("experiments:\n  static_analysis: {archs: [sm_90]}\n")
