@@ -151,7 +151,6 @@ def test_a_damaged_record_is_named_and_its_point_measured_again(workdir):
     assert "Nothing to be done" in r3.stdout + r3.stderr
 
 
-@pytest.mark.slow
 def test_aggregate_names_a_damaged_record_it_leaves_out(workdir):
     raw = workdir / "results" / "raw" / "matmul"
     raw.mkdir(parents=True)
