@@ -298,6 +298,15 @@ def slurm_missing(plugin_installed: bool | None = None,
     return ""
 
 
+def slurm_not_answering(fit: FitCheck) -> str:
+    """One line where Slurm's commands are here but its controller did not answer sinfo
+    (a dead or unreachable controller: sbatch would fail too), '' otherwise."""
+    if fit.checked or fit.error in ("", "sinfo not found"):
+        return ""
+    return (f"cudalab: --profile slurm, but Slurm does not answer here ({fit.error}): run it "
+            "where `sinfo` answers (the cluster's login node); nothing was submitted")
+
+
 def check_fit(config: dict[str, Any], nodes: list[Node] | None = None) -> FitCheck:
     """The config's request against this cluster (not checked where sinfo is absent or
     does not answer: a laptop, a login node with a dead controller)."""

@@ -95,6 +95,27 @@ def test_profile_slurm_without_slurm_says_so_in_one_line_and_submits_nothing(tmp
     assert "submitting" not in out and "sacct" not in out  # stopped before the executor acts
 
 
+@pytest.mark.skipif(importlib.util.find_spec("snakemake_executor_plugin_slurm") is None,
+                    reason="the Slurm executor plugin is not installed (pip install -e .[slurm])")
+def test_profile_slurm_with_a_controller_that_does_not_answer_submits_nothing(tmp_path):
+    (tmp_path / "config.yaml").write_text("experiments:\n  matmul: {sizes: [64], "
+                                          "variants: [cpu]}\n")
+    fake = tmp_path / "slurm-bin"  # Slurm's commands, as on a login node whose controller is down
+    fake.mkdir()
+    for tool in ("sinfo", "sbatch", "squeue", "scancel", "sacct", "scontrol"):
+        (fake / tool).write_text(f"#!/bin/sh\necho '{tool}: error: Unable to contact slurm "
+                                 "controller (connect failure)' >&2\nexit 1\n")
+        (fake / tool).chmod(0o755)
+    cmd = _snakemake(tmp_path, "--profile", str(ROOT / "profiles" / "slurm"))
+    env = _env() | {"PATH": f"{fake}{os.pathsep}{_path_without_slurm(tmp_path)}"}
+    r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0
+    said = [x for x in out.splitlines() if "Slurm does not answer here" in x]
+    assert len(said) == 1 and "Unable to contact slurm controller" in said[0], out
+    assert "nothing was submitted" in said[0] and "submitting" not in out
+
+
 @pytest.mark.parametrize("plugin, tools, says", [
     (False, ("sbatch", "squeue", "scancel"), 'pip install -e ".[slurm]"'),
     (True, (), "no Slurm (sbatch, squeue, scancel not on PATH)"),
