@@ -8,11 +8,12 @@ partition?) and the workflow's start-up plan under Slurm.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -275,6 +276,37 @@ class FitCheck:
         return not (self.checked and self.problems)
 
 
+SLURM_EXTRA = 'pip install -e ".[slurm]"'
+# what the executor plugin runs on the login node: submit, poll, cancel
+SUBMIT_TOOLS = ("sbatch", "squeue", "scancel")
+
+
+def slurm_missing(plugin_installed: bool | None = None,
+                  which: Callable[[str], str | None] = shutil.which) -> str:
+    """One line saying why `snakemake --profile slurm` cannot submit from here, '' if it can:
+    the executor plugin is not installed, or this machine has no Slurm commands."""
+    if plugin_installed is None:
+        plugin_installed = importlib.util.find_spec("snakemake_executor_plugin_slurm") is not None
+    if not plugin_installed:
+        return (f"cudalab: --profile slurm needs the Slurm executor plugin, not installed here: "
+                f"{SLURM_EXTRA}")
+    missing = [t for t in SUBMIT_TOOLS if which(t) is None]
+    if missing:
+        return (f"cudalab: --profile slurm, but this machine has no Slurm ({', '.join(missing)} "
+                "not on PATH): run it on the cluster's login node, or plain `snakemake` to "
+                "measure here; nothing was submitted")
+    return ""
+
+
+def slurm_not_answering(fit: FitCheck) -> str:
+    """One line where Slurm's commands are here but its controller did not answer sinfo
+    (a dead or unreachable controller: sbatch would fail too), '' otherwise."""
+    if fit.checked or fit.error in ("", "sinfo not found"):
+        return ""
+    return (f"cudalab: --profile slurm, but Slurm does not answer here ({fit.error}): run it "
+            "where `sinfo` answers (the cluster's login node); nothing was submitted")
+
+
 def check_fit(config: dict[str, Any], nodes: list[Node] | None = None) -> FitCheck:
     """The config's request against this cluster (not checked where sinfo is absent or
     does not answer: a laptop, a login node with a dead controller)."""
@@ -321,6 +353,8 @@ def cmd_site(a: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     current = config["slurm"] if config else {}
+    if not a.sinfo and slurm_missing():  # this is the login node: can it submit?
+        print(slurm_missing(), file=sys.stderr)
     print("Slurm partitions (sinfo; * = default):")
     print("\n".join("  " + line for line in table_lines(nodes)))
     print(f"  {_models_text(nodes)}")

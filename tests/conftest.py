@@ -1,8 +1,18 @@
-"""Shared fixtures. GPU tests (marked gpu) are skipped where no CUDA device is visible."""
+"""Shared fixtures and the suite's selection rules.
+
+* GPU tests (marked gpu) are skipped where no CUDA device is visible.
+* Slow tests (marked slow: each takes seconds to minutes, e.g. real nvcc builds of every
+  kernel, real Snakemake runs, a nested venv) are left out of a plain `pytest`; `--slow` (or
+  CUDALAB_SLOW=1) adds them, as CI does. Naming files or a marker expression (`pytest -m gpu`,
+  `pytest tests/test_x.py`) runs what was named, slow tests included.
+* No test sees this machine's Slurm: its commands are hidden from PATH (see
+  `path_without_slurm`), except for the tests marked slurm, which start their own cluster.
+"""
 
 from __future__ import annotations
 
 import copy
+import os
 import shutil
 from pathlib import Path
 
@@ -10,6 +20,46 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+# the Slurm commands a test must not reach on a login node (or on CI with slurm-wlm installed)
+SLURM_COMMANDS = frozenset({
+    "sinfo", "sbatch", "squeue", "scancel", "sacct", "scontrol", "srun", "salloc", "sacctmgr",
+    "sstat", "sshare", "sprio", "sreport", "sattach", "sbcast", "sdiag", "strigger"})
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--slow", action="store_true", default=False,
+                     help="also run the tests marked slow (CI does; also CUDALAB_SLOW=1)")
+
+
+def _run_slow(config: pytest.Config) -> bool:
+    """Whether slow tests run: asked for, or the selection was named (files, -m, -k)."""
+    if config.getoption("--slow") or os.environ.get("CUDALAB_SLOW") == "1":
+        return True
+    return bool(config.getoption("markexpr") or config.getoption("keyword")
+                or config.getoption("file_or_dir"))
+
+
+def _deselect_slow(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:  # a real cluster or browser takes seconds to start: slow by nature
+        if item.get_closest_marker("slurm") or item.get_closest_marker("browser"):
+            item.add_marker(pytest.mark.slow)
+    if _run_slow(config):
+        return
+    slow = [i for i in items if i.get_closest_marker("slow") is not None]
+    if slow:
+        items[:] = [i for i in items if i.get_closest_marker("slow") is None]
+        config.hook.pytest_deselected(items=slow)
+        config.stash[_SLOW_LEFT_OUT] = len(slow)
+
+
+_SLOW_LEFT_OUT = pytest.StashKey[int]()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    n = config.stash.get(_SLOW_LEFT_OUT, 0)
+    if n:
+        terminalreporter.write_line(f"cudalab: {n} slow tests left out; `pytest --slow` runs "
+                                    "them too (CI does)")
 
 
 def _gpu_available() -> tuple[bool, str]:
@@ -25,6 +75,7 @@ def _gpu_available() -> tuple[bool, str]:
 
 
 def pytest_collection_modifyitems(config, items):
+    _deselect_slow(config, items)
     if not any("gpu" in item.keywords for item in items):
         return
     ok, why = _gpu_available()
@@ -54,3 +105,35 @@ def workdir(tmp_path: Path) -> Path:
     """A scratch working directory for workflow runs (results/ never lands in the repo)."""
     shutil.copy(ROOT / "tests" / "data" / "config.cpu.yaml", tmp_path / "config.cpu.yaml")
     return tmp_path
+
+
+def path_without_slurm(path: str, farm: Path) -> str:
+    """`path` with Slurm's commands left out: a folder holding any of them is replaced by a
+    folder of links to everything else in it (the Python and shell tools stay reachable)."""
+    out = []
+    for i, entry in enumerate(path.split(os.pathsep)):
+        folder = Path(entry)
+        if not entry or not any((folder / c).exists() for c in SLURM_COMMANDS):
+            out.append(entry)
+            continue
+        copy_dir = farm / f"{i}-{folder.name}"
+        copy_dir.mkdir(parents=True, exist_ok=True)
+        for f in folder.iterdir():
+            if f.name not in SLURM_COMMANDS and not (copy_dir / f.name).exists():
+                (copy_dir / f.name).symlink_to(f)
+        out.append(str(copy_dir))
+    return os.pathsep.join(out)
+
+
+@pytest.fixture(scope="session")
+def _path_without_slurm(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return path_without_slurm(os.environ.get("PATH", ""), tmp_path_factory.mktemp("no-slurm"))
+
+
+@pytest.fixture(autouse=True)
+def _no_slurm_of_this_machine(request: pytest.FixtureRequest,
+                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests see no Slurm (as on a laptop), whatever this machine has; subprocesses too.
+    Tests marked slurm start and use their own cluster instead."""
+    if request.node.get_closest_marker("slurm") is None:
+        monkeypatch.setenv("PATH", request.getfixturevalue("_path_without_slurm"))

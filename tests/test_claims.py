@@ -211,6 +211,7 @@ def test_the_rendered_reports_prose_states_no_measured_number(h100_page):
     assert not bad, bad
 
 
+@pytest.mark.slow
 def test_every_claim_is_judged_on_the_references(refs):
     counts: dict[str, int] = {}
     for label, df in refs.items():

@@ -55,6 +55,7 @@ def _context(df, config) -> dict:
     return compare.report_context(df, config, compare.baseline_comparison(df, config))
 
 
+@pytest.mark.slow
 def test_course_table_opens_the_report(h100, tmp_path):
     html = _render(h100, _config(), tmp_path)
     main = html[html.index("<main>"):]
@@ -64,6 +65,7 @@ def test_course_table_opens_the_report(h100, tmp_path):
     assert 'id="baselines"' not in main  # no baselines configured
 
 
+@pytest.mark.slow
 def test_baselines_in_the_report(h100, slower_copy, tmp_path):
     config = _config(baselines=[str(slower_copy), str(REFERENCE)])
     ctx = _context(h100, config)
@@ -103,6 +105,7 @@ def test_the_ratio_figures_are_drawn_once_and_the_same_each_time(h100, slower_co
     assert json.loads((tmp_path / "none" / "_compare" / "index.json").read_text()) == {}
 
 
+@pytest.mark.slow
 def test_the_points_that_moved_are_grouped_by_class_with_their_reason(h100, slower_copy,
                                                                      tmp_path):
     ctx = _context(h100, _config(baselines=[str(slower_copy)]))["comparison"]
@@ -120,6 +123,7 @@ def test_the_points_that_moved_are_grouped_by_class_with_their_reason(h100, slow
     assert "<th>unstable</th>" in html
 
 
+@pytest.mark.slow
 def test_the_comparison_is_written_once_and_read_back_as_it_was(h100, slower_copy, tmp_path):
     """The figures step writes the table; the report renders exactly what it compared."""
     config = _config(baselines=[str(slower_copy), str(H200)])

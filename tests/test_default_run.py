@@ -21,6 +21,7 @@ import pytest
 
 from cudalab import results
 
+pytestmark = pytest.mark.slow  # a real snakemake of the default grid: minutes
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_S = 600  # ~65 s on 2 cores; a hang must not hold CI for long
 

@@ -37,9 +37,11 @@ def test_starters_and_the_course_kernels_compile_into_the_slot(ex):
                                  ex.starter)
     assert b.ok, (b.problem, b.diagnostics)
     assert b.usage["threads"] == slots.block_threads(ex, ex.class_size)
+    assert b.usage["global_stores"] == 0  # the starter never writes its output: it fails
     for k in ex.course:
         b = build.compile_submission(course_source(ex, k), ex, "course.cu")
         assert b.ok, (k.label, b.problem, b.diagnostics)
+        assert b.usage["global_stores"] > 0, k.label
         assert b.usage["registers"] > 0 and 0 < b.usage["occupancy"] <= 1
 
 

@@ -93,6 +93,7 @@ def _table(stdout: str) -> dict[str, tuple[str, str, str]]:
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 @pytest.mark.parametrize("ex", ["vector_add", "tiled_matmul"])
+@pytest.mark.slow
 def test_the_script_judges_a_folder_and_reports_every_entry(ex, tmp_path):
     # with or without a GPU: entries refused or failing before any launch match already
     r = subprocess.run(["bash", str(SCRIPT), str(tmp_path), "--only", ex], capture_output=True,

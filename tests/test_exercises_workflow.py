@@ -3,6 +3,7 @@ submission, hostile names never reach a shell), and `cudalab exercise` on the CP
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -15,6 +16,7 @@ import yaml
 from cudalab import config as cfg
 from cudalab.cli import main
 from cudalab.exercises import catalog
+from cudalab.exercises.cli import EXIT_NOT_JUDGED
 
 ROOT = Path(__file__).resolve().parent.parent
 STARTER = catalog.EXERCISE_DIR / "vector_add.cu"
@@ -73,11 +75,24 @@ def test_without_submissions_no_class_rule_exists(tmp_path):
     assert "exercise_judge" not in r.stdout + r.stderr
 
 
+CORRECT = """// cudalab-exercise: vector_add
+extern "C" __global__ void vector_add(const float* __restrict__ a, const float* __restrict__ b,
+                                      float* __restrict__ c, int n)
+{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) c[i] = a[i] + b[i]; }
+"""
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_check_without_a_gpu_compiles_and_analyses(capsys, tmp_path):
-    assert main(["exercise", "check", str(STARTER), "--no-gpu"]) == 0
+    good = tmp_path / "good.cu"
+    good.write_text(CORRECT)
+    assert main(["exercise", "check", str(good), "--no-gpu"]) == EXIT_NOT_JUDGED == 3
     out = capsys.readouterr().out
-    assert "compiled" in out and "registers" in out and "occupancy" in out
+    assert "compiled, not judged: no GPU here" in out
+    assert "registers" in out and "occupancy" in out
+    # the untouched starter never writes its output: failed without any GPU
+    assert main(["exercise", "check", str(STARTER), "--no-gpu"]) == 1
+    assert "never writes its output" in capsys.readouterr().out
     bad = tmp_path / "bad.cu"
     bad.write_text(STARTER.read_text().replace("int n)\n{", "int n)\n{ oops"))
     assert main(["exercise", "check", str(bad), "--no-gpu"]) == 1
@@ -105,3 +120,27 @@ def test_class_report_from_verdicts(tmp_path, capsys):
     text = (out / "index.html").read_text()
     assert "alice" in text and "bob" in text  # bob has no verdict: said so, not dropped
     assert "no verdict was written" in (out / "leaderboard.csv").read_text()
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_check_on_a_machine_without_a_gpu_exits_not_judged(capsys, tmp_path):
+    from cudalab.exercises import pipeline
+
+    if pipeline.device_arch() is not None:
+        pytest.skip("a GPU is here: the check judges for real (tests/gpu)")
+    good = tmp_path / "good.cu"
+    good.write_text(CORRECT)
+    assert main(["exercise", "check", str(good)]) == EXIT_NOT_JUDGED
+    assert "compiled, not judged: no GPU here (nvidia-smi finds none)" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.skipif(importlib.util.find_spec("pycuda") is not None, reason="pycuda installed")
+def test_a_gpu_without_pycuda_is_compiled_not_judged(monkeypatch):
+    from cudalab.exercises import pipeline
+
+    monkeypatch.setattr(pipeline, "device_arch", lambda: "sm_90")  # as if nvidia-smi saw one
+    # the real judge process starts and finds no pycuda: that is no GPU here, not a failure
+    v = pipeline.judge_text(CORRECT, catalog.get("vector_add"), "good.cu")
+    assert v["status"] == "compiled", v
+    assert v["message"].startswith("no GPU here (") and "pycuda" in v["message"]

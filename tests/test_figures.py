@@ -45,6 +45,7 @@ def test_figure_text_never_collides(ref, name, fig_name):
     _check(fig)
 
 
+@pytest.mark.slow
 def test_telemetry_figures_text_never_collides():
     figures.setup_style()
     df, jobs = telemetry_report._run_samples(REFERENCE)

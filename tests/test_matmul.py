@@ -1342,6 +1342,7 @@ def _flags(defines: dict) -> str:
 
 @needs_nvcc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.slow
 def test_every_ladder_kernel_compiles_without_spills(arch):
     from cudalab.experiments import static_analysis as sa
 

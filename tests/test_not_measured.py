@@ -92,6 +92,7 @@ def test_all_not_measured(name: str, metric_cols: bool, tmp_path: Path) -> None:
     assert all(f["status"] == "not_measured" for f in sec["failures"])
 
 
+@pytest.mark.slow
 def test_report_of_an_all_not_measured_run(tmp_path: Path) -> None:
     """The whole report of a run where no GPU point was measured renders, names the points
     as not measured, and says "not seen" nowhere."""

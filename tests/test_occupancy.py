@@ -326,6 +326,7 @@ def nvidia_calculator(tmp_path_factory):
 BITS = {"warps": 1, "registers": 2, "shared_memory": 4, "blocks": 8, "barriers": 16}
 
 
+@pytest.mark.slow
 def test_calculator_equals_cuda_occupancy_h(nvidia_calculator):
     exe, max_major = nvidia_calculator
     rng = random.Random(7)
@@ -568,6 +569,7 @@ def test_not_launchable_points_are_ok_without_a_time():
     assert float(regs["m_occupancy_theory"].iloc[0]) == 0.0
 
 
+@pytest.mark.slow
 def test_figures_draw(tmp_path):
     df = results.build_table(synthetic_records())
     drawn = figures.draw_experiment("occupancy", df, tmp_path)

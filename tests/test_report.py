@@ -137,6 +137,7 @@ def _apply_change(config: dict, change: str) -> dict:
     return out
 
 
+@pytest.mark.slow
 def test_every_experiment_has_try_this_and_questions_that_are_valid_configs():
     import yaml
 
@@ -273,6 +274,7 @@ def test_reference_report_rows_link_to_raw_records_beside_it():
     assert "spread (IQR · CV)" in page
 
 
+@pytest.mark.slow
 def test_a_failed_check_is_flagged_as_contradicting_the_caption(tmp_path):
     """The H100 does not show the course's 'shared tiles win' for sobel: the section says
     so under its caption; matmul, which shows every effect, has no such flag."""
@@ -289,6 +291,7 @@ def test_a_failed_check_is_flagged_as_contradicting_the_caption(tmp_path):
 
 
 # -- issue 10: roofline, memory levels, explanations, caption checks ------------------------
+@pytest.mark.slow
 def test_reference_report_without_the_new_columns(tmp_path):
     """An H100 results.csv from before the ceilings has no ceilings, memory level or ncu
     columns: the report still builds, derives the memory levels, says the ceilings are
@@ -346,6 +349,7 @@ def _with_new_columns(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+@pytest.mark.slow
 def test_report_from_a_table_with_every_new_column(tmp_path):
     df = _with_new_columns(results.read_table(REFERENCE_HTML.parent / "results.csv"))
     df = df[df["experiment"].isin(["matmul", "coalescing", "vector_add", "device_query"])]
@@ -370,6 +374,7 @@ def test_report_from_a_table_with_every_new_column(tmp_path):
             f"({fmt.flop_rate(750)})") in page
 
 
+@pytest.mark.slow
 def test_a_contradicted_caption_claim_is_shown_under_the_caption(tmp_path):
     df = results.read_table(OLD_TABLE)
     df = df[df["experiment"].isin(["sobel", "device_query"])].copy()

@@ -154,6 +154,7 @@ def test_lesson_points_are_labelled_best_and_worst():
         _close(fig)
 
 
+@pytest.mark.slow
 def test_labels_never_collide_and_give_up_rather_than_overlap():
     import matplotlib.pyplot as plt
 
@@ -291,6 +292,7 @@ def test_a_run_without_records_aggregates_and_draws_nothing(tmp_path):
     assert (tmp_path / "figures" / "_roofline" / "index.json").is_file()
 
 
+@pytest.mark.slow
 def test_reference_table_without_new_columns():
     """An H100 table from before the ceilings: theoretical ceilings only, the 32 MiB
     transpose at 2048^2 above the DRAM peak flagged as L2-resident."""
@@ -307,6 +309,7 @@ def test_reference_table_without_new_columns():
         _close(fig)
 
 
+@pytest.mark.slow
 def test_the_figures_step_draws_every_roofline_and_the_report_reads_them(tmp_path):
     df = synthetic(ceilings=True)
     drawn = run_figures.draw(df, tmp_path / "results", tmp_path / "figures")

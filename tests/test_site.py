@@ -167,6 +167,7 @@ def test_driver_vs_nvcc(nvcc, driver, status):
     assert (c.fix != "") == (status in (doctor.FAIL, doctor.WARN))
 
 
+@pytest.mark.slow
 def test_doctor_cli_without_gpu(tmp_path):
     """On this machine (no GPU): a plain table, no traceback; rc 1 for a GPU config, 0 when
     no GPU is needed; JSON and markdown written."""

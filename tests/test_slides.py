@@ -65,6 +65,7 @@ def test_the_reference_has_at_least_ten_lessons_with_a_figure(ref):
 
 
 @pytest.mark.parametrize("name", [n for n, e in REGISTRY.items() if e.lesson.figures])
+@pytest.mark.slow
 def test_a_slide_is_1920x1080_with_one_panel_and_20_pt_text(built, name):
     out, facts, _ = built
     if name not in facts:
@@ -77,6 +78,7 @@ def test_a_slide_is_1920x1080_with_one_panel_and_20_pt_text(built, name):
 
 
 @pytest.mark.parametrize("name", [n for n, e in REGISTRY.items() if e.lesson.figures])
+@pytest.mark.slow
 def test_png_and_svg_are_written_and_valid(built, name):
     from PIL import Image
 
@@ -112,6 +114,7 @@ def test_a_lesson_without_data_gets_a_slide_that_says_so(ref):
     assert any("no data" in t for t in texts)
 
 
+@pytest.mark.slow
 def test_the_deck_is_one_file_with_one_slide_per_lesson(built, ref):
     out, facts, deck = built
     page = deck.read_text()

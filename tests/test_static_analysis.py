@@ -366,6 +366,7 @@ def test_runner_end_to_end_without_a_gpu(tmp_path):
 
 
 @needs_nvcc
+@pytest.mark.slow
 def test_runner_analyses_every_register_tile_for_every_arch(tmp_path):
     from cudalab.runner import run_experiment
 

@@ -611,6 +611,7 @@ def _fake_gpu_job(tmp_path, monkeypatch, nvml, smi_exe):
     return config, manifest, recs
 
 
+@pytest.mark.slow
 def test_gpu_job_without_nvidia_smi_or_nvml_measures_and_says_why(tmp_path, monkeypatch):
     nvml = types.SimpleNamespace(nvmlInit=lambda: (_ for _ in ()).throw(
         OSError("NVML Shared Library Not Found")))

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from cudalab import results
 
@@ -41,6 +42,7 @@ def test_bad_config_stops_before_any_job(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow
 def test_cpu_workflow_end_to_end_then_nothing_to_redo(workdir):
     r = snakemake(workdir, "--configfile", "config.cpu.yaml")
     assert r.returncode == 0, r.stderr[-3000:]
@@ -82,6 +84,7 @@ MIXED = ("run_name: mixed\nmeasurement: {warmup: 1, min_samples: 3, max_samples:
          "    tiles: [16]\n")
 
 
+@pytest.mark.slow
 def test_without_a_gpu_cpu_points_are_measured_and_gpu_points_marked_not_measured(workdir):
     """Issue 12 item 3: plain snakemake on a GPU-less machine ends with a report; the GPU
     points are 'not_measured' (what was looked for), one short message, no traceback; a
@@ -133,6 +136,7 @@ def test_a_slurm_gpu_job_without_a_gpu_fails_loudly(workdir):
     assert not raw.exists() or not list(raw.glob("[!_]*.json"))  # no invented numbers
 
 
+@pytest.mark.slow
 def test_a_damaged_record_is_named_and_its_point_measured_again(workdir):
     """Issue 12 item 4: a truncated raw record is found at the next start, named, and its
     point re-measured (the job reruns although its manifest existed); never dropped."""
@@ -165,6 +169,7 @@ def test_aggregate_names_a_damaged_record_it_leaves_out(workdir):
     assert "damaged record" in r.stderr and "cpu-m1-k1-n1.json" in r.stderr
 
 
+@pytest.mark.slow
 def test_snakemake_report_includes_the_figures(workdir):
     r = snakemake(workdir, "--configfile", "config.cpu.yaml")
     assert r.returncode == 0, r.stderr[-2000:]
@@ -178,6 +183,7 @@ def test_snakemake_report_includes_the_figures(workdir):
     assert len(page) > 10_000 and "matmul" in page
 
 
+@pytest.mark.slow
 def test_manifest_records_counts_and_seed(workdir):
     r = snakemake(workdir, "--configfile", "config.cpu.yaml")
     assert r.returncode == 0
@@ -196,6 +202,7 @@ def test_a_dry_run_writes_nothing(workdir):
     assert not (workdir / "results").exists()
 
 
+@pytest.mark.slow
 def test_a_doctor_flag_left_by_a_killed_run_never_lets_measure_jobs_start_unchecked(workdir):
     """Ctrl-C removes the doctor's flag (onerror); one a killed Snakemake left is removed at
     the next start, which stops before any job, and the run after it checks again."""

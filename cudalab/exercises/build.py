@@ -26,6 +26,7 @@ from typing import Any
 
 from cudalab import jail
 from cudalab import occupancy as occ
+from cudalab.exercises import ptx_stores
 from cudalab.exercises.catalog import Exercise
 from cudalab.exercises.toolkit_jail import limit_problem, run_nvcc
 from cudalab.experiments import static_analysis as sa
@@ -232,6 +233,7 @@ def static_usage(ex: Exercise, log: str, ptx: str, arch: str) -> dict[str, Any]:
         "registers": usage.get("registers", 0), "smem_static": usage.get("smem_static", 0),
         "spill_stores": usage.get("spill_stores", 0), "spill_loads": usage.get("spill_loads", 0),
         "stack": usage.get("stack", 0), "launch_bounds": bound, "threads": threads,
+        "global_stores": ptx_stores.global_stores(ptx, ex.kernel),  # 0: output never written
     }
     if bound and threads > bound:
         out["problem"] = (f"__launch_bounds__({bound}) is below the slot's {threads} threads "

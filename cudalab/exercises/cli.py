@@ -1,7 +1,8 @@
 """`cudalab exercise ...`: the student's check and the steps of a class run.
 
   cudalab exercise list                        the exercises, their slots and grid rules
-  cudalab exercise check FILE [--sanitize]     feedback on one file (exit 0: correct)
+  cudalab exercise check FILE [--sanitize]     feedback on one file (exit 0: correct,
+                                               1: not correct, 3: compiled, not judged)
                    [--sandbox required|optional|off]   (default optional: without
                                                bubblewrap it says so once and runs as is)
   cudalab exercise judge FILE --student ID --exercise NAME --out VERDICT.json
@@ -24,6 +25,11 @@ from typing import Any
 
 from cudalab.exercises import catalog
 from cudalab.safe_text import printable
+
+# `exercise check` exit codes (docs/exercises.md); 2 is argparse's, for a bad command line
+EXIT_CORRECT = 0  # every check passed on the GPU
+EXIT_FAILED = 1  # judged, or caught without a GPU, and not correct
+EXIT_NOT_JUDGED = 3  # compiled, not judged: no GPU here (or --no-gpu, or another arch)
 
 
 def cmd_list(a: argparse.Namespace) -> int:
@@ -60,7 +66,7 @@ def cmd_check(a: argparse.Namespace) -> int:
     print(feedback.render(v))
     if a.json:
         Path(a.json).write_text(json.dumps(v, indent=1))
-    return 0 if v["status"] in ("ok", "compiled") else 1
+    return {"ok": EXIT_CORRECT, "compiled": EXIT_NOT_JUDGED}.get(v["status"], EXIT_FAILED)
 
 
 def cmd_judge(a: argparse.Namespace) -> int:

@@ -21,7 +21,7 @@ HEADLINE = {
     "timeout": "✘ did not finish (killed)",
     "memory_error": "✘ invalid memory access",
     "gamed": "✘ right outputs, impossible time",
-    "compiled": "· compiled (not run)",
+    "compiled": "· compiled, not judged",
 }
 
 

@@ -6,8 +6,10 @@ one JSON-able dict; its `status` is the first failure met:
   compile_error  nvcc failed (diagnostics with file and line)
   slot_error     it compiled, but the slot's kernel is missing or has another signature,
                  or no block of the slot's size fits an SM
-  compiled       no GPU here (or --no-gpu): the build and static analysis only
-  wrong          a check failed (first wrong element and its expected value)
+  compiled       compiled, not judged: no GPU here (or --no-gpu), the build and static
+                 analysis only
+  wrong          a check failed (first wrong element and its expected value), or the
+                 kernel has no store to global memory at all (its PTX, no GPU needed)
   crashed        a CUDA error (illegal address ...) or the judge process died
   timeout        no answer from the GPU within the per-launch limit: killed
   memory_error   compute-sanitizer found an invalid access (--sanitize)
@@ -65,18 +67,28 @@ def judge_text(text: str, ex: Exercise, name: str, *, student: str = "", mode: s
     if not b.ok:
         status = "slot_error" if b.compiled else "compile_error"
         return record | {"status": status, "message": b.problem or "nvcc failed"}
+    if b.usage.get("global_stores") == 0:
+        return record | {"status": "wrong", "message": never_written(ex)}
     if not gpu or here is None:
-        why = "--no-gpu" if not gpu else "no GPU found (nvidia-smi)"
-        return record | {"status": "compiled", "message": f"compiled; not run: {why}"}
+        why = "--no-gpu" if not gpu else "nvidia-smi finds none"
+        return record | {"status": "compiled", "message": f"no GPU here ({why})"}
     if arch and arch != here:
-        return record | {"status": "compiled", "message": f"compiled for {arch}; this GPU is "
-                         f"{here}: not run"}
+        return record | {"status": "compiled", "message": f"built for {arch}, this GPU is "
+                         f"{here}"}
     verdict = judge_child.run_judge(ex, b.cubin, mode, seed, launch_timeout_s,
                                     sandbox=sandbox)
+    if verdict.get("status") == "no_gpu":  # nvidia-smi sees one, but pycuda or the driver not
+        return record | {"status": "compiled", "message": f"no GPU here ({verdict['message']})"}
     if sanitize:
         verdict = with_memcheck(verdict, lambda: judge_child.run_judge(
             ex, b.cubin, mode, seed, launch_timeout_s, sanitize=True, sandbox=sandbox))
     return record | verdict
+
+
+def never_written(ex: Exercise) -> str:
+    """Why a kernel without a single global store fails before any launch."""
+    return (f"{ex.kernel} never writes its output: its PTX has no store to global memory "
+            "(st.global, atom/red.global or a generic st), so no launch could fill it")
 
 
 def with_memcheck(plain: dict[str, Any], memcheck: Callable[[], dict[str, Any]]

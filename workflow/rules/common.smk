@@ -202,6 +202,12 @@ onstart:
     # Under Slurm: never submit what cannot start, say how many sbatch jobs this run submits
     # and watch them for a PENDING reason that never clears (doctor.smk).
     if workflow.executor_plugin is not None and workflow.executor_plugin.name == "slurm":
+        from cudalab.site import slurm_missing, slurm_not_answering
+
+        # no sbatch here, or a controller that does not answer: say so, submit nothing
+        _why = slurm_missing(plugin_installed=True) or (FIT and slurm_not_answering(FIT))
+        if _why:
+            raise WorkflowError(_why)
         if FIT is not None and not FIT.fits:
             raise WorkflowError(
                 "cudalab: the slurm: request cannot fit this cluster (sinfo), so its jobs "
