@@ -297,7 +297,9 @@ def _tools() -> tuple[str, str]:
     if prlimit is None:
         raise SandboxUnavailable("prlimit (util-linux) is not installed: the sandbox sets "
                                  "its limits with it")
-    return bwrap, os.path.realpath(prlimit)
+    # real paths: the unprivileged user a sandbox may run as must reach them (a PATH entry
+    # can be a private folder of links, as the tests' PATH without Slurm is)
+    return os.path.realpath(bwrap), os.path.realpath(prlimit)
 
 
 @functools.lru_cache(maxsize=2)

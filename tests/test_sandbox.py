@@ -346,7 +346,8 @@ def test_a_bwrap_that_cannot_start_is_reported(monkeypatch, work):
 
 @needs_nvcc
 def test_check_without_bwrap_says_so_once_and_runs(no_bwrap, capsys):
-    assert main(["exercise", "check", str(STARTER), "--no-gpu"]) == 0
+    # the untouched starter is wrong without a GPU (no global store), sandbox or not
+    assert main(["exercise", "check", str(STARTER), "--no-gpu"]) == 1
     err = capsys.readouterr().err
     assert err.count("running without a sandbox") == 1 and "bwrap" in err
     assert jail.use("optional") is False
