@@ -262,12 +262,14 @@ def needs_gpu(config: dict[str, Any]) -> bool:
 
 @dataclass
 class FitCheck:
-    """The request against sinfo: checked (sinfo answered) and what does not fit."""
+    """The request against sinfo (and sacctmgr's limits): checked (sinfo answered) and what
+    does not fit."""
 
     checked: bool
     problems: list[str]
     partition: str = ""
     error: str = ""  # why it was not checked
+    limits: str = ""  # the QOS and account whose limits were checked ('' = none read)
 
     @property
     def fits(self) -> bool:
@@ -275,9 +277,14 @@ class FitCheck:
         return not (self.checked and self.problems)
 
 
-def check_fit(config: dict[str, Any], nodes: list[Node] | None = None) -> FitCheck:
+def check_fit(config: dict[str, Any], nodes: list[Node] | None = None,
+              limits: Any = None) -> FitCheck:
     """The config's request against this cluster (not checked where sinfo is absent or
-    does not answer: a laptop, a login node with a dead controller)."""
+    does not answer: a laptop, a login node with a dead controller), and against the QOS
+    and association limits (`limits`: a slurm_limits.SiteLimits; read from sacctmgr where
+    the nodes are read from sinfo)."""
+    from cudalab import slurm_limits
+
     if nodes is None:
         if shutil.which("sinfo") is None:
             return FitCheck(False, [], error="sinfo not found")
@@ -285,8 +292,15 @@ def check_fit(config: dict[str, Any], nodes: list[Node] | None = None) -> FitChe
             nodes = read_sinfo(timeout_s=10)
         except SiteError as exc:
             return FitCheck(False, [], error=str(exc))
+        limits = slurm_limits.read_limits() if limits is None else limits
     part = config["slurm"]["partition"] or default_partition(nodes)
-    return FitCheck(True, fit_problems(config["slurm"], nodes, needs_gpu(config)), part)
+    gpu = needs_gpu(config)
+    fit = FitCheck(True, fit_problems(config["slurm"], nodes, gpu), part)
+    if limits is not None:
+        fit.problems += slurm_limits.config_problems(config["slurm"], gpu, limits,
+                                                     part.split(",")[0])
+        fit.limits = slurm_limits.checked_what(config["slurm"], limits)
+    return fit
 
 
 def fit_lines(fit: FitCheck, quiet: bool = False) -> list[str]:
@@ -294,8 +308,10 @@ def fit_lines(fit: FitCheck, quiet: bool = False) -> list[str]:
         return [] if quiet or fit.error == "sinfo not found" else [
             f"  Slurm request not checked: {fit.error}"]
     if not fit.problems:
-        return [f"  Slurm request (sinfo): fits partition {fit.partition!r}"]
-    return ["  Slurm request (sinfo) does not fit, the jobs would wait for ever:"] + [
+        within = f"; within the limits of {fit.limits} (sacctmgr)" if fit.limits else ""
+        return [f"  Slurm request (sinfo): fits partition {fit.partition!r}{within}"]
+    source = "sinfo, sacctmgr" if fit.limits else "sinfo"
+    return [f"  Slurm request ({source}) does not fit, the jobs would wait for ever:"] + [
         f"    - {p}" for p in fit.problems] + ["    see `cudalab site` for what this cluster has"]
 
 
