@@ -181,8 +181,19 @@ def _gpu_flag(gpus, model):
     return (f"--gpus={model}:{gpus}" if model else f"--gpus={gpus}") if gpus else ""
 
 
+def watch_failures():
+    """In onstart: each failed job's cause on the console when Snakemake reports it, not
+    only at the end of the run (cudalab/failures.py: FailureNow)."""
+    import logging
+
+    from cudalab import failures as cudalab_failures
+
+    logging.getLogger("snakemake.logging").addHandler(cudalab_failures.FailureNow(Path.cwd()))
+
+
 onstart:
     _write_config_json()
+    watch_failures()
     drop_leftover_doctor_flags()  # doctor.smk
     guard_interrupts()  # doctor.smk: a second Ctrl-C cannot leave jobs or flags behind
     # Under Slurm: never submit what cannot start, say how many sbatch jobs this run submits
@@ -190,8 +201,8 @@ onstart:
     if workflow.executor_plugin is not None and workflow.executor_plugin.name == "slurm":
         if FIT is not None and not FIT.fits:
             raise WorkflowError(
-                "cudalab: the slurm: request cannot fit this cluster (sinfo), so its jobs "
-                "would wait for ever; nothing was submitted:\n"
+                "cudalab: the slurm: request cannot fit this cluster (sinfo, sacctmgr), so "
+                "its jobs would wait for ever; nothing was submitted:\n"
                 + "\n".join(f"  - {p}" for p in FIT.problems)
                 + "\nFix the slurm: block in config.yaml (`cudalab site` suggests one)."
             )
