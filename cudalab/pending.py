@@ -135,12 +135,13 @@ class PendingWatch(threading.Thread):
     def __init__(self, workdir: str, poll_s: float = POLL_S,
                  emit: Callable[[str], None] | None = None,
                  stop_run: Callable[[], None] = interrupt_run,
-                 read: slurm_limits.Reader = slurm_limits.run_cmd,
+                 read: slurm_limits.Reader | None = None,
                  cancel: Callable[[str], bool] = scancel) -> None:
         super().__init__(name="cudalab-pending-watch", daemon=True)
         self.workdir, self.poll_s, self.stop_run = workdir, poll_s, stop_run
         # the seam: Slurm's commands (tests feed saved squeue/scontrol/sacctmgr text)
-        self.read, self.cancel = read, cancel
+        self.read = read or (lambda cmd: _run(cmd))
+        self.cancel = cancel
         self.emit = emit or (lambda line: print(line, file=sys.stderr, flush=True))
         self.stopped = threading.Event()
         self.seen: set[tuple[str, str]] = set()
