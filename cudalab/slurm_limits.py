@@ -207,10 +207,10 @@ def over_limits(req: Request, lim: Limits, who: str) -> list[str]:
         return f"{who} {asked} ({req.keys[k]}); fix: {req.keys[k]}: {most} or less"
 
     out = []
-    for name, wall in (("MaxWall", lim.max_wall), ("GrpWall", lim.grp_wall)):
-        if wall is not None and req.minutes > wall:
-            out.append(f"{lim.label} allows {wall} min a job ({name}); "
-                       + ask("time", req.minutes, wall))
+    # (GrpWall is the group's running total, not a job's: not compared with one request)
+    if lim.max_wall is not None and req.minutes > lim.max_wall:
+        out.append(f"{lim.label} allows {lim.max_wall} min a job (MaxWall); "
+                   + ask("time", req.minutes, lim.max_wall))
     for name, limit, scope in (("MaxTRES", lim.max_tres, "a job"),
                                ("MaxTRESPerUser", lim.max_tres_pu, "a user (all jobs)"),
                                ("GrpTRES", lim.grp_tres, "the group (all jobs)")):
@@ -283,17 +283,19 @@ def never_clears(code: str, job_id: str, read: Reader = run_cmd,
         return ""
     user = job.get("UserId", "").split("(")[0]
     limits = limits or read_limits(read, user)
-    if limits is None:
-        return "" if not always_stuck(code) else f"{code}: a per-job limit"
-    req = job_request(job)
     scope = "QOS" if code.startswith("QOS") else "association"
+    per_job = (f"the job's request is over a per-job limit of its {scope} (sacctmgr show "
+               "qos / show assoc user=$USER)")
+    if limits is None:
+        return per_job if always_stuck(code) else ""
+    req = job_request(job)
     found = [p for p in request_problems(req, "the job asks", limits,
                                          job.get("Account", ""), job.get("QOS", ""),
                                          job.get("Partition", ""))
              if p.startswith(scope) or p.startswith(("slurm.account", "QOS '"))]
     if found:
         return "; ".join(found)
-    return f"{code}: a per-job limit of the job's {scope}" if always_stuck(code) else ""
+    return per_job if always_stuck(code) else ""
 
 
 # -- a config's jobs -----------------------------------------------------------------------

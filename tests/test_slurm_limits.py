@@ -171,3 +171,12 @@ def test_the_watcher_cancels_a_job_over_a_qos_limit_and_stops_the_run(tmp_path):
                                "allows 45 min a job (MaxWall); the job asks 60"), lines
     assert "job 43" in lines[1] and "waits until other jobs under that limit end" in lines[1]
     assert len(lines) == 2 and watch.cancelled == [lines[0]]
+
+
+def test_without_readable_limits_only_a_per_job_reason_is_final():
+    blind = reader(job=job("short", limit="01:00:00"), enforce="")
+    assert "over a per-job limit of its QOS" in slurm_limits.never_clears(
+        "QOSMaxWallDurationPerJobLimit", "42", blind)
+    assert slurm_limits.never_clears("AssocGrpCpuLimit", "42", blind) == ""
+    assert slurm_limits.never_clears("QOSMaxWallDurationPerJobLimit", "42",
+                                     reader(job="")) == "", "no such job: nothing said"
