@@ -272,6 +272,10 @@ def test_jobs_are_found_in_sacct_by_rule_and_experiment(site_runs, slurm_account
     names = {rows[j][0] for j in jobs}
     assert len(names) == 1 and re.fullmatch(r"cudalab_[0-9a-f-]{36}", names.pop()), rows
     assert all(rows[j][2] == "COMPLETED" for j in jobs), rows
+    # without job_comment sacct's Comment is empty, but SubmitLine (kept whatever the flags;
+    # seen on 22.05 with the flag off) is the plugin's sbatch line, with the rule in it
+    lines = {r[0]: r[1] for r in sacct_jobs(list(jobs), "SubmitLine")}
+    assert all(f"--comment {comments[jobs[j]]}" in lines[j] for j in jobs), lines
 
 
 @pytest.mark.slurm
