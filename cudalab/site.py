@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cudalab.slurm_units import parse_time
+
 # one line per (node, partition): name|partition|cpus|memory MB|gres|time limit|avail|state|features
 SINFO_FORMAT = "%N|%P|%c|%m|%G|%l|%a|%T|%f"
 _GPU_GRES = re.compile(r"(?<![\w-])gpu(?::([^:(),\s]+))?:(\d+)")
@@ -50,17 +52,6 @@ def parse_gres(text: str) -> dict[str, int]:
     for model, count in _GPU_GRES.findall(text or ""):
         gpus[model] = gpus.get(model, 0) + int(count)
     return gpus
-
-
-def parse_time(text: str) -> int | None:
-    """sinfo's %l ('infinite', '1-00:00:00', '2:00:00', '30:00') -> minutes (None = no limit)."""
-    text = text.strip().lower()
-    if text in ("infinite", "unlimited", "n/a", ""):
-        return None
-    days, _, rest = text.rpartition("-")
-    parts = [int(p) for p in rest.split(":")]
-    h, m, s = ([0] * (3 - len(parts)) + parts) if len(parts) > 1 else (0, parts[0], 0)
-    return (int(days or 0) * 24 + h) * 60 + m + (1 if s else 0)
 
 
 def _int(text: str) -> int:

@@ -19,21 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudalab.slurm_limits import Reader, run_cmd
+from cudalab.slurm_units import mem_mb
 
-__all__ = ["Reader", "run_cmd"]  # re-exported: the seam of cudalab.failures
+__all__ = ["Reader", "mem_mb", "run_cmd"]  # re-exported: the seam of cudalab.failures
 
 SACCT_FORMAT = "JobID,State,ReqMem,MaxRSS,Elapsed,Timelimit"
 _OOM_LINE = re.compile(r"oom[-_ ]kill|out of memory|exceeded (job )?memory limit", re.I)
 _EXCEEDED = re.compile(r"exceeded memory limit \((\d+) > (\d+)\)")
 _JOB_ID = re.compile(r"SLURM-job '(\d+)'")
-_SIZE = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
 BAD_STATES = ("OUT_OF_MEMORY", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "DEADLINE", "BOOT_FAIL")
-
-
-def mem_mb(text: str) -> int | None:
-    """sacct's '256M', '4Gn', '371552K' -> MB (None where empty)."""
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT]?)[nc]?", text.strip())
-    return round(float(m[1]) * _SIZE[m[2] or "M"]) if m else None
 
 
 @dataclass

@@ -22,14 +22,13 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cudalab.site import parse_time
+from cudalab.slurm_units import parse_time, parse_tres
 
 Reader = Callable[[list[str]], str]
 QOS_FORMAT = ("Name,MaxWall,MaxTRES,MaxTRESPU,MaxJobsPU,MaxSubmitPU,GrpTRES,GrpJobs,"
               "GrpSubmit,GrpWall,MinTRES")
 ASSOC_FORMAT = ("Account,User,Partition,QOS,DefaultQOS,MaxWall,MaxTRES,MaxJobs,MaxSubmit,"
                 "GrpTRES,GrpJobs,GrpSubmit,GrpWall")
-_UNITS = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024, "P": 1024 ** 3}
 
 
 def run_cmd(argv: list[str]) -> str:
@@ -41,22 +40,6 @@ def run_cmd(argv: list[str]) -> str:
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return p.stdout if p.returncode == 0 else ""
-
-
-def parse_tres(text: str) -> dict[str, int]:
-    """'cpu=4,mem=16G,gres/gpu=2,node=1' -> {'cpu': 4, 'mem': 16384, 'gres/gpu': 2, ...}
-    (mem in MB)."""
-    out: dict[str, int] = {}
-    for item in (text or "").split(","):
-        key, _, value = item.strip().partition("=")
-        m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGTP]?)", value.strip())
-        if not key or not m:
-            continue
-        number = float(m[1])
-        if key == "mem":
-            number *= _UNITS[m[2] or "M"]
-        out[key] = int(number)
-    return out
 
 
 def _count(text: str) -> int | None:
