@@ -316,6 +316,7 @@ def plan_lines(config: dict[str, Any], nodes: list[Node] | None = None,
 # -- `cudalab site` ----------------------------------------------------------------------------
 def cmd_site(a: argparse.Namespace) -> int:
     from cudalab import config as cfg
+    from cudalab import slurm_limits
 
     try:
         nodes = parse_sinfo(Path(a.sinfo).read_text()) if a.sinfo else read_sinfo()
@@ -334,9 +335,16 @@ def cmd_site(a: argparse.Namespace) -> int:
     print("\nSuggested block for config.yaml (the sizes of one experiment job, capped at the "
           "partition's nodes; add modules such as cuda/12.4 if nvcc needs `module load`):\n")
     print("\n".join(block_yaml(suggest(nodes, current))))
+    limits = None if a.sinfo else slurm_limits.read_limits()
+    if limits is not None:
+        print(f"\nYour accounts and QOS (sacctmgr, user {limits.user}):")
+        print("\n".join("  " + line for line in slurm_limits.summary_lines(limits)))
     if config is None:
         return 0
     problems = fit_problems(current, nodes, needs_gpu(config))
+    if limits is not None:
+        problems += slurm_limits.config_problems(current, needs_gpu(config), limits,
+                                                 current["partition"].split(",")[0])
     if problems:
         print(f"\n{a.config}: its slurm: request does not fit any node:")
         print("\n".join(f"  - {p}" for p in problems))

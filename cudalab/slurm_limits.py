@@ -312,3 +312,36 @@ def checked_what(slurm: dict, limits: SiteLimits) -> str:
     account = slurm.get("account") or limits.default_account
     return (f"QOS {limits.qos_of(limits.user_assoc(account), slurm.get('qos', ''))} and "
             f"account {account}")
+
+
+# -- `cudalab site` ------------------------------------------------------------------------
+def describe(lim: Limits) -> str:
+    """'MaxWall 45 min a job, MaxTRES cpu=1,mem=1000M a job' ('none' without limits)."""
+    def tres(d: dict[str, int]) -> str:
+        return ",".join(f"{k}={v}M" if k == "mem" else f"{k}={v}" for k, v in d.items())
+
+    parts = [f"MaxWall {lim.max_wall} min a job" if lim.max_wall is not None else "",
+             f"MaxTRES {tres(lim.max_tres)} a job" if lim.max_tres else "",
+             f"MaxTRESPerUser {tres(lim.max_tres_pu)}" if lim.max_tres_pu else "",
+             f"MaxJobs {lim.max_jobs}" if lim.max_jobs is not None else "",
+             f"GrpTRES {tres(lim.grp_tres)}" if lim.grp_tres else "",
+             f"GrpJobs {lim.grp_jobs}" if lim.grp_jobs is not None else "",
+             f"MinTRES {tres(lim.min_tres)} a job" if lim.min_tres else ""]
+    return ", ".join(x for x in parts if x) or "none"
+
+
+def summary_lines(limits: SiteLimits) -> list[str]:
+    """The user's accounts and QOSs with their limits, for `cudalab site`."""
+    mine = [a for a in limits.assocs if a.user == limits.user]
+    lines = []
+    for a in mine:
+        default = " (your default)" if a.account == limits.default_account else ""
+        where = f" on partition {a.partition}" if a.partition else ""
+        lines.append(f"account {a.account}{default}{where}: QOS {', '.join(a.qos) or '-'}"
+                     f" (default {limits.qos_of(a, '')}); limits: {describe(a.limits)}")
+    for name in sorted({q for a in mine for q in a.qos}):
+        if name in limits.qos:
+            lines.append(f"QOS {name}: {describe(limits.qos[name])}")
+    if not limits.limits_enforced:
+        lines.append("(AccountingStorageEnforce does not include limits: none applies)")
+    return lines

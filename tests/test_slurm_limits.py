@@ -180,3 +180,14 @@ def test_without_readable_limits_only_a_per_job_reason_is_final():
     assert slurm_limits.never_clears("AssocGrpCpuLimit", "42", blind) == ""
     assert slurm_limits.never_clears("QOSMaxWallDurationPerJobLimit", "42",
                                      reader(job="")) == "", "no such job: nothing said"
+
+
+def test_site_lists_the_users_accounts_and_qos_with_their_limits():
+    lines = slurm_limits.summary_lines(limits())
+    assert lines[0] == ("account small: QOS normal, short (default normal); limits: "
+                        "MaxTRES cpu=1,mem=1000M a job"), lines
+    assert lines[1].startswith("account physics (your default): QOS normal, short, gpu, big")
+    assert "QOS short: MaxWall 45 min a job" in lines
+    assert ("QOS gpu: MaxWall 2880 min a job, MaxTRES cpu=8,gres/gpu=2 a job, MaxTRESPerUser "
+            "gres/gpu=4, MaxJobs 2, GrpTRES cpu=64,mem=524288M") in lines, lines
+    assert "QOS normal: none" in lines

@@ -76,6 +76,10 @@ def test_plan_refuses_a_qos_and_an_association_limit(slurm_cluster, slurm_accoun
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert ("Slurm request (sinfo): fits partition 'gpu'; within the limits of QOS short and "
             "account root (sacctmgr)") in ok.stdout, ok.stdout
+    site = cli("site", str(tmp_path / "config.yaml"), cwd=tmp_path)
+    assert "  QOS short: MaxWall 45 min a job" in site.stdout, site.stdout
+    assert ("  account small: QOS normal, short (default normal); limits: MaxTRES "
+            "cpu=1,mem=1000M a job") in site.stdout, site.stdout
 
 
 @pytest.mark.slurm
