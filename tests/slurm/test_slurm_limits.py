@@ -4,9 +4,12 @@ accounting (one_node_slurm.sh with SLURM_ACCT=slurmdbd enforces limits: QOS `sho
 OverMemoryKill). The runs start at once:
 
   qos_config  slurm.qos: short with runtime_min 60: refused at start-up, nothing submitted
-  qos_forced  the same QOS given past the plan (--slurm-qos short, the config asks none):
-              the measure job PENDS with QOSMaxWallDurationPerJobLimit; the watcher cancels
-              it and stops the run within a minute, saying the limit
+  qos_cli     the same QOS on the command line (--slurm-qos short, the config asks none):
+              refused at start-up too
+  qos_forced  slurm.qos: short with runtime_min 45 (fits), the measure job's time forced
+              past the plan (--set-resources measure:runtime=60): it PENDS with
+              QOSMaxWallDurationPerJobLimit; the watcher cancels it and stops the run within
+              a minute, saying the limit
   oom         a matmul CPU point of 6144 x 6144 with slurm.mem_mb 256: the job is killed for
               memory; the console names it OOM with the memory asked and used when the
               failure is seen, and again in the closing summary
@@ -32,7 +35,9 @@ def limit_runs(slurm_cluster, slurm_acct_off, tmp_path_factory) -> dict[str, Run
     specs = {}
     for name, slurm, extra in [
         ("qos_config", {"qos": "short", "runtime_min": 60}, []),
-        ("qos_forced", {"runtime_min": 60}, ["--slurm-qos", "short"]),
+        ("qos_cli", {"runtime_min": 60}, ["--slurm-qos", "short"]),
+        ("qos_forced", {"qos": "short", "runtime_min": 45},
+         ["--set-resources", "measure:runtime=60"]),
         ("oom", {"mem_mb": 256}, []),
     ]:
         if name.startswith("qos") and slurm_acct_off:
@@ -83,9 +88,9 @@ def test_plan_refuses_a_qos_and_an_association_limit(slurm_cluster, slurm_accoun
 
 
 @pytest.mark.slurm
-def test_a_qos_limit_in_the_config_stops_the_run_before_submitting(limit_runs,
-                                                                   slurm_accounting):
-    out = limit_runs["qos_config"]
+@pytest.mark.parametrize("name", ["qos_config", "qos_cli"])
+def test_a_qos_limit_stops_the_run_before_submitting(limit_runs, slurm_accounting, name):
+    out = limit_runs[name]
     assert out.returncode == 1, out.log
     assert "nothing was submitted" in out.log and not submitted(out.log, ""), out.log
     assert f"{WALL}; the measure jobs ask 60 (slurm.runtime_min)" in out.log, out.log

@@ -191,6 +191,17 @@ def watch_failures():
     logging.getLogger("snakemake.logging").addHandler(cudalab_failures.FailureNow(Path.cwd()))
 
 
+def slurm_fit():
+    """The request as sbatch will get it: the plan's check (FIT), again where the command
+    line gives another QOS (--slurm-qos: the plugin puts it after the config's, so it wins)."""
+    forced = getattr(workflow.executor_settings, "qos", None) or ""
+    if not forced or forced == config["slurm"]["qos"] or FIT is None or not FIT.checked:
+        return FIT
+    from cudalab import site as cudalab_site
+
+    return cudalab_site.check_fit({**config, "slurm": {**config["slurm"], "qos": forced}})
+
+
 onstart:
     _write_config_json()
     watch_failures()
@@ -199,11 +210,12 @@ onstart:
     # Under Slurm: never submit what cannot start, say how many sbatch jobs this run submits
     # and watch them for a PENDING reason that never clears (doctor.smk).
     if workflow.executor_plugin is not None and workflow.executor_plugin.name == "slurm":
-        if FIT is not None and not FIT.fits:
+        _fit = slurm_fit()
+        if _fit is not None and not _fit.fits:
             raise WorkflowError(
                 "cudalab: the slurm: request cannot fit this cluster (sinfo, sacctmgr), so "
                 "its jobs would wait for ever; nothing was submitted:\n"
-                + "\n".join(f"  - {p}" for p in FIT.problems)
+                + "\n".join(f"  - {p}" for p in _fit.problems)
                 + "\nFix the slurm: block in config.yaml (`cudalab site` suggests one)."
             )
         print(slurm_submit_line(*_slurm_jobs()), file=sys.stderr)
