@@ -46,6 +46,11 @@ NEVER_CLEARS = {
                   "`sacctmgr show assoc user=$USER format=Account,QOS` lists",
     "InvalidAccount": "slurm.account is not valid (sacctmgr show assoc user=$USER)",
     "BadConstraints": "slurm.constraint names a feature no node has",
+    "QOSNotAllowed": "the partition does not allow this QOS (scontrol show partition: "
+                     "AllowQos): pick another slurm.partition or slurm.qos",
+    "AccountNotAllowed": "the partition does not allow this account (scontrol show "
+                         "partition: AllowAccounts): pick another slurm.partition or "
+                         "slurm.account",
     "DependencyNeverSatisfied": "a job it depends on failed",
     # ReqNodeNotAvail where the GPU type it asks for is on no node of the cluster
     "NoSuchGpuType": "no node of this cluster has the GPU type it asks for: set "

@@ -10,7 +10,8 @@ limit; the pending watcher (cudalab/pending.py) asks `never_clears` about a limi
 
 Every Slurm command goes through a `Reader` (argv -> stdout, '' where it fails), the seam
 the unit tests feed with saved sacctmgr/scontrol text. Limits are only applied where
-slurmctld enforces them (AccountingStorageEnforce has `limits`, `safe` or `qos`).
+slurmctld enforces them (AccountingStorageEnforce has `limits` or `safe`; a QOS's access
+with `qos`).
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ class SiteLimits:
 
     @property
     def limits_enforced(self) -> bool:
-        return bool(self.enforce & {"limits", "safe", "qos"})
+        return bool(self.enforce & {"limits", "safe"})
 
     def user_assoc(self, account: str, partition: str = "") -> Assoc | None:
         mine = [a for a in self.assocs if a.user == self.user and a.account == account]
@@ -222,7 +223,7 @@ def request_problems(req: Request, who: str, limits: SiteLimits, account: str, q
         return [f"slurm.account: {account!r} is not an account of user {limits.user} "
                 f"(InvalidAccount: sbatch refuses the jobs); fix: one of {', '.join(have)}"]
     name = limits.qos_of(assoc, qos)
-    if assoc.qos and name not in assoc.qos:
+    if "qos" in limits.enforce and assoc.qos and name not in assoc.qos:
         return [f"QOS {name!r} is not allowed for account {account} (InvalidQOS: sbatch "
                 f"refuses the jobs); fix: one of {', '.join(assoc.qos)}, or ''"]
     if not limits.limits_enforced:
@@ -237,13 +238,12 @@ _LIMIT_REASON = re.compile(r"(QOS|Assoc)(Grp|Max|Min)\w+")
 
 
 def is_limit_reason(code: str) -> bool:
-    return bool(_LIMIT_REASON.fullmatch(code)) or code in ("QOSNotAllowed",
-                                                           "AccountNotAllowed")
+    return bool(_LIMIT_REASON.fullmatch(code))
 
 
 def always_stuck(code: str) -> bool:
     """A per-job or minimum limit: the request itself is over it, whatever else runs."""
-    return "PerJob" in code or code.startswith("QOSMin") or code.endswith("NotAllowed")
+    return "PerJob" in code or code.startswith("QOSMin")
 
 
 def parse_job(text: str) -> dict[str, str]:

@@ -102,7 +102,10 @@ def test_a_request_within_the_limits_passes():
     lim = limits()
     assert slurm_limits.request_problems(measure(45), "x", lim, "", "short") == []
     assert slurm_limits.request_problems(measure(cpu=8, gpus=2), "x", lim, "", "gpu") == []
-    # only the limits slurmctld enforces count
+    # only what slurmctld enforces counts: a QOS's access without `qos`, limits without
+    # `limits` (or `safe`)
+    lim.enforce = {"associations", "limits"}
+    assert slurm_limits.request_problems(measure(), "x", lim, "", "none") == []
     lim.enforce = {"associations"}
     assert slurm_limits.request_problems(measure(600), "x", lim, "", "short") == []
 
