@@ -15,16 +15,22 @@ nothing.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
-from collections.abc import Iterable
+import sys
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from cudalab import slurm_causes
 
 TAIL_LINES = 15  # per failed job: a traceback's last frames and its message
 _RULE = re.compile(r"^Error in rule (?P<rule>[A-Za-z_][A-Za-z0-9_]*):\s*$")
 _FIELD = re.compile(r"^\s+(?P<key>[a-z_]+): (?P<value>.*)$")
 _LOG_NOTE = " (check log file(s) for error details)"
+_PLUGIN_NOTE = "For further error details see"
 
 
 @dataclass
@@ -35,6 +41,7 @@ class FailedJob:
     logs: list[str] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
     name: str = ""  # what the summary calls it (set by parse_failed)
+    message: str = ""  # Snakemake's (the executor's) message: sbatch's refusal, Slurm state
 
 
 def snakemake_logs(log: str | Iterable[str] | None) -> list[Path]:
@@ -59,11 +66,15 @@ def parse_failed(text: str) -> list[FailedJob]:
             continue
         f = _FIELD.match(line)
         if not f:
-            if line and not line[0].isspace():
-                current = None  # the block ended
+            # the block ends at the next unindented line, except the executor plugin's
+            # unindented note inside its message (after a refused sbatch's call)
+            if line and not line[0].isspace() and not line.startswith(_PLUGIN_NOTE):
+                current = None
             continue
         key, value = f["key"], f["value"].strip()
-        if key == "log":
+        if key == "message":
+            current.message = value
+        elif key == "log":
             current.logs = _paths(value.removesuffix(_LOG_NOTE.strip()))
         elif key == "output":
             current.outputs = _paths(value)
@@ -72,8 +83,8 @@ def parse_failed(text: str) -> list[FailedJob]:
         elif key == "wildcards":
             current.wildcards = value
     seen: dict[tuple[str, str, tuple[str, ...]], FailedJob] = {}
-    for j in jobs:  # a retried job is one job
-        seen.setdefault((j.rule, j.jobid, tuple(j.outputs)), j)
+    for i, j in enumerate(jobs):  # a retried job is one job; a block without id is its own
+        seen.setdefault((j.rule, j.jobid or f"#{i}", tuple(j.outputs)), j)
     out = list(seen.values())
     rules = [j.rule for j in out]
     for j in out:
@@ -174,7 +185,12 @@ def summary(log: str | Iterable[str] | None, log_dir: Path, started: float,
                 if table:
                     parts.append(table)
                     continue
-            if not j.logs:
+            why = cause(j.message, j.logs, workdir)
+            if why:
+                parts.append(f"--- {j.name}: {why}")
+            if slurm_causes.refusal(j.message):
+                continue  # it never ran: its logs are empty
+            if not j.logs and not why:
                 parts.append(f"--- {j.name}: no log file (Snakemake's message above says "
                              "why it failed)")
             for p in j.logs:
@@ -190,6 +206,65 @@ def summary(log: str | Iterable[str] | None, log_dir: Path, started: float,
             parts.append("cudalab: no job log of this run holds a traceback; Snakemake's "
                          "messages above say what stopped the run.")
     return "\n".join(s for s in parts if s)
+
+
+def slurm_log(logs: Iterable[str], workdir: Path) -> Path | None:
+    """The executor plugin's Slurm log among a job's logs (None: not a Slurm job)."""
+    found = [p for p in (_resolve(x, workdir) for x in logs) if "slurm_logs" in p.parts]
+    return found[0] if found else None
+
+
+def cause(message: str, logs: Iterable[str], workdir: Path,
+          read: slurm_causes.Reader = slurm_causes.run_cmd) -> str:
+    """Slurm's word on a failed job ('' where it has none): sbatch refused it, it ran out
+    of memory (with the memory asked and used), hit its time limit."""
+    refused = slurm_causes.refusal(message)
+    if refused:
+        return (f"refused by sbatch: {refused} (nothing ran; the plan's Slurm check and "
+                "`cudalab site` say what this cluster allows)")
+    log = slurm_log(logs, workdir)
+    job_id = slurm_causes.slurm_job_id(message) or (log.stem if log is not None else "")
+    if not job_id.isdigit():
+        return ""
+    return slurm_causes.job_cause(job_id, log, read).text()
+
+
+class FailureNow(logging.Handler):
+    """Says why a job failed the moment Snakemake reports it (a --keep-going run may go on
+    for hours after): Slurm's word (refused by sbatch, OOM with the memory asked and used,
+    TIMEOUT) and the end of the job's logs. Added to Snakemake's logger (its JOB_ERROR
+    records) by the workflow's onstart; `failed` counts every failure, refused ones too."""
+
+    def __init__(self, workdir: Path, out: Callable[[str], None] | None = None,
+                 read: slurm_causes.Reader = slurm_causes.run_cmd, n: int = TAIL_LINES):
+        super().__init__(logging.ERROR)
+        self.workdir, self.read, self.n = workdir, read, n
+        self.out = out or (lambda text: print(text, file=sys.stderr, flush=True))
+        self.failed: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        event = getattr(record, "event", None)
+        if getattr(event, "value", event) != "job_error":
+            return
+        try:
+            self.out(self.report(getattr(record, "rule_name", "?"),
+                                 str(getattr(record, "rule_msg", "") or ""),
+                                 [str(x).removesuffix(_LOG_NOTE)
+                                  for x in getattr(record, "log", None) or []]))
+        except Exception:  # noqa: BLE001 - never break Snakemake's own logging
+            self.handleError(record)
+
+    def report(self, rule: str, message: str, logs: list[str]) -> str:
+        log = slurm_log(logs, self.workdir)
+        name = f"{rule} ({log.parent.name})" if log is not None else rule
+        self.failed.append(name)
+        why = cause(message, logs, self.workdir, self.read)
+        lines = [f"cudalab: {name} failed at {time.strftime('%H:%M:%S')}"
+                 + (f": {why}" if why else "")]
+        if not slurm_causes.refusal(message):
+            lines += [f"--- {p} (last {self.n} lines) ---\n"
+                      f"{tail(_resolve(p, self.workdir), self.n)}" for p in logs]
+        return "\n".join(lines)
 
 
 def _doctor_table(job: FailedJob, where: Path | None, workdir: Path) -> Path | None:

@@ -5,7 +5,10 @@ why (`squeue` %r): the request exceeds what the partition allows (PartitionConfi
 more CPUs than any node has), the time limit is above the partition's, the account or QOS
 is invalid, or the job asks for a GPU type no node has (ReqNodeNotAvail). A daemon thread in
 the Snakemake process polls `squeue --me` every POLL_S seconds for this run's jobs (the
-work directory and the plugin's `rule_...` comment). A job whose reason never clears is
+work directory and the plugin's `rule_...` comment). A QOS or association limit reason
+(QOSMaxWallDurationPerJobLimit, AssocGrpCpuLimit, ...) never clears where the job's request
+alone exceeds the limit (cudalab/slurm_limits.py reads it from sacctmgr); one that other
+jobs hold for now (a Grp or per-user limit) only waits. A job whose reason never clears is
 cancelled (`scancel`) with one line saying the reason, the limit and the fix, and the run is
 stopped as Ctrl-C stops it (SIGINT to the Snakemake process: its other jobs are cancelled,
 the closing summary leads with that line, exit 1). Waiting for Snakemake to see the job
@@ -28,6 +31,8 @@ import sys
 import threading
 from collections.abc import Callable
 
+from cudalab import slurm_limits
+
 POLL_S = float(os.environ.get("CUDALAB_PENDING_POLL_S", "15"))
 # Slurm's reason codes that no amount of waiting changes -> what the user should do
 NEVER_CLEARS = {
@@ -37,9 +42,15 @@ NEVER_CLEARS = {
     "PartitionTimeLimit": "slurm.runtime_min is above the partition's time limit: lower it "
                           "to the limit `cudalab site` lists",
     "PartitionNodeLimit": "the partition does not allow this many nodes",
-    "InvalidQOS": "the QOS is not valid for this account",
+    "InvalidQOS": "the QOS is not valid for this account: set slurm.qos to one that "
+                  "`sacctmgr show assoc user=$USER format=Account,QOS` lists",
     "InvalidAccount": "slurm.account is not valid (sacctmgr show assoc user=$USER)",
     "BadConstraints": "slurm.constraint names a feature no node has",
+    "QOSNotAllowed": "the partition does not allow this QOS (scontrol show partition: "
+                     "AllowQos): pick another slurm.partition or slurm.qos",
+    "AccountNotAllowed": "the partition does not allow this account (scontrol show "
+                         "partition: AllowAccounts): pick another slurm.partition or "
+                         "slurm.account",
     "DependencyNeverSatisfied": "a job it depends on failed",
     # ReqNodeNotAvail where the GPU type it asks for is on no node of the cluster
     "NoSuchGpuType": "no node of this cluster has the GPU type it asks for: set "
@@ -70,14 +81,16 @@ def stuck_jobs(squeue_out: str, workdir: str) -> list[tuple[str, str, str]]:
             continue
         if os.path.realpath(f[4]) != os.path.realpath(workdir):
             continue
-        if reason_code(f[2]) in STUCK:
+        code = reason_code(f[2])
+        if code in STUCK or slurm_limits.is_limit_reason(code):
             out.append((f[0], f[3], f[2]))
     return out
 
 
 def message(job_id: str, comment: str, reason: str, cancelled: bool = False,
-            code: str = "") -> str:
-    what = STUCK[code or reason_code(reason)]
+            code: str = "", what: str = "") -> str:
+    """The line of a stuck job; `what` says why (STUCK's text of its reason by default)."""
+    what = what or STUCK[code or reason_code(reason)]
     if cancelled:
         return (f"cudalab: cancelled Slurm job {job_id} ({comment}): PENDING with reason "
                 f"{reason}, which never clears: {what}. Fix the slurm: block in config.yaml "
@@ -110,6 +123,14 @@ def missing_gpu_type(job_id: str) -> str:
     return ", ".join(sorted(wanted - have))
 
 
+def scancel(job_id: str) -> bool:
+    try:
+        return subprocess.run(["scancel", job_id], capture_output=True,
+                              timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
 def interrupt_run() -> None:
     """Stop this Snakemake run as Ctrl-C does (its handler cancels the run's Slurm jobs)."""
     os.kill(os.getpid(), signal.SIGINT)
@@ -118,9 +139,14 @@ def interrupt_run() -> None:
 class PendingWatch(threading.Thread):
     def __init__(self, workdir: str, poll_s: float = POLL_S,
                  emit: Callable[[str], None] | None = None,
-                 stop_run: Callable[[], None] = interrupt_run) -> None:
+                 stop_run: Callable[[], None] = interrupt_run,
+                 read: slurm_limits.Reader | None = None,
+                 cancel: Callable[[str], bool] = scancel) -> None:
         super().__init__(name="cudalab-pending-watch", daemon=True)
         self.workdir, self.poll_s, self.stop_run = workdir, poll_s, stop_run
+        # the seam: Slurm's commands (tests feed saved squeue/scontrol/sacctmgr text)
+        self.read = read or (lambda cmd: _run(cmd))
+        self.cancel = cancel
         self.emit = emit or (lambda line: print(line, file=sys.stderr, flush=True))
         self.stopped = threading.Event()
         self.seen: set[tuple[str, str]] = set()
@@ -128,28 +154,28 @@ class PendingWatch(threading.Thread):
 
     def act(self, job_id: str, comment: str, reason: str) -> None:
         """Cancel a job that can never start; report one that may."""
-        code = reason_code(reason)
+        code, what = reason_code(reason), ""
         if code == "ReqNodeNotAvail":
             gpu = missing_gpu_type(job_id)
             if gpu:
                 code, reason = "NoSuchGpuType", f"ReqNodeNotAvail (GPU type {gpu})"
-        if code in NEVER_CLEARS and self.cancel(job_id):
-            line = message(job_id, comment, reason, cancelled=True, code=code)
+        if slurm_limits.is_limit_reason(code):
+            what = slurm_limits.never_clears(code, job_id, self.read)
+            if not what:  # a shared limit that others' jobs (or your own) hold for now
+                self.emit(f"cudalab: Slurm job {job_id} ({comment}) is PENDING, reason "
+                          f"{reason}: it waits until other jobs under that limit end "
+                          "(squeue -t PENDING -o '%i %r'); not cancelled")
+                return
+        if (code in NEVER_CLEARS or what) and self.cancel(job_id):
+            line = message(job_id, comment, reason, cancelled=True, code=code, what=what)
             self.cancelled.append(line)
             self.emit(line)
             self.stop_run()  # the run cannot finish: stop it now, not when Snakemake notices
             return
         self.emit(message(job_id, comment, reason, code=code))
 
-    def cancel(self, job_id: str) -> bool:
-        try:
-            return subprocess.run(["scancel", job_id], capture_output=True,
-                                  timeout=30).returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
-            return False
-
     def poll(self) -> None:
-        out = _run(["squeue", "--me", "-h", "-t", "PENDING", "-o", FORMAT])
+        out = self.read(["squeue", "--me", "-h", "-t", "PENDING", "-o", FORMAT])
         for job_id, comment, reason in stuck_jobs(out, self.workdir):
             if (job_id, reason) not in self.seen:
                 self.seen.add((job_id, reason))

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cudalab.slurm_units import parse_time
+
 # one line per (node, partition): name|partition|cpus|memory MB|gres|time limit|avail|state|features
 SINFO_FORMAT = "%N|%P|%c|%m|%G|%l|%a|%T|%f"
 _GPU_GRES = re.compile(r"(?<![\w-])gpu(?::([^:(),\s]+))?:(\d+)")
@@ -51,17 +53,6 @@ def parse_gres(text: str) -> dict[str, int]:
     for model, count in _GPU_GRES.findall(text or ""):
         gpus[model] = gpus.get(model, 0) + int(count)
     return gpus
-
-
-def parse_time(text: str) -> int | None:
-    """sinfo's %l ('infinite', '1-00:00:00', '2:00:00', '30:00') -> minutes (None = no limit)."""
-    text = text.strip().lower()
-    if text in ("infinite", "unlimited", "n/a", ""):
-        return None
-    days, _, rest = text.rpartition("-")
-    parts = [int(p) for p in rest.split(":")]
-    h, m, s = ([0] * (3 - len(parts)) + parts) if len(parts) > 1 else (0, parts[0], 0)
-    return (int(days or 0) * 24 + h) * 60 + m + (1 if s else 0)
 
 
 def _int(text: str) -> int:
@@ -263,12 +254,14 @@ def needs_gpu(config: dict[str, Any]) -> bool:
 
 @dataclass
 class FitCheck:
-    """The request against sinfo: checked (sinfo answered) and what does not fit."""
+    """The request against sinfo (and sacctmgr's limits): checked (sinfo answered) and what
+    does not fit."""
 
     checked: bool
     problems: list[str]
     partition: str = ""
     error: str = ""  # why it was not checked
+    limits: str = ""  # the QOS and account whose limits were checked ('' = none read)
 
     @property
     def fits(self) -> bool:
@@ -307,9 +300,14 @@ def slurm_not_answering(fit: FitCheck) -> str:
             "where `sinfo` answers (the cluster's login node); nothing was submitted")
 
 
-def check_fit(config: dict[str, Any], nodes: list[Node] | None = None) -> FitCheck:
+def check_fit(config: dict[str, Any], nodes: list[Node] | None = None,
+              limits: Any = None) -> FitCheck:
     """The config's request against this cluster (not checked where sinfo is absent or
-    does not answer: a laptop, a login node with a dead controller)."""
+    does not answer: a laptop, a login node with a dead controller), and against the QOS
+    and association limits (`limits`: a slurm_limits.SiteLimits; read from sacctmgr where
+    the nodes are read from sinfo)."""
+    from cudalab import slurm_limits
+
     if nodes is None:
         if shutil.which("sinfo") is None:
             return FitCheck(False, [], error="sinfo not found")
@@ -317,8 +315,15 @@ def check_fit(config: dict[str, Any], nodes: list[Node] | None = None) -> FitChe
             nodes = read_sinfo(timeout_s=10)
         except SiteError as exc:
             return FitCheck(False, [], error=str(exc))
+        limits = slurm_limits.read_limits() if limits is None else limits
     part = config["slurm"]["partition"] or default_partition(nodes)
-    return FitCheck(True, fit_problems(config["slurm"], nodes, needs_gpu(config)), part)
+    gpu = needs_gpu(config)
+    fit = FitCheck(True, fit_problems(config["slurm"], nodes, gpu), part)
+    if limits is not None:
+        fit.problems += slurm_limits.config_problems(config["slurm"], gpu, limits,
+                                                     part.split(",")[0])
+        fit.limits = slurm_limits.checked_what(config["slurm"], limits)
+    return fit
 
 
 def fit_lines(fit: FitCheck, quiet: bool = False) -> list[str]:
@@ -326,8 +331,10 @@ def fit_lines(fit: FitCheck, quiet: bool = False) -> list[str]:
         return [] if quiet or fit.error == "sinfo not found" else [
             f"  Slurm request not checked: {fit.error}"]
     if not fit.problems:
-        return [f"  Slurm request (sinfo): fits partition {fit.partition!r}"]
-    return ["  Slurm request (sinfo) does not fit, the jobs would wait for ever:"] + [
+        within = f"; within the limits of {fit.limits} (sacctmgr)" if fit.limits else ""
+        return [f"  Slurm request (sinfo): fits partition {fit.partition!r}{within}"]
+    source = "sinfo, sacctmgr" if fit.limits else "sinfo"
+    return [f"  Slurm request ({source}) does not fit, the jobs would wait for ever:"] + [
         f"    - {p}" for p in fit.problems] + ["    see `cudalab site` for what this cluster has"]
 
 
@@ -341,6 +348,7 @@ def plan_lines(config: dict[str, Any], nodes: list[Node] | None = None,
 # -- `cudalab site` ----------------------------------------------------------------------------
 def cmd_site(a: argparse.Namespace) -> int:
     from cudalab import config as cfg
+    from cudalab import slurm_limits
 
     try:
         nodes = parse_sinfo(Path(a.sinfo).read_text()) if a.sinfo else read_sinfo()
@@ -361,9 +369,16 @@ def cmd_site(a: argparse.Namespace) -> int:
     print("\nSuggested block for config.yaml (the sizes of one experiment job, capped at the "
           "partition's nodes; add modules such as cuda/12.4 if nvcc needs `module load`):\n")
     print("\n".join(block_yaml(suggest(nodes, current))))
+    limits = None if a.sinfo else slurm_limits.read_limits()
+    if limits is not None:
+        print(f"\nYour accounts and QOS (sacctmgr, user {limits.user}):")
+        print("\n".join("  " + line for line in slurm_limits.summary_lines(limits)))
     if config is None:
         return 0
     problems = fit_problems(current, nodes, needs_gpu(config))
+    if limits is not None:
+        problems += slurm_limits.config_problems(current, needs_gpu(config), limits,
+                                                 current["partition"].split(",")[0])
     if problems:
         print(f"\n{a.config}: its slurm: request does not fit any node:")
         print("\n".join(f"  - {p}" for p in problems))

@@ -3,8 +3,8 @@ every GPU-capable rule asks for.
 
 snakemake-executor-plugin-slurm turns them into sbatch flags: gpu -> --gpus=N (with
 gpu_model: --gpus=<model>:N), runtime -> -t (minutes), mem_mb -> --mem, cpus_per_task ->
---cpus-per-task, slurm_partition -> -p, slurm_account -> -A, constraint -> -C. Empty site
-settings are left out, so the cluster's defaults apply. Locally only `gpu` counts
+--cpus-per-task, slurm_partition -> -p, slurm_account -> -A, qos -> --qos, constraint ->
+-C. Empty site settings are left out, so the cluster's defaults apply. Locally only `gpu` counts
 (profiles/default caps it at 1). Every string here passed the config schema's whole-value
 grammars (no spaces, quotes, newlines or leading dashes), and the plugin quotes them again.
 """
@@ -29,7 +29,7 @@ def resources(slurm: dict[str, Any], gpu: Value, gpu_model: Value | None = None,
         "cpus_per_task": 1 if small else slurm["cpus_per_task"],
     }
     site = {"slurm_partition": slurm["partition"], "slurm_account": slurm["account"],
-            "constraint": slurm["constraint"]}
+            "qos": slurm.get("qos", ""), "constraint": slurm["constraint"]}
     out.update({k: v for k, v in site.items() if v})
     if gpu_model:
         out["gpu_model"] = gpu_model

@@ -22,6 +22,9 @@
 #    and Slurm sets CUDA_VISIBLE_DEVICES for them.
 #  * TaskPlugin=task/affinity (task/none prints a cpu-binding warning into every job log).
 #  * MinJobAge=600 keeps finished jobs visible to squeue/scontrol (status via squeue).
+#  * jobacct_gather/linux with OverMemoryKill (polled every second) enforces --mem
+#    without cgroups (none in a container): a job over its mem_mb is killed as
+#    OUT_OF_MEMORY, its log saying so, as under a site's cgroup limit.
 #
 # Env: FAKE_GPU_TYPES (default "fake:2"): the node's GPU models and counts, comma separated,
 # e.g. "fake:2,h100:1" (two models: --gpus=fake:1 and --gpus=h100:1 are both schedulable,
@@ -88,7 +91,8 @@ acct_conf() {  # slurm.conf's accounting lines
     for t in ${GPU_TYPES//,/ }; do tres+=",gres/gpu:${t%%:*}"; done
     printf '%s\n' "AccountingStorageType=accounting_storage/slurmdbd" \
       "AccountingStorageHost=127.0.0.1" "AccountingStoragePort=$DBD_PORT" \
-      "AccountingStoreFlags=job_comment" "AccountingStorageTRES=$tres"
+      "AccountingStoreFlags=job_comment" "AccountingStorageTRES=$tres" \
+      "AccountingStorageEnforce=associations,limits,qos"
   else
     echo "AccountingStorageType=accounting_storage/none"
   fi
@@ -144,6 +148,21 @@ DBD
   [ -n "$ok" ] || die "slurmdbd does not answer (see $S/log/slurmdbd.log)"
   # (a reused state dir has it already: sacctmgr then says so and exits 1)
   sacctmgr -i add cluster cudalab-ci > /dev/null || true
+  add_limits
+}
+
+# Limits as a site sets them (AccountingStorageEnforce=limits applies them): QOS `short`
+# allows 45 minutes a job (MaxWall), account `small` 1 CPU and 1000 MB a job (MaxTRES).
+# The user keeps its default account (root) and QOS (normal, no limits), so other tests are
+# not limited; a test picks `short` or `small` (sbatch --qos / -A) to meet a limit.
+add_limits() {
+  local me
+  me=$(id -un)
+  sacctmgr -i add qos short MaxWall=45 > /dev/null || true
+  sacctmgr -i add account small Cluster=cudalab-ci > /dev/null || true
+  sacctmgr -i add user "$me" Account=small Cluster=cudalab-ci > /dev/null || true
+  sacctmgr -i modify user "$me" set QOS=normal,short DefaultQOS=normal > /dev/null
+  sacctmgr -i modify user "$me" where Account=small set MaxTRES=cpu=1,mem=1000 > /dev/null
 }
 
 up() {
@@ -209,7 +228,9 @@ SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=100
 GresTypes=gpu
 $(acct_conf)
-JobAcctGatherType=jobacct_gather/none
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=task=1
+JobAcctGatherParams=OverMemoryKill
 JobCompType=jobcomp/none
 MinJobAge=600
 $( [ "$NCPU" -gt "$(nproc)" ] && echo SlurmdParameters=config_overrides )

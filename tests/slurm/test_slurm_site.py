@@ -95,7 +95,8 @@ def site_runs(slurm_cluster, slurm_acct_off, tmp_path_factory) -> dict[str, Run]
     python = write_python_module(mods, "python/3.99")
     specs = {}
     for name, slurm, extra, limit_s in [
-        ("modules", {"modules": ["cuda/99.9", "python/3.99"]}, [], 150),
+        # the longest run (a doctor, a measure job, the report): room for a loaded machine
+        ("modules", {"modules": ["cuda/99.9", "python/3.99"]}, [], 240),
         ("badmod", {"modules": ["cuda/0.0-missing"]}, [], 150),
         ("nodoctor", {"modules": ["cuda/0.0-missing"], "doctor": False}, [], 150),
         ("nogpu", {}, [], 150),  # a GPU grid (naive) where no GPU can run it (no pycuda/GPU)
@@ -116,7 +117,7 @@ def site_runs(slurm_cluster, slurm_acct_off, tmp_path_factory) -> dict[str, Run]
     os.environ["CUDALAB_PENDING_POLL_S"] = "2"  # inherited by the snakemake processes
     t0 = time.monotonic()
     try:
-        runs = run_all(specs)
+        runs = run_all(specs, limit_s=240)
     finally:
         del os.environ["CUDALAB_PENDING_POLL_S"]
     runs["modules"].nvcc = nvcc  # type: ignore[attr-defined]
@@ -271,6 +272,10 @@ def test_jobs_are_found_in_sacct_by_rule_and_experiment(site_runs, slurm_account
     names = {rows[j][0] for j in jobs}
     assert len(names) == 1 and re.fullmatch(r"cudalab_[0-9a-f-]{36}", names.pop()), rows
     assert all(rows[j][2] == "COMPLETED" for j in jobs), rows
+    # without job_comment sacct's Comment is empty, but SubmitLine (kept whatever the flags;
+    # seen on 22.05 with the flag off) is the plugin's sbatch line, with the rule in it
+    lines = {r[0]: r[1] for r in sacct_jobs(list(jobs), "SubmitLine")}
+    assert all(f"--comment {comments[jobs[j]]}" in lines[j] for j in jobs), lines
 
 
 @pytest.mark.slurm

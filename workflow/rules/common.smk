@@ -195,8 +195,30 @@ def _gpu_flag(gpus, model):
     return (f"--gpus={model}:{gpus}" if model else f"--gpus={gpus}") if gpus else ""
 
 
+def watch_failures():
+    """In onstart: each failed job's cause on the console when Snakemake reports it, not
+    only at the end of the run (cudalab/failures.py: FailureNow)."""
+    import logging
+
+    from cudalab import failures as cudalab_failures
+
+    logging.getLogger("snakemake.logging").addHandler(cudalab_failures.FailureNow(Path.cwd()))
+
+
+def slurm_fit():
+    """The request as sbatch will get it: the plan's check (FIT), again where the command
+    line gives another QOS (--slurm-qos: the plugin puts it after the config's, so it wins)."""
+    forced = getattr(workflow.executor_settings, "qos", None) or ""
+    if not forced or forced == config["slurm"]["qos"] or FIT is None or not FIT.checked:
+        return FIT
+    from cudalab import site as cudalab_site
+
+    return cudalab_site.check_fit({**config, "slurm": {**config["slurm"], "qos": forced}})
+
+
 onstart:
     _write_config_json()
+    watch_failures()
     drop_leftover_doctor_flags()  # doctor.smk
     guard_interrupts()  # doctor.smk: a second Ctrl-C cannot leave jobs or flags behind
     # Under Slurm: never submit what cannot start, say how many sbatch jobs this run submits
@@ -208,11 +230,12 @@ onstart:
         _why = slurm_missing(plugin_installed=True) or (FIT and slurm_not_answering(FIT))
         if _why:
             raise WorkflowError(_why)
-        if FIT is not None and not FIT.fits:
+        _fit = slurm_fit()
+        if _fit is not None and not _fit.fits:
             raise WorkflowError(
-                "cudalab: the slurm: request cannot fit this cluster (sinfo), so its jobs "
-                "would wait for ever; nothing was submitted:\n"
-                + "\n".join(f"  - {p}" for p in FIT.problems)
+                "cudalab: the slurm: request cannot fit this cluster (sinfo, sacctmgr), so "
+                "its jobs would wait for ever; nothing was submitted:\n"
+                + "\n".join(f"  - {p}" for p in _fit.problems)
                 + "\nFix the slurm: block in config.yaml (`cudalab site` suggests one)."
             )
         print(slurm_submit_line(*_slurm_jobs()), file=sys.stderr)
