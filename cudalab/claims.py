@@ -88,6 +88,21 @@ def evaluate_try_this(name: str, df: pd.DataFrame) -> list[ClaimResult | None]:
             for t in exp.lesson.try_this]
 
 
+def course_fact(name: str, key: str, df: pd.DataFrame) -> str | None:
+    """The course fact `key` of experiment `name`'s lesson, computed from the whole run's
+    table (None: this run has nothing to say)."""
+    exp = REGISTRY.get(name)
+    fact = exp.lesson.course_facts.get(key) if exp is not None else None
+    if fact is None:
+        raise KeyError(f"{name}: no course fact {key!r}; the lesson has "
+                       f"{sorted(exp.lesson.course_facts) if exp else []}")
+    full = roofline.annotate(df)
+    try:
+        return fact(full, roofline.ceilings_of(full))
+    except KeyError:  # a table without a column the fact reads (an older run)
+        return None
+
+
 # The claim every lesson opens with: its results are right. A precondition of the lesson,
 # not its point, so a slide's one sentence is the first claim after it.
 CORRECTNESS_KEY = "correct"

@@ -1503,7 +1503,10 @@ def test_the_course_table_and_the_claim_state_one_copy_share(h100):
     course table's number is the one the claim reads."""
     row = next(r for r in course.course_table(h100) if r["lesson"].startswith("nvprof"))
     claim = _judged(h100)["copies_dominate"]
-    assert row["check"] == claim.state.value == "seen"
+    assert row["verdict"]["state"] == "reproduced" and claim.state.value == "seen"
+    # why: the copies' own rates beside the transfer lesson's pageable and pinned copies
+    assert row["why"]["kind"] == "fact" and "pageable 8.25 GB/s" in row["why"]["statement"]
+    assert "they run at the pageable rate" in row["why"]["statement"]
     assert f"= {fmt.percent(row['this'])} for tiled (16x16) at 160x240.240x320" in \
         claim.evidence
     assert 90 < row["this"] < 95  # the share with cudaMalloc counted read 80 %

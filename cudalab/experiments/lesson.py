@@ -208,6 +208,7 @@ class Lesson:
     questions: Sequence[str] = ()
     sources: Mapping[str, str] = field(default_factory=dict)
     slide_figure: tuple[str, int] | None = None
+    course_facts: Mapping[str, Explanation] = field(default_factory=dict)
 
 
 # -- flips: the data changes the mutation test applies ---------------------------------------

@@ -100,8 +100,10 @@ def occupancy_knee(d: pd.DataFrame, c: Ceilings) -> str | None:
         s += f" (its best is {fmt.percent(100 * best / dram)} of the {what})"
     below = v[v["occ"] < full["occ"].min()]
     if len(below):
-        s += (f"; below that it drops to {fmt.bandwidth(below['gbps'].min())}: too few "
-              "resident warps to hide memory latency")
+        s += (f"; below that it drops to {fmt.bandwidth(below['gbps'].min())} (too few "
+              "resident warps to hide memory latency is one hypothesis, a fixed cost per "
+              "block another: timing empty kernels over block counts and sizes would tell "
+              "them apart)")
     slow = v[(v["occ"] >= full["occ"].min()) & (v["gbps"] < FULL_BANDWIDTH_SHARE * best)]
     if len(slow):
         sizes = ", ".join(str(int(b)) for b in sorted(slow["p_block_size"]))
@@ -262,17 +264,19 @@ def _underfilled(d: pd.DataFrame, c: Ceilings) -> Judgement:
         f"theoretical {fmt.percent(100 * r['occ'])}" for _, r in small.iterrows()))
 
 
-def _block_limited(d: pd.DataFrame, c: Ceilings) -> Judgement:
-    v = _vec(d, "vec_mul")
+def small_blocks_limiter(t: pd.DataFrame, c: Ceilings) -> str | None:
+    """Course fact: what holds vec_mul's 32-thread blocks on this GPU, from the limits
+    table (arithmetic, not a measurement: the driver's agreement is its check)."""
+    v = _vec(t[t["experiment"] == "occupancy"], "vec_mul")
     one = v[v["threads"] == 32].dropna(subset=["occ"])
     if one.empty:
-        return no_data("no vec_mul point with 32-thread blocks")
+        return None
     r = one.iloc[0]
-    limiter = str(r.get("m_limiter") or "")
-    return judged("blocks" in limiter.split("+") and r["occ"] < FULL_OCCUPANCY,
-                  f"vec_mul with 32-thread blocks: {fmt.integer(r.get('m_blocks_theory'))} "
-                  f"blocks per SM, limited by {limiter or 'unknown'}: "
-                  f"{fmt.percent(100 * r['occ'])} of the warp slots")
+    limiter = str(r.get("m_limiter") or "unknown")
+    return (f"From the limits table (arithmetic, which the driver confirms at every point "
+            f"where the calculator's check is seen): vec_mul with 32-thread blocks holds "
+            f"{fmt.integer(r.get('m_blocks_theory'))} blocks per SM, limited by {limiter}: "
+            f"{fmt.percent(100 * r['occ'])} of the warp slots.")
 
 
 # -- flips -----------------------------------------------------------------------------------
@@ -346,10 +350,6 @@ CLAIMS = (
           f"Compute's achieved occupancy of vec_mul stays under {UNDERFILLED:.0%} of the "
           "theoretical (blocks that start and retire within microseconds)", _underfilled,
           _small_blocks_filled, "small_blocks_underfilled"),
-    Claim("one-warp blocks are limited by the SM's block slots: with 32-thread blocks the "
-          "calculator's limiter for vec_mul is the block count, below full occupancy",
-          _block_limited, lambda d: with_value(d, _of("vec_mul", 32), "m_limiter", "warps"),
-          "small_blocks_block_limited"),
 )
 
 LESSON = Lesson(
@@ -378,6 +378,7 @@ LESSON = Lesson(
     },
     claims=CLAIMS,
     explanations=EXPLANATIONS,
+    course_facts={"small_blocks_limiter": small_blocks_limiter},
     try_this=[
         TryThis("occupancy.live_values: 32", "vec_mul_regs keeps fewer values live and uses fewer "
                 "registers: its occupancy curve rises, and the largest blocks, which it could not "
