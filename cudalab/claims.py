@@ -78,6 +78,35 @@ def evaluate_claim(name: str, claim: Claim, df: pd.DataFrame) -> ClaimResult | N
     return _judge_one(REGISTRY[name], claim, sub, roofline.ceilings_of(full))
 
 
+JUDGED = (State.SEEN, State.NOT_SEEN)
+
+
+def flip_audit(name: str, claim: Claim, df: pd.DataFrame) -> tuple[bool, str]:
+    """Whether `claim` of experiment `name` is judged on df, and what is wrong with its
+    flip there ('' : nothing). A claim judged seen or not seen must turn over when its flip
+    is applied: one whose check gives the same state on the data and on the flipped data
+    passes (or fails) whatever the data, so it cannot fail; a flip that changes no value,
+    or leaves the claim without a verdict, shows nothing either."""
+    rows = df["experiment"] == name
+    before = evaluate_claim(name, claim, df) if rows.any() else None
+    if before is None or before.state not in JUDGED:
+        return False, ""
+    label = f"{name}:{claim.name}"
+    if claim.flip is None:
+        return True, f"{label} has no flip: nothing shows it can fail"
+    changed = claim.flip(df[rows].copy())
+    if changed.reset_index(drop=True).equals(df[rows].reset_index(drop=True)):
+        return True, f"{label}: its flip changes no value of the data"
+    after = evaluate_claim(name, claim, pd.concat([df[~rows], changed], ignore_index=True))
+    if after is None or after.state not in JUDGED:
+        return True, (f"{label}: {before.state.value} on the data, "
+                      f"{after.state.value if after else 'no rows'} on its flip")
+    if after.state is before.state:
+        return True, (f"{label} is {before.state.value} on the data and on its flipped data: "
+                      "its check gives the same answer either way, so it cannot fail")
+    return True, ""
+
+
 def evaluate_try_this(name: str, df: pd.DataFrame) -> list[ClaimResult | None]:
     """Each Try-this prediction of the lesson judged on this run (None: it has no claim,
     or the run has no rows of the experiment)."""

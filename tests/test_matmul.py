@@ -560,11 +560,27 @@ def test_claims_on_a_synthetic_table():
     cpu = ex["gpu_vs_cpu"]
     assert cpu.passed and "numpy BLAS, threads not recorded" in cpu.evidence
     assert ex["copies_dominate"].passed and "tiled (16x16)" in ex["copies_dominate"].evidence
-    assert ex["naive_load_bound"].passed
-    # no DRAM ceiling, no kernel past register tiling, no float64 point: not measured
-    for key in ("naive_cache_fed", "ladder_near_cublas", "dgemm_tensor_cores", "fp64_slower",
-                "block_tile_tradeoff"):
+    # no DRAM or shared-memory ceiling, no kernel past register tiling, no float64 point
+    for key in ("naive_cache_fed", "naive_load_bound", "ladder_near_cublas",
+                "dgemm_tensor_cores", "fp64_slower", "block_tile_tradeoff"):
         assert ex[key].state.value == "not measured", (key, ex[key])
+
+
+@pytest.mark.parametrize(("asks", "state"), [(0.7, "seen"), (0.2, "not seen")])
+def test_the_naive_load_claim_fails_for_a_kernel_held_by_something_else(asks, state):
+    """'Its loads limit it' is judged against what the loads ask of the L1: a naive kernel
+    as slow as before but on a GPU whose shared-memory ceiling is 5x its load traffic (held
+    by latency, not its loads) is not seen; the old claim (under a quarter of the FP32
+    ceiling) held for any slow kernel."""
+    df = _table(synthetic_records())
+    naive = _judged(df)["naive_load_bound"]
+    assert naive.state.value == "not measured" and "shared-memory ceiling" in naive.evidence
+    rows = df[(df["variant"] == "naive") & (df["status"] == "ok")]
+    big = rows.loc[rows["flops"].astype(float).idxmax()]
+    smem = float(big["gflops"]) * 4.0 / asks
+    got = _judged(df.assign(ceil_smem_gbps=smem))["naive_load_bound"]
+    assert got.state.value == state, got
+    assert f"{fmt.percent(100 * asks)} of the measured shared-memory ceiling" in got.evidence
 
 
 def test_claims_fail_when_the_data_says_so():

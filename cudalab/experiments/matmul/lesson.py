@@ -359,9 +359,10 @@ def _naive_fed(d: pd.DataFrame, c: Ceilings) -> Judgement:
 
 
 def _naive_load_bound(d: pd.DataFrame, c: Ceilings) -> Judgement:
-    row, (smem, kind) = _naive_row(d), c.bandwidth("smem")
+    row = _naive_row(d)
+    smem, kind = (c.smem, "measured") if math.isfinite(c.smem) else (c.smem_peak, "theoretical")
     if row is None or not math.isfinite(smem):
-        return no_data("no naive point, or no measured shared-memory ceiling, in this run")
+        return no_data("no naive point, or no shared-memory ceiling, in this run")
     asked = row["gflops"] * NAIVE_BYTES_PER_FLOP
     return judged(asked >= NAIVE_L1_SHARE * smem,
                   f"{_rate(row)} at {row['size']} x {fmt.number(NAIVE_BYTES_PER_FLOP)} bytes "
