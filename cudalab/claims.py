@@ -139,9 +139,12 @@ CORRECTNESS_KEY = "correct"
 
 def headline(name: str, df: pd.DataFrame) -> ClaimResult | None:
     """The lesson's point judged on this run (the slides' one sentence): its first claim
-    other than the correctness check, else the correctness check."""
+    other than the correctness check and the checks of the tool (Claim.tool), else the
+    first claim."""
     got = evaluate(name, df)
-    point = [r for r in got if r.key != CORRECTNESS_KEY]
+    exp = REGISTRY.get(name)
+    tools = {c.name for c in exp.lesson.claims if c.tool} if exp is not None else set()
+    point = [r for r in got if r.key != CORRECTNESS_KEY and r.key not in tools]
     return (point or got or [None])[0]
 
 

@@ -249,3 +249,14 @@ def test_every_claim_is_judged_on_the_references(refs):
                 counts[r.state.value] = counts.get(r.state.value, 0) + 1
                 assert r.evidence, (label, name, r.statement)
     assert counts.get("seen", 0) > 40
+
+
+def test_a_headline_is_a_lesson_not_a_check_of_the_tool(refs):
+    """The slides' one sentence is the lesson's point: the checks of cudalab itself (its
+    calculator against the driver, its limits table, its peaks) are never chosen where the
+    lesson has a claim of its own."""
+    tools = {(n, c.name) for n, e in REGISTRY.items() for c in e.lesson.claims if c.tool}
+    assert {("occupancy", "calc_agrees_driver"), ("occupancy", "api_agrees_driver"),
+            ("device_query", "limits_table_matches")} <= tools
+    got = claims.headline("occupancy", refs["H100"])
+    assert got is not None and got.key == "api_picks_largest", got

@@ -316,10 +316,11 @@ CLAIMS = (
           _correct, one_wrong, "correct"),
     Claim("the occupancy calculator agrees with the CUDA driver "
           "(cuOccupancyMaxActiveBlocksPerMultiprocessor) at every point", _calc_agrees,
-          lambda d: with_value(d, _first, "m_calc_agrees", 0), "calc_agrees_driver"),
+          lambda d: with_value(d, _first, "m_calc_agrees", 0), "calc_agrees_driver",
+          tool=True),
     Claim("the calculator picks the block size cuOccupancyMaxPotentialBlockSize picks",
           _api_agrees, lambda d: with_value(d, _first, "m_api_agrees", 0),
-          "api_agrees_driver"),
+          "api_agrees_driver", tool=True),
     Claim("cuOccupancyMaxPotentialBlockSize picks, for each vector kernel, the largest "
           "measured block size at that kernel's best theoretical occupancy (the block sizes "
           "that reach it tie; the API keeps the largest)", _api_largest,
