@@ -196,3 +196,42 @@ def test_each_lesson_keeps_its_course_numbers_in_its_folder():
     for e in lessons:
         assert course.course_file(REGISTRY[e["match"]["experiment"]]).is_file()
     assert lessons[0]["match"]["experiment"] == "device_query"
+
+
+def _render_course_table(rows) -> str:
+    from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+    env = Environment(loader=FileSystemLoader(ROOT / "reports" / "templates"),
+                      autoescape=select_autoescape(["html", "j2"]))
+    env.filters["fmt"] = str
+    return env.get_template("compare.html.j2").render(
+        course_rows=rows, course_counts=course.verdict_counts(rows),
+        course_rule=course.verdict_rule(), comparison=None)
+
+
+def test_the_rendered_course_table_says_what_held(rows):
+    """The teacher's table: a verdict per lesson row with its thresholds stated, the GPU's
+    properties apart with the tool's check, and no 'seen' verdict column."""
+    page = _render_course_table(list(rows.values()))
+    import re
+
+    shown = dict(re.findall(r'data-course-row="([^"]+)" data-verdict="([^"]+)"', page))
+    assert shown["coalescing: an uncoalesced (misaligned) copy"] == "not reproduced"
+    assert shown["matmul 160×240 · 240×320: tiled / naive speed-up"] == "partly"
+    assert shown["the GPU&#39;s FP32 peak"] == "context"
+    assert "does this GPU show it?" in page and "lesson seen here?" not in page
+    assert "For scale: the two GPUs" in page and "check of the tool" in page
+    assert course.verdict_rule() in page.replace("&#39;", "'")
+    assert "Computed from this run:" in page  # the copies beside the transfer lesson
+
+
+def test_a_run_without_a_gpu_gets_not_measured_verdicts(h100):
+    """Every lesson row of a run that measured nothing is 'not measured', never a verdict,
+    and no why cell calls a not-measured claim 'measured'."""
+    empty = h100.assign(status="not_measured", reason="no GPU")
+    rows = course.course_table(empty)
+    assert {r["verdict"]["state"] for r in rows if r["verdict"]} == {"not measured"}
+    page = _render_course_table(rows)
+    assert "measured, not measured" not in page
+    assert course.verdict_counts(rows)["not measured"] == sum(r["kind"] == "lesson"
+                                                              for r in rows)
