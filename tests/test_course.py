@@ -4,6 +4,7 @@ produced from data."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import jsonschema
@@ -213,8 +214,6 @@ def test_the_rendered_course_table_says_what_held(rows):
     """The teacher's table: a verdict per lesson row with its thresholds stated, the GPU's
     properties apart with the tool's check, and no 'seen' verdict column."""
     page = _render_course_table(list(rows.values()))
-    import re
-
     shown = dict(re.findall(r'data-course-row="([^"]+)" data-verdict="([^"]+)"', page))
     assert shown["coalescing: an uncoalesced (misaligned) copy"] == "not reproduced"
     assert shown["matmul 160×240 · 240×320: tiled / naive speed-up"] == "partly"
