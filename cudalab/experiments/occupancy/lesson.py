@@ -366,9 +366,10 @@ LESSON = Lesson(
         "launch its largest blocks at all; the shared-memory kernel starved at small "
         "blocks, where the per-block shared memory, not the threads, fills the SM. "
         "Theoretical occupancy is an upper bound, not a prediction: the smallest blocks can "
-        "reach full occupancy on paper yet run slower, because blocks that start and retire "
-        "within microseconds leave warp slots empty (Nsight Compute's achieved occupancy, "
-        "with profile.ncu on, shows how many). The project's calculator must agree with the "
+        "reach full occupancy on paper yet run slower; one hypothesis is that blocks that "
+        "start and retire within microseconds leave warp slots empty (Nsight Compute's "
+        "achieved occupancy, with profile.ncu on, measures it). The project's calculator "
+        "must agree with the "
         "CUDA driver at every point. The claims below judge each of these on this run."
     ),
     figures={
