@@ -365,8 +365,8 @@ def _naive_load_bound(d: pd.DataFrame, c: Ceilings) -> Judgement:
         return no_data("no naive point, or no shared-memory ceiling, in this run")
     asked = row["gflops"] * NAIVE_BYTES_PER_FLOP
     return judged(asked >= NAIVE_L1_SHARE * smem,
-                  f"{_rate(row)} at {row['size']} x {fmt.number(NAIVE_BYTES_PER_FLOP)} bytes "
-                  f"per flop = {fmt.bandwidth(asked)} of loads = "
+                  f"{_rate(row)} at {row['size']}; at {fmt.number(NAIVE_BYTES_PER_FLOP)} bytes "
+                  f"per flop, {fmt.bandwidth(asked)} of loads = "
                   f"{fmt.percent(100 * asked / smem)} of the {kind} shared-memory ceiling "
                   f"{fmt.bandwidth(smem)}")
 
