@@ -259,4 +259,4 @@ def test_a_headline_is_a_lesson_not_a_check_of_the_tool(refs):
     assert {("occupancy", "calc_agrees_driver"), ("occupancy", "api_agrees_driver"),
             ("device_query", "limits_table_matches")} <= tools
     got = claims.headline("occupancy", refs["H100"])
-    assert got is not None and got.key == "api_picks_largest", got
+    assert got is not None and got.key == "regs_lower_occupancy", got

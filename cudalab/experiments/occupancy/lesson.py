@@ -321,15 +321,15 @@ CLAIMS = (
     Claim("the calculator picks the block size cuOccupancyMaxPotentialBlockSize picks",
           _api_agrees, lambda d: with_value(d, _first, "m_api_agrees", 0),
           "api_agrees_driver", tool=True),
+    Claim("more registers per thread, fewer resident warps: vec_mul_regs' best occupancy is "
+          "below vec_mul's", _regs_lower,
+          lambda d: with_value(d, _of("vec_mul_regs"), "m_occupancy_theory", 1.0),
+          "regs_lower_occupancy"),
     Claim("cuOccupancyMaxPotentialBlockSize picks, for each vector kernel, the largest "
           "measured block size at that kernel's best theoretical occupancy (the block sizes "
           "that reach it tie; the API keeps the largest)", _api_largest,
           lambda d: with_value(d, lambda x: x["variant"].isin(VEC), "m_api_block_size", 256),
           "api_picks_largest"),
-    Claim("more registers per thread, fewer resident warps: vec_mul_regs' best occupancy is "
-          "below vec_mul's", _regs_lower,
-          lambda d: with_value(d, _of("vec_mul_regs"), "m_occupancy_theory", 1.0),
-          "regs_lower_occupancy"),
     Claim(f"below {LOW_OCCUPANCY:.0%} theoretical occupancy a memory-bound vector kernel "
           f"(vec_mul, vec_mul_smem) keeps under {FULL_BANDWIDTH_SHARE:.0%} of its own best "
           "bandwidth (median of those points)", _low_loses,
