@@ -66,6 +66,8 @@ def _cell(col: str, row: pd.Series) -> str:
     if col == "reason":  # long text: a tooltip, the cell stays narrow
         r = "" if fmt.missing(row.get(col)) else str(row[col])
         return f'<span title="{html.escape(r)}">{html.escape(r[:60])}</span>'
+    if col == "pct_peak_gflops" and str(row.get("roof_name") or "FP32") != "FP32":
+        return ""  # a float64 or tensor-core point: its share of its own roof is beside it
     if col in ("pct_ceil_gbps", "pct_ceil_gflops"):
         text = fmt.percent(row.get(col))
         roof = row.get("roof_name") if col == "pct_ceil_gflops" else None
