@@ -78,6 +78,35 @@ def evaluate_claim(name: str, claim: Claim, df: pd.DataFrame) -> ClaimResult | N
     return _judge_one(REGISTRY[name], claim, sub, roofline.ceilings_of(full))
 
 
+JUDGED = (State.SEEN, State.NOT_SEEN)
+
+
+def flip_audit(name: str, claim: Claim, df: pd.DataFrame) -> tuple[bool, str]:
+    """Whether `claim` of experiment `name` is judged on df, and what is wrong with its
+    flip there ('' : nothing). A claim judged seen or not seen must turn over when its flip
+    is applied: one whose check gives the same state on the data and on the flipped data
+    passes (or fails) whatever the data, so it cannot fail; a flip that changes no value,
+    or leaves the claim without a verdict, shows nothing either."""
+    rows = df["experiment"] == name
+    before = evaluate_claim(name, claim, df) if rows.any() else None
+    if before is None or before.state not in JUDGED:
+        return False, ""
+    label = f"{name}:{claim.name}"
+    if claim.flip is None:
+        return True, f"{label} has no flip: nothing shows it can fail"
+    changed = claim.flip(df[rows].copy())
+    if changed.reset_index(drop=True).equals(df[rows].reset_index(drop=True)):
+        return True, f"{label}: its flip changes no value of the data"
+    after = evaluate_claim(name, claim, pd.concat([df[~rows], changed], ignore_index=True))
+    if after is None or after.state not in JUDGED:
+        return True, (f"{label}: {before.state.value} on the data, "
+                      f"{after.state.value if after else 'no rows'} on its flip")
+    if after.state is before.state:
+        return True, (f"{label} is {before.state.value} on the data and on its flipped data: "
+                      "its check gives the same answer either way, so it cannot fail")
+    return True, ""
+
+
 def evaluate_try_this(name: str, df: pd.DataFrame) -> list[ClaimResult | None]:
     """Each Try-this prediction of the lesson judged on this run (None: it has no claim,
     or the run has no rows of the experiment)."""
@@ -88,6 +117,21 @@ def evaluate_try_this(name: str, df: pd.DataFrame) -> list[ClaimResult | None]:
             for t in exp.lesson.try_this]
 
 
+def course_fact(name: str, key: str, df: pd.DataFrame) -> str | None:
+    """The course fact `key` of experiment `name`'s lesson, computed from the whole run's
+    table (None: this run has nothing to say)."""
+    exp = REGISTRY.get(name)
+    fact = exp.lesson.course_facts.get(key) if exp is not None else None
+    if fact is None:
+        raise KeyError(f"{name}: no course fact {key!r}; the lesson has "
+                       f"{sorted(exp.lesson.course_facts) if exp else []}")
+    full = roofline.annotate(df)
+    try:
+        return fact(full, roofline.ceilings_of(full))
+    except KeyError:  # a table without a column the fact reads (an older run)
+        return None
+
+
 # The claim every lesson opens with: its results are right. A precondition of the lesson,
 # not its point, so a slide's one sentence is the first claim after it.
 CORRECTNESS_KEY = "correct"
@@ -95,9 +139,12 @@ CORRECTNESS_KEY = "correct"
 
 def headline(name: str, df: pd.DataFrame) -> ClaimResult | None:
     """The lesson's point judged on this run (the slides' one sentence): its first claim
-    other than the correctness check, else the correctness check."""
+    other than the correctness check and the checks of the tool (Claim.tool), else the
+    first claim."""
     got = evaluate(name, df)
-    point = [r for r in got if r.key != CORRECTNESS_KEY]
+    exp = REGISTRY.get(name)
+    tools = {c.name for c in exp.lesson.claims if c.tool} if exp is not None else set()
+    point = [r for r in got if r.key != CORRECTNESS_KEY and r.key not in tools]
     return (point or got or [None])[0]
 
 

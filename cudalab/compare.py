@@ -907,7 +907,9 @@ def report_context(df: pd.DataFrame, config: dict[str, Any], cmp: pd.DataFrame |
     this = _this_run(df, config)[0] if len(df) else None
     own = df if this is None or not this.gpu else df[df["gpu_name"].isin([this.gpu]) |
                                                      df["gpu_name"].isna()]
-    ctx: dict[str, Any] = {"course_rows": course.course_table(own), "comparison": None}
+    rows = course.course_table(own)
+    ctx: dict[str, Any] = {"course_rows": rows, "course_counts": course.verdict_counts(rows),
+                           "course_rule": course.verdict_rule(), "comparison": None}
     if cmp is None:
         return ctx
     max_rows = config["report"]["max_table_rows"]

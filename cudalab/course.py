@@ -1,5 +1,6 @@
 """The course as a baseline: its published measurements beside this run's numbers, one row
-per lesson, with the lesson's check and why they differ.
+per course measurement, with a verdict (does this GPU show the course's effect?) and why
+they differ.
 
 Each experiment's folder holds its part of the course in course.yaml (checked against SCHEMA
 when loaded), a list of `lessons`:
@@ -7,14 +8,22 @@ when loaded), a list of `lessons`:
   order    its place in the course table (the course's order, not the report's sections)
   course   value + unit as the course printed them, the GPU it ran on, a note
   match    point (a point_id) or variant (its first ok row) + metric (a column of
-           results.csv), times scale (s -> ms: 1000); or ratio: [point_a, point_b] = metric
-           of point_a / metric of point_b; experiment: the folder's, unless named
-  check    the key of the lesson's claim that states it (its state is the table's
-           "seen here?")
-  why      why this GPU's number differs from the course's, in one of two forms:
+           results.csv), times scale (s -> ms: 1000), divided by the row's column `per`
+           where given; or ratio: [point_a, point_b] = metric of point_a / metric of
+           point_b; experiment: the folder's, unless named
+  effect   how the course's effect is read from its number, for the verdict (VERDICTS):
+           speedup (a ratio where 1 is no effect: a speed-up or a slow-down), level (the
+           number itself: cycles, a share of time) or {shortfall_of: N} (how far the number
+           stays below N: occupancy below 100 %, increments lost of those made)
+  context  instead of effect: the row is a property of the GPU (SMs, peaks), not an effect
+           of the course's code; it gets no verdict, and tool_check names the claim that
+           checks cudalab's own reading of it (shown as a check of the tool)
+  why      why this GPU's number differs from the course's, in one of three forms:
            claim: the key of a claim that measures the reason (its statement, state and
-           evidence are shown), or hypothesis: a reason this run cannot measure, worded as
-           one (no measured number), with test: what would test it
+           evidence are shown); fact: the name of one of the lesson's course_facts, a
+           sentence computed from this run's table (what the data shows, no verdict); or
+           hypothesis: a reason this run cannot measure, worded as one (no measured
+           number), with test: what would test it
   course_error  where the course itself is wrong: says (its words), fact, source
   k80      what cudalab's occupancy calculator says for the course's GPU (cc 3.7):
            occupancy_at: <block size> (in %) or api_block_size: true
@@ -49,7 +58,7 @@ _MATCH = {
     "properties": {
         "experiment": {"type": "string"}, "point": {"type": "string"},
         "variant": {"type": "string"}, "metric": {"type": "string"},
-        "scale": {"type": "number"},
+        "scale": {"type": "number"}, "per": {"type": "string"},
         "ratio": {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 2},
     },
     "oneOf": [{"required": ["point"]}, {"required": ["variant"]}, {"required": ["ratio"]}],
@@ -59,6 +68,7 @@ SCHEMA = {
     "properties": {"lessons": {"type": "array", "minItems": 1, "items": {
         "type": "object", "additionalProperties": False,
         "required": ["lesson", "order", "course", "match", "why"],
+        "oneOf": [{"required": ["effect"]}, {"required": ["context", "tool_check"]}],
         "properties": {
             "lesson": {"type": "string"},
             "order": {"type": "integer"},
@@ -67,11 +77,17 @@ SCHEMA = {
                        "properties": {"value": {"type": "number"}, "unit": {"type": "string"},
                                       "gpu": {"type": "string"}, "note": {"type": "string"}}},
             "match": _MATCH,
-            "check": {"type": "string"}, "why_plain": {"type": "string"},
+            "effect": {"oneOf": [
+                {"enum": ["speedup", "level"]},
+                {"type": "object", "additionalProperties": False,
+                 "required": ["shortfall_of"],
+                 "properties": {"shortfall_of": {"type": "number"}}}]},
+            "context": {"type": "string"}, "tool_check": {"type": "string"},
             "why": {"oneOf": [
-                {"type": "string"},  # older entries (why_plain beside), until converted
                 {"type": "object", "additionalProperties": False, "required": ["claim"],
                  "properties": {"claim": {"type": "string"}}},
+                {"type": "object", "additionalProperties": False, "required": ["fact"],
+                 "properties": {"fact": {"type": "string"}}},
                 {"type": "object", "additionalProperties": False,
                  "required": ["hypothesis", "test"],
                  "properties": {"hypothesis": {"type": "string"}, "test": {"type": "string"}}},
@@ -142,6 +158,9 @@ def this_value(df: pd.DataFrame, match: dict[str, Any]) -> tuple[float | None, p
     if row is None or metric not in df:
         return None, row
     v = _num(row[metric])
+    if v is not None and "per" in match:  # e.g. GFLOP/s per GB/s of the DRAM ceiling
+        per = _num(row.get(match["per"]))
+        v = v / per if per else None
     return (v * match.get("scale", 1) if v is not None else None), row
 
 
@@ -161,9 +180,10 @@ def _claim(judged: dict[str, dict[str, ClaimResult]], experiment: str,
     return judged.get(experiment, {}).get(key) if key else None
 
 
-def lesson_check(judged: dict[str, dict[str, ClaimResult]], experiment: str,
-                 key: str | None) -> str:
-    """The state of the lesson's claim ('' : the entry names none)."""
+def tool_check(judged: dict[str, dict[str, ClaimResult]], experiment: str,
+               key: str | None) -> str:
+    """The state of the claim that checks cudalab's reading of a context row ('' : the
+    entry names none)."""
     if not key:
         return ""
     c = _claim(judged, experiment, key)
@@ -171,12 +191,16 @@ def lesson_check(judged: dict[str, dict[str, ClaimResult]], experiment: str,
 
 
 def why_row(entry: dict[str, Any], judged: dict[str, dict[str, ClaimResult]],
-            experiment: str) -> dict[str, str]:
-    """The 'why they differ' cell: a measured reason (a claim judged on this run) or a
-    hypothesis with what would test it."""
+            experiment: str, df: pd.DataFrame | None = None) -> dict[str, str]:
+    """The 'why they differ' cell: a measured reason (a claim judged on this run), what
+    the run's data shows (a course fact computed from the whole table), or a hypothesis
+    with what would test it."""
     why = entry["why"]
-    if isinstance(why, str):
-        return {"kind": "hypothesis", "statement": entry.get("why_plain", ""), "test": ""}
+    if "fact" in why:
+        said = claims.course_fact(experiment, why["fact"], df) if df is not None else None
+        return {"kind": "fact", "statement": said or "",
+                "state": "computed" if said else "not measured",
+                "evidence": "" if said else "not measured in this run"}
     if "claim" in why:
         c = _claim(judged, experiment, why["claim"])
         if c is None:
@@ -185,6 +209,65 @@ def why_row(entry: dict[str, Any], judged: dict[str, dict[str, ClaimResult]],
         return {"kind": "claim", "statement": c.statement, "state": c.state.value,
                 "evidence": c.evidence}
     return {"kind": "hypothesis", "statement": why["hypothesis"], "test": why["test"]}
+
+
+# -- the verdict: does this GPU show the course's effect? -----------------------------------
+# The effect of a speed-up or slow-down is how far its ratio is from 1 (2.5x: 1.5), of a
+# shortfall how far the number stays below its whole (25 % occupancy: 75 points); "share"
+# is this GPU's effect over the course's, in the same direction when positive.
+REPRODUCED_SHARE = 0.5  # at least half the course's effect (or more): reproduced
+PARTLY_SHARE = 0.2  # a fifth to a half: partly; below a fifth, or reversed: not reproduced
+# A level (cycles, a share of time) is reproduced within this factor of the course's either
+# way, partly within PARTLY_FACTOR, else not reproduced.
+LEVEL_FACTOR = 2.0
+PARTLY_FACTOR = 4.0
+REPRODUCED, PARTLY, NOT_REPRODUCED, NOT_MEASURED = (
+    "reproduced", "partly", "not reproduced", "not measured")
+VERDICTS = (REPRODUCED, PARTLY, NOT_REPRODUCED, NOT_MEASURED)
+
+
+def effect_share(effect: str | dict[str, float], course: float, this: float) -> float | None:
+    """This GPU's effect over the course's (None: the course's number shows no effect, or
+    effect is a level, which has no share)."""
+    if effect == "speedup":
+        base = 1.0
+    elif isinstance(effect, dict):
+        base = float(effect["shortfall_of"])
+    else:
+        return None
+    return (this - base) / (course - base) if course != base else None
+
+
+def verdict(effect: str | dict[str, float], course: float, this: float | None,
+            ) -> dict[str, Any]:
+    """The course's effect against this GPU's: state (one of VERDICTS), the ratio it was
+    judged on (share of the effect, or this / course for a level) and a short text."""
+    if this is None or not math.isfinite(this):
+        return {"state": NOT_MEASURED, "ratio": None, "text": "not measured in this run"}
+    share = effect_share(effect, course, this)
+    if share is not None:
+        state = (REPRODUCED if share >= REPRODUCED_SHARE else
+                 PARTLY if share >= PARTLY_SHARE else NOT_REPRODUCED)
+        what = ("reversed: the opposite of the course's effect" if share < 0 else
+                f"effect {fmt.ratio(share)} the course's")
+        return {"state": state, "ratio": share, "text": what}
+    if effect != "level" or not course or this <= 0 or course < 0:
+        return {"state": NOT_MEASURED, "ratio": None, "text": "no effect to compare"}
+    factor = this / course
+    off = max(factor, 1 / factor)
+    state = (REPRODUCED if off <= LEVEL_FACTOR else
+             PARTLY if off <= PARTLY_FACTOR else NOT_REPRODUCED)
+    return {"state": state, "ratio": factor, "text": f"{fmt.ratio(factor)} the course's"}
+
+
+def verdict_rule() -> str:
+    """The thresholds in words, for the table's caption and the docs."""
+    return (f"reproduced: the same direction and at least {REPRODUCED_SHARE:.0%} of the "
+            f"course's effect (a speed-up's effect is how far it is from 1×; a level within "
+            f"{LEVEL_FACTOR:g}× of the course's either way); partly: {PARTLY_SHARE:.0%} to "
+            f"{REPRODUCED_SHARE:.0%} of the effect (a level within {PARTLY_FACTOR:g}×); "
+            "not reproduced: less, or the opposite direction; not measured: this run has "
+            "no number for it")
 
 
 def show(v: float | None) -> str:
@@ -214,8 +297,10 @@ def texts(value: float | None, unit: str, ratio: float | None, k80: float | None
 
 def course_table(df: pd.DataFrame, lessons: list[dict[str, Any]] | None = None,
                  ) -> list[dict[str, Any]]:
-    """One row per lesson: the course's number, this GPU's, ratio (this / course), the
-    lesson's check, cudalab's calculator on the K80 where it applies, and why they differ."""
+    """One row per course measurement: the course's number, this GPU's, ratio (this /
+    course), the verdict (a lesson row; a context row, a property of the GPU, has none and
+    shows the tool's check instead), cudalab's calculator on the K80 where it applies, and
+    why they differ."""
     lessons = lessons if lessons is not None else load()
     judged = {name: {c.key: c for c in claims.evaluate(name, df)}
               for name in df["experiment"].unique() if name in REGISTRY} if len(df) else {}
@@ -224,23 +309,32 @@ def course_table(df: pd.DataFrame, lessons: list[dict[str, Any]] | None = None,
         m, c = entry["match"], entry["course"]
         value, row = this_value(df, m)
         ratio = value / c["value"] if value is not None and c["value"] else None
+        k80 = k80_value(entry.get("k80"), row)
+        context = "context" in entry
         rows.append({
             "lesson": entry["lesson"], "experiment": m["experiment"],
+            "kind": "context" if context else "lesson", "context": entry.get("context", ""),
             "course": c["value"], "unit": c["unit"], "course_gpu": c["gpu"],
             "course_note": c.get("note", ""), "this": value,
-            "ratio": ratio, "k80_calc": k80_value(entry.get("k80"), row),
-            "check": lesson_check(judged, m["experiment"], entry.get("check")),
+            "ratio": ratio, "k80_calc": k80,
+            "verdict": None if context else verdict(entry["effect"], c["value"], value),
+            "tool_check": (tool_check(judged, m["experiment"], entry["tool_check"])
+                           if context else ""),
             "text": {"course": show(c["value"]), "this": show(value),
-                     "ratio": show(ratio),
-                     "k80_calc": show(k80_value(entry.get("k80"), row)),
+                     "ratio": show(ratio), "k80_calc": show(k80),
                      "course_q": fmt.quantity(c["value"], c["unit"]),
-                     **texts(value, c["unit"], ratio, k80_value(entry.get("k80"), row),
-                             "k80" in entry)},
-            "why": why_row(entry, judged, m["experiment"]),
+                     **texts(value, c["unit"], ratio, k80, "k80" in entry)},
+            "why": why_row(entry, judged, m["experiment"], df),
             "course_error": entry.get("course_error"),
             "measured": value is not None,
         })
     return rows
+
+
+def verdict_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """How many lesson rows have each verdict (all four named, zeros included)."""
+    return {v: sum(1 for r in rows if r["verdict"] and r["verdict"]["state"] == v)
+            for v in VERDICTS}
 
 
 def run_table(folder: Path) -> pd.DataFrame:
@@ -267,8 +361,9 @@ def headline_markdown(tables: dict[str, pd.DataFrame]) -> str:
                  + (f"; cudalab's calculator: {k80})" if k80 else ")")]
         for rows in cols.values():
             r = rows[i]
-            cells.append(f"{r['text']['this_q']} ({r['text']['ratio_x']})"
-                         if r["this"] is not None else "—")
+            shown = (f"{r['text']['this_q']} ({r['text']['ratio_x']})"
+                     if r["this"] is not None else "—")
+            cells.append(shown + (f": {r['verdict']['state']}" if r["verdict"] else ""))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

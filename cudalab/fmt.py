@@ -319,7 +319,7 @@ HEADERS = {
     "batch": "launches per sample", "n_throttled": "throttled samples",
     "gflops": "FLOP rate", "gbps": "bandwidth", "pct_peak_gbps": "% DRAM peak",
     "pct_peak_gflops": "% FP32 peak", "pct_ceil_gbps": "% ceiling of level",
-    "pct_ceil_gflops": "% FP32 ceiling", "memory_level": "level", "flops": "FLOPs",
+    "pct_ceil_gflops": "% of its FLOP roof", "memory_level": "level", "flops": "FLOPs",
     "bytes": "bytes moved", "working_set_bytes": "working set", "l2_bytes": "L2 size",
     "peak_mem_gbps": "DRAM peak", "peak_fp32_gflops": "FP32 peak",
     "ceil_dram_gbps": "DRAM ceiling", "ceil_l2_gbps": "L2 ceiling",

@@ -29,7 +29,7 @@ TABLE_COLS = ["variant", "status", "time_median_s", "spread", "n_samples", "gflo
               "pct_ceil_gbps", "error", "reason"]
 HEADERS = {"time_median_s": "median time", "spread": "spread (IQR · CV)",
            "n_samples": "samples", "gflops": "FLOP rate", "pct_peak_gflops": "% FP32 peak",
-           "pct_ceil_gflops": "% FP32 ceiling", "gbps": "bandwidth",
+           "pct_ceil_gflops": "% of its FLOP roof", "gbps": "bandwidth",
            "memory_level": "level", "pct_peak_gbps": "% DRAM peak",
            "pct_ceil_gbps": "% ceiling of level", "raw": "raw record"}
 SUSPECT_MARK = "⚠"  # beside a speed above the ceiling it is compared with
@@ -66,8 +66,14 @@ def _cell(col: str, row: pd.Series) -> str:
     if col == "reason":  # long text: a tooltip, the cell stays narrow
         r = "" if fmt.missing(row.get(col)) else str(row[col])
         return f'<span title="{html.escape(r)}">{html.escape(r[:60])}</span>'
+    if col == "pct_peak_gflops" and str(row.get("roof_name") or "FP32") != "FP32":
+        return ""  # a float64 or tensor-core point: its share of its own roof is beside it
     if col in ("pct_ceil_gbps", "pct_ceil_gflops"):
-        return html.escape(fmt.percent(row.get(col)))
+        text = fmt.percent(row.get(col))
+        roof = row.get("roof_name") if col == "pct_ceil_gflops" else None
+        if text and isinstance(roof, str) and roof and roof != "FP32":  # float64, tensor cores
+            text += f" of {roof}"
+        return html.escape(text)
     text = html.escape(fmt.cell(col, row.get(col)))
     if col in ("gbps", "gflops") and text and _suspect(row):
         why = html.escape(str(row.get("suspect_why") or "above its ceiling"))

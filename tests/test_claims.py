@@ -1,8 +1,9 @@
 """The audit of what the report says about a run.
 
 - Every claim of every lesson carries a flip, and the flip turns its verdict over on a
-  committed reference (H100, H200): seen <-> not seen. A claim no data could contradict
-  is no claim.
+  committed reference (H100, H200): seen <-> not seen (claims.flip_audit). A claim whose
+  check gives the same answer on the data and on its flipped data could not fail: the
+  audit fails it (a planted always-true claim shows it does).
 - No prose (captions, figure captions, Try-this, questions, the course table's hypotheses)
   states a measured number: every number a sentence holds about a run comes from a claim
   or a fact. A number in prose is a static fact with its source (ALLOWED, or a lesson's
@@ -90,21 +91,50 @@ def test_the_flip_turns_the_verdict_over(refs, name, key):
     claim = _claim(name, key)
     turned = []
     for label, df in refs.items():
+        judged, problem = claims.flip_audit(name, claim, df)
+        if not judged:  # a reference older than the experiment, or one it leaves unjudged
+            continue
+        assert not problem, (label, problem)
         rows = df["experiment"] == name
-        if not rows.any():  # a reference older than the experiment judges nothing of it
-            continue
-        before = _state(name, key, df)
-        if before.state not in JUDGED:
-            continue
         flipped = pd.concat([df[~rows], claim.flip(df[rows].copy())], ignore_index=True)
-        after = _state(name, key, flipped)
-        want = State.NOT_SEEN if before.state is State.SEEN else State.SEEN
-        assert after.state is want, (label, before, after)
+        want = _state(name, key, flipped).state
         if claim in REGISTRY[name].lesson.claims:  # what the report's section renders, flipped too
             rendered = {c.key: c.state for c in _section_claims(name, flipped)}
             assert rendered[key] is want, (label, key, rendered.get(key))
         turned.append(label)
-    assert turned, f"{name}:{key} is judged on no reference: nothing shows it can flip"
+    assert turned, f"{name}:{key} is judged on no reference: nothing shows it can fail"
+
+
+def _racy(d: pd.DataFrame) -> pd.DataFrame:
+    return d[d["variant"] == "racy_counter"].astype({"m_counted": float, "m_expected": float})
+
+
+def _planted(judge, flip) -> Claim:
+    return Claim("planted", judge, flip, "planted")
+
+
+def test_the_audit_fails_a_claim_that_cannot_fail(refs):
+    """A planted claim whose check passes whatever the data (and one whose flip changes
+    nothing, and one without a flip) fails the audit; a real claim passes it."""
+    from cudalab.experiments.lesson import judged, slower
+
+    df = refs["H100"]
+    every = lambda d: d["experiment"] == d["experiment"]  # noqa: E731 - a mask for a flip
+    always = _planted(lambda d, c: judged(True, "always"), lambda d: slower(d, every, 4.0))
+    got = claims.flip_audit("vector_add", always, df)
+    assert got[0] and "cannot fail" in got[1], got
+    # a bound that holds by construction: under 1/32 of the increments, the old racy claim
+    by_construction = _planted(
+        lambda d, c: judged(bool((_racy(d)["m_counted"] <= _racy(d)["m_expected"] / 32)
+                                 .all()), "racy"),
+        lambda d: slower(d, every, 4.0))
+    assert "cannot fail" in claims.flip_audit("atomics", by_construction, df)[1]
+    idle = _planted(lambda d, c: judged(len(d) > 0, "rows"), lambda d: d)
+    assert "changes no value" in claims.flip_audit("vector_add", idle, df)[1]
+    assert "has no flip" in claims.flip_audit("vector_add", _planted(
+        lambda d, c: judged(True, "x"), None), df)[1]
+    real = _claim("vector_add", "blocks_of_32_lag")
+    assert claims.flip_audit("vector_add", real, df) == (True, "")
 
 
 def _section_claims(name: str, df: pd.DataFrame) -> list[claims.ClaimResult]:
@@ -220,3 +250,14 @@ def test_every_claim_is_judged_on_the_references(refs):
                 counts[r.state.value] = counts.get(r.state.value, 0) + 1
                 assert r.evidence, (label, name, r.statement)
     assert counts.get("seen", 0) > 40
+
+
+def test_a_headline_is_a_lesson_not_a_check_of_the_tool(refs):
+    """The slides' one sentence is the lesson's point: the checks of cudalab itself (its
+    calculator against the driver, its limits table, its peaks) are never chosen where the
+    lesson has a claim of its own."""
+    tools = {(n, c.name) for n, e in REGISTRY.items() for c in e.lesson.claims if c.tool}
+    assert {("occupancy", "calc_agrees_driver"), ("occupancy", "api_agrees_driver"),
+            ("device_query", "limits_table_matches")} <= tools
+    got = claims.headline("occupancy", refs["H100"])
+    assert got is not None and got.key == "regs_lower_occupancy", got

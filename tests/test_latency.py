@@ -385,8 +385,11 @@ def test_course_lessons_match_points_of_the_default_grid():
     assert rows["latency: global memory (DRAM)"]["this"] == 820
     assert rows["latency: shared memory"]["this"] == 30
     assert rows["latency: constant memory, cached"]["this"] == 12
-    checks = {r["check"] for r in rows.values()}
-    assert checks == {"seen"}, rows
+    # synthetic cycles: DRAM within 2x of the course's ~500, shared and constant far off
+    verdicts = {k: r["verdict"]["state"] for k, r in rows.items()}
+    assert verdicts == {"latency: global memory (DRAM)": "reproduced",
+                        "latency: shared memory": "not reproduced",
+                        "latency: constant memory, cached": "partly"}, verdicts
 
 
 # -- measure() through the runner on a FAKE GPU -------------------------------------------------

@@ -367,7 +367,7 @@ def test_report_from_a_table_with_every_new_column(tmp_path):
     assert flagged == set(df.loc[df["suspect"], "point_id"])
     run_figures.draw(df, tmp_path / "results", tmp_path)
     page = report.render(df, tmp_path, config, tmp_path / "r.html").read_text()
-    assert "<th>% ceiling of level</th>" in page and "<th>% FP32 ceiling</th>" in page
+    assert "<th>% ceiling of level</th>" in page and "<th>% of its FLOP roof</th>" in page
     assert "Solid lines: ceilings measured on this GPU" in page
     assert "Nsight Compute: L2 hit rate 91 %" in page  # the naive kernel's claim
     assert (f"measured DRAM ceiling {fmt.bandwidth(3000)} could feed at 4 bytes per flop "

@@ -229,7 +229,18 @@ def test_evidence_holds_the_numbers_read():
     assert "1.60×" in got["tf32_over_fp32"].evidence
     assert "wrong: mma-fp16-1024" in got["correct"].evidence
     assert "125 %" in got["cublas_under_peak"].evidence
-    assert got["hand_under_cublas"].evidence.startswith("FP16 at n = 4")
+    assert "hand_under_cublas" not in got  # a share of cuBLAS alone proves no cause
+
+
+def test_the_hand_kernel_s_gap_to_cublas_is_shown_with_its_cause_as_a_hypothesis():
+    from cudalab.experiments.tensor_cores.lesson import hand_vs_cublas
+
+    d = _contradicted()
+    said = hand_vs_cublas(d, None)
+    assert said.startswith("FP16 at n = 4") and "of cuBLAS" in said
+    assert "Hypothesis for the gap (not measured" in said and "profile.ncu" in said
+    # Ampere: no warpgroup MMA to blame, no hypothesis
+    assert "Hypothesis" not in hand_vs_cublas(d.assign(compute_capability="8.0"), None)
 
 
 def test_missing_points_are_not_measured_and_missing_units_not_applicable():
@@ -244,9 +255,7 @@ def test_missing_points_are_not_measured_and_missing_units_not_applicable():
     only_failed = d.assign(status=np.where(d["status"] == "wrong", "failed", d["status"]))
     r = _judge("correct", only_failed)
     assert r.state is State.SEEN and "1 points gave no result (failed" in r.evidence
-    # Ampere: cuBLAS issues mma.sync too; a TF32 peak only 1x the FP32 one (GeForce Ada)
-    assert _judge("hand_under_cublas", d.assign(compute_capability="8.0")).state \
-        is State.NOT_APPLICABLE
+    # a TF32 peak only 1x the FP32 one (GeForce Ada)
     geforce = d.assign(m_peak_precision_gflops=82_600.0)
     assert _judge("tf32_over_fp32", geforce).state is State.NOT_APPLICABLE
     assert _judge("fp16_over_tf32", d.assign(compute_capability="7.5")).state \
@@ -265,9 +274,10 @@ def test_facts_come_from_the_table():
     df = results.read_table(RUN1)
     full = roofline.annotate(df)
     c = roofline.ceilings_of(full)
-    peaks, errs = (f(full, c) for f in lesson.EXPLANATIONS)
+    peaks, errs, hand = (f(full, c) for f in lesson.EXPLANATIONS)
     assert "TF32 tensor cores 535 TFLOP/s" in peaks and "n = 4" in peaks
     assert "rounding the inputs predicts" in errs and "BF16" in errs
+    assert "of cuBLAS" in hand and "not measured: this run did not profile cuBLAS" in hand
     assert all(f(full.iloc[:0], c) is None for f in lesson.EXPLANATIONS)
 
 

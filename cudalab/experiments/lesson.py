@@ -86,12 +86,15 @@ class Claim:
     statement: what is expected, in general terms with its threshold; judge(rows, ceilings):
     a Judgement (or the older (bool | None, evidence) pair: None is 'not measured');
     flip(rows): the experiment's rows changed so that the verdict turns over (the mutation
-    test); key: a stable name (default: the judge's name)."""
+    test); key: a stable name (default: the judge's name); tool: a check of cudalab itself
+    (its limits table against the driver, its peaks computed), not a lesson of the course:
+    never a lesson's headline."""
 
     statement: str
     judge: Judge
     flip: Flip | None = None
     key: str = ""
+    tool: bool = False
 
     @property
     def name(self) -> str:
@@ -208,6 +211,7 @@ class Lesson:
     questions: Sequence[str] = ()
     sources: Mapping[str, str] = field(default_factory=dict)
     slide_figure: tuple[str, int] | None = None
+    course_facts: Mapping[str, Explanation] = field(default_factory=dict)
 
 
 # -- flips: the data changes the mutation test applies ---------------------------------------

@@ -29,10 +29,11 @@ if TYPE_CHECKING:
 
 SUMS = ("atomic_sum", "reduce_sum")
 WARP = 32
-# "Far below the expected count": the racy counter keeps under this share of the increments
-# (each warp adds at most one and warps overlap, so any launch of more than a few warps
-# stays far under it).
-RACY_FAR = 0.5
+# The 32 threads of a warp read the counter together, so a warp alone adds at most one: the
+# racy count can never pass one per warp (1/32 of the increments), and a claim under that
+# bound could not fail. What the race across SMs adds is measured against it: at the
+# largest launch the count stays under this share of one increment per warp.
+RACY_WARP_SHARE = 0.1
 # The tree reduction is at least this much faster than per-element atomics at the largest n
 # (n serialised atomics on one address against n / (2 block) of them).
 REDUCE_GAIN = 10.0
@@ -78,21 +79,28 @@ def _racy(d: pd.DataFrame) -> pd.DataFrame:
     return racy[col(racy, "m_counted").notna() & col(racy, "m_expected").notna()]
 
 
-def _racy_far_below(d: pd.DataFrame, c: Ceilings) -> Judgement:
+def _warps(racy: pd.DataFrame) -> pd.Series:
+    return col(racy, "p_grid") * -(-col(racy, "p_block") // WARP)
+
+
+def _racy_across_warps(d: pd.DataFrame, c: Ceilings) -> Judgement:
     racy = _racy(d)
     if racy.empty:
         return no_data("no racy counter launch measured")
-    share = col(racy, "m_counted") / col(racy, "m_expected")
-    return judged(bool((share < RACY_FAR).all()), "; ".join(
-        f"{_launch(r)}: counted {fmt.integer(r['m_counted'])} of "
-        f"{fmt.integer(r['m_expected'])}" for _, r in racy.iterrows()))
+    big = racy.loc[col(racy, "m_expected").idxmax()]
+    warps = float(_warps(big.to_frame().T).iloc[0])
+    share = float(big["m_counted"]) / warps
+    return judged(share < RACY_WARP_SHARE,
+                  f"{_launch(big)}: counted {fmt.integer(big['m_counted'])} of "
+                  f"{fmt.integer(big['m_expected'])}, {fmt.integer(warps)} warps: "
+                  f"{fmt.ratio(share)} of one increment per warp")
 
 
 def _racy_per_warp(d: pd.DataFrame, c: Ceilings) -> Judgement:
     racy = _racy(d)
     if racy.empty:
         return no_data("no racy counter launch measured")
-    warps = col(racy, "p_grid") * -(-col(racy, "p_block") // WARP)
+    warps = _warps(racy)
     over = racy[col(racy, "m_counted") > warps]
     return judged(over.empty, "; ".join(
         f"{_launch(r)}: counted {fmt.integer(r['m_counted'])}, {fmt.integer(w)} warps"
@@ -136,17 +144,6 @@ def _reduce_faster(d: pd.DataFrame, c: Ceilings) -> Judgement:
                   f"{fmt.integer(col(big, 'p_n').iloc[0])}")
 
 
-def _reduce_accurate(d: pd.DataFrame, c: Ceilings) -> Judgement:
-    big = _largest_sums(d)
-    e = col(big, "error")
-    if not set(SUMS) <= set(e.dropna().index):
-        return no_data("both sums not checked at the largest n")
-    return judged(e["reduce_sum"] <= e["atomic_sum"],
-                  f"relative error {fmt.error(e['reduce_sum'])} (reduction) vs "
-                  f"{fmt.error(e['atomic_sum'])} (atomics) at n = "
-                  f"{fmt.integer(col(big, 'p_n').iloc[0])}")
-
-
 # -- flips -----------------------------------------------------------------------------------
 def _variant(name: str):  # noqa: ANN202 - a mask for a flip
     return lambda d: d["variant"] == name
@@ -157,6 +154,14 @@ def _racy_counts_all(d: pd.DataFrame) -> pd.DataFrame:
     d = d.copy()
     racy = d["variant"] == "racy_counter"
     d.loc[racy, "m_counted"] = col(d, "m_expected")[racy]
+    return d
+
+
+def _racy_one_per_warp(d: pd.DataFrame) -> pd.DataFrame:
+    """Warps do not race each other: every warp's one increment survives."""
+    d = d.copy()
+    racy = d["variant"] == "racy_counter"
+    d.loc[racy, "m_counted"] = _warps(d[racy])
     return d
 
 
@@ -173,9 +178,11 @@ CLAIMS = (
     Claim("the atomicAdd counter counts every increment exactly", _atomic_exact,
           lambda d: with_value(d, _variant("atomic_counter"), "m_counted", 1_000_000),
           "atomic_exact"),
-    Claim(f"the racy counter keeps under {RACY_FAR:.0%} of the increments: read, add and "
-          "write back are three steps, and threads that read the same value overwrite each "
-          "other's increments", _racy_far_below, _racy_counts_all, "racy_loses"),
+    Claim("at the largest launch the racy counter keeps under "
+          f"{fmt.number(RACY_WARP_SHARE)} increment per warp: a warp's own 32 threads, "
+          "reading together, leave at most one per warp (1/32 of the increments, by "
+          "construction); below that, warps on different SMs overwrite each other's "
+          "increments too", _racy_across_warps, _racy_one_per_warp, "racy_loses"),
     Claim("the racy counter's count changes between repeats of the same launch (at least "
           "2 different counts over the check and its repeats)", _racy_varies,
           _racy_same_every_run, "racy_varies"),
@@ -184,9 +191,6 @@ CLAIMS = (
     Claim(f"the tree reduction is at least {REDUCE_GAIN:g}x faster than per-element atomics "
           "at the largest n", _reduce_faster,
           lambda d: slower(d, _variant("reduce_sum"), 60.0), "reduce_faster"),
-    Claim("the tree reduction is at least as accurate as per-element atomics (largest n)",
-          _reduce_accurate, lambda d: with_value(d, _variant("reduce_sum"), "error", 1e-3),
-          "reduce_accurate"),
 )
 TRY_THIS = [
     TryThis("atomics.counter_launches: [[1, 32], [1, 1024], [1024, 1024]]", "one warp: the "
@@ -216,8 +220,11 @@ LESSON = Lesson(
         "atomicAdd is correct but serialises all n additions on that address and rounds "
         "like a sequential sum; a shared-memory tree reduction per block followed by one "
         "atomicAdd per block does n / (2 block) atomics. Look for: the reduction much "
-        "faster, and at least as close to the float64 sum. The claims below judge each of "
-        "these on this run."
+        "faster. Both sums add in an order that changes from run to run (the atomics' "
+        "order is the order threads reach the address), so one run's error of each is one "
+        "draw of a random quantity: which sum is closer to the float64 sum is a hypothesis "
+        "here, not a claim; the spread of each error over repeated sums would test it. The "
+        "claims below judge the rest on this run."
     ),
     figures={
         "counter": "Count reached by the racy and the atomic counter against the expected "
@@ -230,10 +237,10 @@ LESSON = Lesson(
     claims=CLAIMS,
     try_this=TRY_THIS,
     questions=[
-        "Why does the racy counter end far below even half the expected count? What sets "
-        "the value it ends at?",
-        "Why is a float sum by atomicAdd both slow and less accurate than the tree "
-        "reduction?",
+        "A warp alone leaves at most one increment: why does the racy counter end below "
+        "even that? What sets the value it ends at?",
+        "Why is a float sum by atomicAdd slow? Its error changes from run to run: how "
+        "many runs would you need before saying which sum is the more accurate?",
         "Would the racy count be the same on every run? Look at the run-by-run table.",
     ],
 )

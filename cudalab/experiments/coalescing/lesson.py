@@ -115,15 +115,22 @@ def coalescing_vs_ceiling(d: pd.DataFrame, c: Ceilings) -> str | None:
 
 
 def coalescing_transpose_l2(d: pd.DataFrame, c: Ceilings) -> str | None:
-    """Transposes above the DRAM ceiling: L2-resident, said with their working set."""
-    tr = ok(d[d["variant"].astype(str).str.startswith("transpose")])
+    """Every point above the DRAM ceiling (transposes and copies alike): L2-resident, each
+    named with its working set."""
+    tr = ok(d)
     dram, what = ref(c)
     if tr.empty or not math.isfinite(dram):
         return None
-    above = tr[tr["gbps"] > dram]
+    above = tr[col(tr, "gbps") > dram]
     if above.empty:
         return None
-    parts = [f"{r['variant']} at {int(r['p_size'])}² ({fmt.bandwidth(r['gbps'])}, working "
+
+    def at(r: pd.Series) -> str:
+        size, n = col(r.to_frame().T, "p_size").iloc[0], col(r.to_frame().T, "p_n").iloc[0]
+        return (f"{int(size)}²" if math.isfinite(size) else
+                f"n = {fmt.integer(n)}" if math.isfinite(n) else str(r["point_id"]))
+
+    parts = [f"{r['variant']} at {at(r)} ({fmt.bandwidth(r['gbps'])}, working "
              f"set {fmt.nbytes(r['working_set_bytes'])}"
              + (", L2-resident" if r["memory_level"] == "l2" else "") + ")"
              for _, r in above.iterrows()]

@@ -65,10 +65,12 @@ def _first(d: pd.DataFrame) -> pd.Series:
 CLAIMS = (
     Claim("cudalab's limits table for this compute capability matches the device (the "
           "occupancy calculator's input)", _table_matches,
-          lambda d: with_value(d, _first, "status", "wrong"), "limits_table_matches"),
+          lambda d: with_value(d, _first, "status", "wrong"), "limits_table_matches",
+          tool=True),
     Claim("the theoretical peaks could be computed (clocks, bus width and SMs reported)",
           _peaks_computed,
-          lambda d: with_value(d, _first, "m_peak_mem_gbps", float("nan")), "peaks_computed"),
+          lambda d: with_value(d, _first, "m_peak_mem_gbps", float("nan")), "peaks_computed",
+          tool=True),
 )
 
 LESSON = Lesson(

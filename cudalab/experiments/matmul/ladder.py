@@ -166,7 +166,7 @@ LADDER_NOTES = {
              "but every flop still waits on a load through L1.",
     "tiled": "A block stages TILE x TILE tiles of A and B in shared memory and every thread "
              "reuses each staged value TILE times: global loads drop by the tile factor; now "
-             "one shared-memory load feeds one FMA.",
+             "two shared-memory loads (one of A, one of B) feed one FMA.",
     "register": "Each thread computes an rt x rt block of C in registers (unroll-and-jam): "
                 "per k it loads rt values of A and rt of B from shared memory and does "
                 "rt*rt FMAs, so the FMA units, not the shared-memory port, set the pace.",

@@ -100,8 +100,10 @@ def occupancy_knee(d: pd.DataFrame, c: Ceilings) -> str | None:
         s += f" (its best is {fmt.percent(100 * best / dram)} of the {what})"
     below = v[v["occ"] < full["occ"].min()]
     if len(below):
-        s += (f"; below that it drops to {fmt.bandwidth(below['gbps'].min())}: too few "
-              "resident warps to hide memory latency")
+        s += (f"; below that it drops to {fmt.bandwidth(below['gbps'].min())} (too few "
+              "resident warps to hide memory latency is one hypothesis, a fixed cost per "
+              "block another: timing empty kernels over block counts and sizes would tell "
+              "them apart)")
     slow = v[(v["occ"] >= full["occ"].min()) & (v["gbps"] < FULL_BANDWIDTH_SHARE * best)]
     if len(slow):
         sizes = ", ".join(str(int(b)) for b in sorted(slow["p_block_size"]))
@@ -262,17 +264,19 @@ def _underfilled(d: pd.DataFrame, c: Ceilings) -> Judgement:
         f"theoretical {fmt.percent(100 * r['occ'])}" for _, r in small.iterrows()))
 
 
-def _block_limited(d: pd.DataFrame, c: Ceilings) -> Judgement:
-    v = _vec(d, "vec_mul")
+def small_blocks_limiter(t: pd.DataFrame, c: Ceilings) -> str | None:
+    """Course fact: what holds vec_mul's 32-thread blocks on this GPU, from the limits
+    table (arithmetic, not a measurement: the driver's agreement is its check)."""
+    v = _vec(t[t["experiment"] == "occupancy"], "vec_mul")
     one = v[v["threads"] == 32].dropna(subset=["occ"])
     if one.empty:
-        return no_data("no vec_mul point with 32-thread blocks")
+        return None
     r = one.iloc[0]
-    limiter = str(r.get("m_limiter") or "")
-    return judged("blocks" in limiter.split("+") and r["occ"] < FULL_OCCUPANCY,
-                  f"vec_mul with 32-thread blocks: {fmt.integer(r.get('m_blocks_theory'))} "
-                  f"blocks per SM, limited by {limiter or 'unknown'}: "
-                  f"{fmt.percent(100 * r['occ'])} of the warp slots")
+    limiter = str(r.get("m_limiter") or "unknown")
+    return (f"From the limits table (arithmetic, which the driver confirms at every point "
+            f"where the calculator's check is seen): vec_mul with 32-thread blocks holds "
+            f"{fmt.integer(r.get('m_blocks_theory'))} blocks per SM, limited by {limiter}: "
+            f"{fmt.percent(100 * r['occ'])} of the warp slots.")
 
 
 # -- flips -----------------------------------------------------------------------------------
@@ -312,19 +316,20 @@ CLAIMS = (
           _correct, one_wrong, "correct"),
     Claim("the occupancy calculator agrees with the CUDA driver "
           "(cuOccupancyMaxActiveBlocksPerMultiprocessor) at every point", _calc_agrees,
-          lambda d: with_value(d, _first, "m_calc_agrees", 0), "calc_agrees_driver"),
+          lambda d: with_value(d, _first, "m_calc_agrees", 0), "calc_agrees_driver",
+          tool=True),
     Claim("the calculator picks the block size cuOccupancyMaxPotentialBlockSize picks",
           _api_agrees, lambda d: with_value(d, _first, "m_api_agrees", 0),
-          "api_agrees_driver"),
+          "api_agrees_driver", tool=True),
+    Claim("more registers per thread, fewer resident warps: vec_mul_regs' best occupancy is "
+          "below vec_mul's", _regs_lower,
+          lambda d: with_value(d, _of("vec_mul_regs"), "m_occupancy_theory", 1.0),
+          "regs_lower_occupancy"),
     Claim("cuOccupancyMaxPotentialBlockSize picks, for each vector kernel, the largest "
           "measured block size at that kernel's best theoretical occupancy (the block sizes "
           "that reach it tie; the API keeps the largest)", _api_largest,
           lambda d: with_value(d, lambda x: x["variant"].isin(VEC), "m_api_block_size", 256),
           "api_picks_largest"),
-    Claim("more registers per thread, fewer resident warps: vec_mul_regs' best occupancy is "
-          "below vec_mul's", _regs_lower,
-          lambda d: with_value(d, _of("vec_mul_regs"), "m_occupancy_theory", 1.0),
-          "regs_lower_occupancy"),
     Claim(f"below {LOW_OCCUPANCY:.0%} theoretical occupancy a memory-bound vector kernel "
           f"(vec_mul, vec_mul_smem) keeps under {FULL_BANDWIDTH_SHARE:.0%} of its own best "
           "bandwidth (median of those points)", _low_loses,
@@ -346,10 +351,6 @@ CLAIMS = (
           f"Compute's achieved occupancy of vec_mul stays under {UNDERFILLED:.0%} of the "
           "theoretical (blocks that start and retire within microseconds)", _underfilled,
           _small_blocks_filled, "small_blocks_underfilled"),
-    Claim("one-warp blocks are limited by the SM's block slots: with 32-thread blocks the "
-          "calculator's limiter for vec_mul is the block count, below full occupancy",
-          _block_limited, lambda d: with_value(d, _of("vec_mul", 32), "m_limiter", "warps"),
-          "small_blocks_block_limited"),
 )
 
 LESSON = Lesson(
@@ -365,9 +366,10 @@ LESSON = Lesson(
         "launch its largest blocks at all; the shared-memory kernel starved at small "
         "blocks, where the per-block shared memory, not the threads, fills the SM. "
         "Theoretical occupancy is an upper bound, not a prediction: the smallest blocks can "
-        "reach full occupancy on paper yet run slower, because blocks that start and retire "
-        "within microseconds leave warp slots empty (Nsight Compute's achieved occupancy, "
-        "with profile.ncu on, shows how many). The project's calculator must agree with the "
+        "reach full occupancy on paper yet run slower; one hypothesis is that blocks that "
+        "start and retire within microseconds leave warp slots empty (Nsight Compute's "
+        "achieved occupancy, with profile.ncu on, measures it). The project's calculator "
+        "must agree with the "
         "CUDA driver at every point. The claims below judge each of these on this run."
     ),
     figures={
@@ -378,6 +380,7 @@ LESSON = Lesson(
     },
     claims=CLAIMS,
     explanations=EXPLANATIONS,
+    course_facts={"small_blocks_limiter": small_blocks_limiter},
     try_this=[
         TryThis("occupancy.live_values: 32", "vec_mul_regs keeps fewer values live and uses fewer "
                 "registers: its occupancy curve rises, and the largest blocks, which it could not "

@@ -77,12 +77,16 @@ def sobel_caches(d: pd.DataFrame, c: Ceilings) -> str | None:
     out = (f"At {int(big['p_width'].iloc[0])}² the global kernel reaches "
            f"{fmt.bandwidth(g)}, the shared-tile kernel {fmt.bandwidth(s)} (best block "
            "shape each)")
-    out += (": the global kernel's nine reads per pixel, re-read through L1/L2, cost no more "
-            "than the tile's loads, its halo and the __syncthreads() before it is read"
-            if g >= s else ": the explicit tile pays off over the caches")
+    out += f": shared / global = {fmt.ratio(s / g)}"
     hit = ncu(big[big["variant"] == "global"], "m_ncu_l2_hit_rate_pct").max()
     if math.isfinite(hit):
-        out += f" (Nsight Compute: L2 hit rate up to {fmt.percent(hit)})"
+        out += f" (Nsight Compute: the global kernel's L2 hit rate up to {fmt.percent(hit)})"
+    if g >= s:  # why is not measured here: say so, and what would measure it
+        out += (". Hypothesis, not measured by this run: the L1/L2 caches serve the global "
+                "kernel's nine reads per pixel, and the tile's halo loads and the "
+                "__syncthreads() before it is read cost more than they save; Nsight "
+                "Compute (profile.ncu) would give both kernels' L1 hit rates and stall "
+                "reasons")
     return out + "."
 
 

@@ -57,11 +57,8 @@ FP32_BETTER = 100.0
 # (one shared-memory stage): a pipeline that overlaps loads with MMAs should win by more
 # than the run-to-run spread of a few per cent.
 MMA_OVER_WMMA = 1.2
-# Where cuBLAS issues asynchronous warpgroup MMAs (wgmma on 9.x, tcgen05 on 10.x), the best
-# hand kernel (mma.sync or WMMA, which issue neither) stays under this share of cuBLAS: one
-# small MMA per warp and instruction, its operands staged through registers, cannot keep the
-# tensor pipe as busy as a warpgroup MMA reading shared memory directly.
-HAND_SHARE = 0.70
+# Compute capabilities whose tensor cores take asynchronous warpgroup MMAs (wgmma on 9.x,
+# tcgen05 on 10.x), which the hand kernels (mma.sync, WMMA) do not issue.
 ASYNC_MMA_MAJORS = (9, 10)
 # Try-this: at the smallest size cuBLAS FP16's speed-up over SGEMM is under this share of
 # its speed-up at the largest size (the fast kernel meets its fixed costs first).
@@ -343,29 +340,25 @@ def _hand_pair(d: pd.DataFrame) -> tuple[str, pd.Series, pd.Series] | Judgement:
     return why
 
 
-def _hand_under_cublas(d: pd.DataFrame, c: Ceilings) -> Judgement:
+def hand_vs_cublas(d: pd.DataFrame, c: Ceilings) -> str | None:
+    """How close the best hand kernel comes to cuBLAS, and the gap's cause as a hypothesis:
+    a share of cuBLAS alone cannot tell a missing instruction from a slow kernel, and no
+    claim is made of it."""
+    got = _hand_pair(d)
+    if isinstance(got, Judgement) or got is None:
+        return None
+    p, h, cub = got
+    said = (f"{p.upper()} at {_size(h)}: the best hand kernel ({NAMES[h['variant']]}) "
+            f"reaches {_rate(h)} = {fmt.percent(100 * h['gflops'] / cub['gflops'])} of "
+            f"cuBLAS {_rate(cub)}.")
     cc = _cc(d)
-    if cc and int(cc.split(".")[0]) not in ASYNC_MMA_MAJORS:
-        return not_applicable(f"compute capability {cc}: cuBLAS has no asynchronous "
-                              "warpgroup MMA here, mma.sync is its path too")
-    got = _hand_pair(d)
-    if isinstance(got, Judgement):
-        return got
-    p, h, cub = got
-    share = h["gflops"] / cub["gflops"]
-    return judged(share < HAND_SHARE,
-                  f"{p.upper()} at {_size(h)}: best hand kernel ({NAMES[h['variant']]}) "
-                  f"{_rate(h)} = {fmt.percent(100 * share)} of cuBLAS {_rate(cub)}")
-
-
-def _flip_hand(d: pd.DataFrame) -> pd.DataFrame:
-    got = _hand_pair(d)
-    if isinstance(got, Judgement):
-        return d
-    p, h, cub = got
-    share = h["gflops"] / cub["gflops"]
-    target = HAND_SHARE * FLIP_MARGIN if share < HAND_SHARE else HAND_SHARE / FLIP_MARGIN
-    return slower(d, _is(("mma", p), ("wmma", p)), share / target)
+    if cc and int(cc.split(".")[0]) in ASYNC_MMA_MAJORS:
+        said += (" Hypothesis for the gap (not measured: this run did not profile cuBLAS): "
+                 "on this compute capability cuBLAS may issue asynchronous warpgroup MMAs "
+                 "(wgmma, tcgen05), which mma.sync and WMMA cannot; Nsight Compute on the "
+                 "cuBLAS point (profile.ncu) would name its kernel and its tensor-pipe "
+                 "instructions.")
+    return said
 
 
 def _peak_share(d: pd.DataFrame) -> pd.Series:
@@ -437,7 +430,7 @@ def _flip_small_gain(d: pd.DataFrame) -> pd.DataFrame:
     return slower(d, lambda x: _is(CUBLAS["fp16"])(x) & (col(x, "flops") == f), rs / target)
 
 
-EXPLANATIONS = (peaks_and_shares, errors_against_rounding)
+EXPLANATIONS = (peaks_and_shares, errors_against_rounding, hand_vs_cublas)
 CLAIMS = (
     Claim("every result matches the float64 product of its rounded inputs within the "
           "tolerance derived from K and FP32 accumulation", _correct, _flip_correct,
@@ -467,10 +460,6 @@ CLAIMS = (
     Claim(f"at the largest size, the best mma.sync tile is at least "
           f"{_x(MMA_OVER_WMMA)} as fast as WMMA, in FP16 (else BF16: the same "
           "kernels)", _mma_over_wmma, _flip_mma, "mma_over_wmma"),
-    Claim("where cuBLAS issues asynchronous warpgroup MMAs (Hopper's wgmma, data-centre "
-          "Blackwell's tcgen05), the best hand kernel (mma.sync or WMMA, which issue neither) "
-          f"stays under {fmt.percent(100 * HAND_SHARE)} of cuBLAS at the largest size, in FP16 "
-          "(else BF16)", _hand_under_cublas, _flip_hand, "hand_under_cublas"),
     Claim("no cuBLAS point is faster than the dense peak of its precision (else the peak "
           "table is wrong)", _cublas_under_peak, _flip_peak, "cublas_under_peak"),
 )
@@ -512,9 +501,9 @@ LESSON = Lesson(
         "precision costs. Look for: TF32 far faster than FP32, FP16 and BF16 faster again; "
         "TF32 and FP16 with about the same error (10 stored mantissa bits each), BF16 about "
         "8 times worse (7 bits), FP32 orders of magnitude better; mma.sync faster than WMMA; "
-        "and how close the best hand FP16 kernel comes to cuBLAS FP16 (Hopper's cuBLAS uses "
-        "wgmma, which mma.sync cannot match). The claims below judge each of these on this "
-        "run."),
+        "and how close the best hand FP16 kernel comes to cuBLAS FP16 (shown, not judged: "
+        "why cuBLAS is faster is a hypothesis until a profile names its instructions). The "
+        "claims below judge the others on this run."),
     figures={
         "precision_knob": "Precision is a knob: at the largest size, the relative Frobenius error "
         "of each precision's result against the float64 product of the unrounded inputs (x, log "

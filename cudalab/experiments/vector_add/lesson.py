@@ -152,7 +152,7 @@ CLAIMS = (
           lambda d: slower(d, lambda x: col(x, "p_n") == col(x, "p_n").min(), 1 / 60),
           "small_launch_bound"),
     Claim(f"at the largest n, blocks of 128 or more threads are at least {WIDE_OVER_32}x "
-          "faster than blocks of 32 threads (too few warps per SM to hide memory latency)",
+          "faster than blocks of 32 threads",
           _blocks_of_32, lambda d: slower(d, _threads(32), 1 / 4), "blocks_of_32_lag"),
 )
 TRY_THIS = [
@@ -182,9 +182,12 @@ LESSON = Lesson(
         "50 000-element example taking a few microseconds, far below the bandwidth limit "
         "(launch overhead dominates: there is not enough work to fill the GPU); millions of "
         "elements reaching a large fraction of the bandwidth; and blocks of 32 threads "
-        "lagging behind, because an SM holds a limited number of blocks, so tiny blocks "
-        "leave it too few warps to hide memory latency. The claims below judge each of "
-        "these on this run."
+        "lagging behind. Why is a hypothesis here, with two candidates: an SM holds a "
+        "limited number of blocks, so tiny blocks may leave it too few warps to hide memory "
+        "latency; or each block costs a fixed time to launch and retire, so time follows "
+        "the number of blocks. Block sizes that hold the same resident warps per SM yet run "
+        "at different speeds point to the second; timing empty kernels over block counts "
+        "and block sizes would measure it. The claims below judge the effects on this run."
     ),
     figures={
         "bandwidth": "Effective bandwidth (12 bytes per element / kernel time) against threads "
