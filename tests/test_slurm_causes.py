@@ -1,7 +1,7 @@
 """Slurm's word on a failed job (cudalab/slurm_causes.py) on the console, when the failure
 is seen (failures.FailureNow) and in the closing summary; fed the text sacct and the
 executor plugin print (Slurm 22.05, plugin 2.8), as the real runs of
-tests/slurm/test_slurm_limits.py see it."""
+tests/slurm/test_slurm_cluster_limits.py see it."""
 
 from __future__ import annotations
 

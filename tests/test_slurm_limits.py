@@ -1,7 +1,7 @@
 """QOS and association limits (cudalab/slurm_limits.py) and the pending watcher's use of
 them, fed the text sacctmgr, scontrol and squeue print (Slurm 22.05 with slurmdbd, as the
 test cluster of tests/slurm/one_node_slurm.sh prints it); the real cluster's runs are in
-tests/slurm/test_slurm_limits.py."""
+tests/slurm/test_slurm_cluster_limits.py."""
 
 from __future__ import annotations
 
