@@ -28,6 +28,10 @@ GPU_MEMORY_SHARE = 0.9
 # Host-side overhead of one grid point beyond its timed samples (the reference run measured
 # a median of 0.26 s): the run-time estimate is points x (budget_s + this).
 POINT_OVERHEAD_S = 0.3
+# A run without a GPU, measured on the project's 2-core machine: each GPU job still starts
+# (interpreter, imports, its grid marked not measured), and aggregate, figures and report.
+NO_GPU_JOB_S = 4.0
+REPORT_S = 30.0
 # The plan warns about a run longer than this, or with more sbatch jobs than this.
 LONG_RUN_S = 4 * 3600
 MANY_JOBS = 200
@@ -300,6 +304,28 @@ def point_seconds(config: dict[str, Any], experiment: Any) -> float:
     return sampling + warmups * shortest + POINT_OVERHEAD_S
 
 
+def job_seconds(config: dict[str, Any], grids: dict[str, list[Point]]
+                ) -> tuple[dict[str, float], dict[str, float]]:
+    """Each job's expected seconds: (timed jobs by points x point_seconds, jobs that
+    estimate themselves, e.g. static analysis from the build times measured here)."""
+    from cudalab.experiments import REGISTRY
+
+    timed, own = {}, {}
+    for n, g in grids.items():
+        s = REGISTRY[n].estimate_seconds(config, g)
+        if s is None:
+            timed[n] = len(g) * point_seconds(config, REGISTRY[n])
+        else:
+            own[n] = s
+    return timed, own
+
+
+def visible_gpu() -> bool:
+    from cudalab.experiments.static_analysis.archs import visible_gpu_archs
+
+    return bool(visible_gpu_archs())
+
+
 def plan_estimate(config: dict[str, Any]) -> list[str]:
     """The plan's size lines: points, a run-time estimate, the largest point's GPU memory,
     warnings for a run of many hours or many sbatch jobs, and each experiment's own warnings
@@ -309,12 +335,20 @@ def plan_estimate(config: dict[str, Any]) -> list[str]:
 
     grids = {n: REGISTRY[n].grid(config) for n in _blocks(config)}
     pts = [(n, p) for n, g in grids.items() for p in g]
-    seconds = sum(len(g) * point_seconds(config, REGISTRY[n]) for n, g in grids.items())
+    timed, own = job_seconds(config, grids)
+    seconds = sum(timed.values()) + sum(own.values())
     m = config["measurement"]
     lines = [f"  size: {len(pts)} grid points (max_points {config['max_points']}); "
              f"run time about {_duration(seconds)} (a timed point: the larger of budget_s "
              f"{m['budget_s']} s and min_samples {m['min_samples']} x the shortest sample, "
-             f"plus {POINT_OVERHEAD_S} s; a compile for static analysis)"]
+             f"plus {POINT_OVERHEAD_S} s"
+             + "".join(f"; {n} about {_duration(s)} from this machine's build times"
+                       for n, s in own.items()) + ")"]
+    if not visible_gpu():
+        gpu_jobs = sum(1 for n in timed if any(p.gpu for p in grids[n]))
+        here = max(own.values(), default=0.0) + NO_GPU_JOB_S * gpu_jobs + REPORT_S
+        lines.append(f"  here, without a GPU: about {_duration(here)} (the GPU points are "
+                     "not measured; the compiles run beside them)")
     need = [(REGISTRY[n].gpu_bytes(p), n, p.point_id) for n, p in pts if p.gpu]
     b, name, pid = max(need, default=(0, "", ""))
     mem, source = gpu_memory(config)

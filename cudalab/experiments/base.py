@@ -424,6 +424,11 @@ class Experiment:
         guard; 0 = not declared (never refused)."""
         return 0
 
+    def estimate_seconds(self, config: dict[str, Any], points: list[Point]) -> float | None:
+        """The job's expected wall time where this experiment knows better than points x
+        point cost (static analysis: its builds' measured times); None: count points."""
+        return None
+
     def plan_warnings(self, block: dict[str, Any]) -> list[str]:
         """Warnings `cudalab plan` prints for a valid block (e.g. a CPU reference that will
         take very long); messages start with the key."""

@@ -1,0 +1,73 @@
+"""How long the static-analysis job takes, from this machine's own build times.
+
+The job's builds run on every core, longest first (builds.Builder), so its wall time is the
+makespan of that schedule: each build the cache already holds costs HIT_S, every other one
+the time its last build of the same (file, flags, arch) took here (the cache's entries keep
+it), else the mean of that file's recorded builds, else DEFAULT_BUILD_S. Each point then
+costs POINT_S (the occupancy curve and its record), and the job JOB_START_S to start.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+from typing import Any
+
+from cudalab import build_cache
+from cudalab.experiments.static_analysis.builds import (
+    DEFAULT_BUILD_S,
+    HIT_S,
+    Builder,
+    Need,
+    workers,
+)
+
+# Measured on the project's 2-core machine (a default job: 140 points).
+POINT_S = 0.01  # one point's occupancy curve and fsynced record, beyond its build
+JOB_START_S = 3.0  # the job's interpreter, imports and grid
+
+
+def needs(points: Iterable[Any]) -> list[Need]:
+    """The distinct builds of a grid, in grid order."""
+    return list(dict.fromkeys((p.params["file"], p.params["flags"], p.params["arch"])
+                              for p in points))
+
+
+def build_seconds(todo: list[Need], nvcc: str | None, cache_on: bool) -> list[float]:
+    """Each build's expected seconds on this machine (see the module's docstring)."""
+    cache = build_cache.BuildCache(build_cache.root(cache_on))
+    if nvcc is None:  # every point fails at once naming the missing nvcc
+        return [0.0 for _ in todo]
+    builder = Builder(nvcc, 0, cache)
+    known = cache.measured_seconds()
+    per_file: dict[str, list[float]] = {}
+    for (file, _, _), s in known.items():
+        per_file.setdefault(file, []).append(s)
+    out = []
+    for need in todo:
+        if cache.get(builder.key(need)) is not None:
+            out.append(HIT_S)
+        elif need in known:
+            out.append(known[need])
+        elif need[0] in per_file:
+            out.append(sum(per_file[need[0]]) / len(per_file[need[0]]))
+        else:
+            out.append(DEFAULT_BUILD_S)
+    return out
+
+
+def makespan(seconds: list[float], n_workers: int) -> float:
+    """Wall time of running these jobs on n_workers, longest first, each on the worker that
+    frees first (how Builder.prefetch schedules them)."""
+    free = [0.0] * max(1, n_workers)
+    for s in sorted(seconds, reverse=True):
+        heapq.heapreplace(free, free[0] + s)
+    return max(free)
+
+
+def job_seconds(points: list[Any], nvcc: str | None, cache_on: bool = True,
+                n_workers: int | None = None) -> float:
+    """The static-analysis job's expected wall time."""
+    todo = needs(points)
+    builds = makespan(build_seconds(todo, nvcc, cache_on), n_workers or workers())
+    return JOB_START_S + builds + POINT_S * len(points)
