@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from cudalab import build_cache
@@ -21,6 +22,7 @@ from cudalab.experiments.static_analysis.builds import (
     Need,
     workers,
 )
+from cudalab.resources import CUDA_DIR
 
 # Measured on the project's 2-core machine (a default job: 140 points).
 POINT_S = 0.01  # one point's occupancy curve and fsynced record, beyond its build
@@ -33,19 +35,24 @@ def needs(points: Iterable[Any]) -> list[Need]:
                               for p in points))
 
 
-def build_seconds(todo: list[Need], nvcc: str | None, cache_on: bool) -> list[float]:
+def build_seconds(todo: list[Need], nvcc: str | None, cache_on: bool,
+                  cuda_dir: Path = CUDA_DIR) -> list[float]:
     """Each build's expected seconds on this machine (see the module's docstring)."""
     cache = build_cache.BuildCache(build_cache.root(cache_on))
     if nvcc is None:  # every point fails at once naming the missing nvcc
         return [0.0 for _ in todo]
-    builder = Builder(nvcc, 0, cache)
+    builder = Builder(nvcc, 0, cache, cuda_dir)
     known = cache.measured_seconds()
     per_file: dict[str, list[float]] = {}
     for (file, _, _), s in known.items():
         per_file.setdefault(file, []).append(s)
     out = []
     for need in todo:
-        if cache.get(builder.key(need)) is not None:
+        try:
+            hit = cache.get(builder.key(need)) is not None
+        except OSError:  # the file is gone: its points will say so, at once
+            hit = False
+        if hit:
             out.append(HIT_S)
         elif need in known:
             out.append(known[need])
