@@ -164,19 +164,18 @@ def test_prefetched_targets_give_the_rows_of_separate_builds(tmp_path):
 
 
 # -- which targets by default ------------------------------------------------------------------
-def test_auto_is_the_visible_gpus_plus_the_documented_pair():
-    assert targets.resolve("auto", gpus=()) == ["sm_80", "sm_90"]
-    assert targets.resolve("auto", gpus=("sm_90",)) == ["sm_80", "sm_90"]
-    assert targets.resolve("auto", gpus=("sm_86", "sm_120")) == ["sm_80", "sm_86", "sm_90",
-                                                                  "sm_120"]
-    assert targets.resolve("auto", gpus=("sm_999",)) == ["sm_80", "sm_90"]  # unknown: ignored
+def test_auto_is_the_visible_gpus_else_the_documented_fallback():
+    assert targets.resolve("auto", gpus=()) == ["sm_90"]
+    assert targets.resolve("auto", gpus=("sm_80",)) == ["sm_80"]
+    assert targets.resolve("auto", gpus=("sm_120", "sm_86")) == ["sm_86", "sm_120"]
+    assert targets.resolve("auto", gpus=("sm_999",)) == ["sm_90"]  # unknown: the fallback
     assert targets.resolve(["sm_90", "sm_75"]) == ["sm_90", "sm_75"]
     assert targets.resolve("all", ["sm_75", "sm_90", "sm_80", "compute_90a"]) == [
         "sm_75", "sm_80", "sm_90"]
     assert "sm_120" in targets.resolve("all") and "sm_70" not in targets.resolve("all")
     # CUDA_VISIBLE_DEVICES="" (the fixture) hides the GPUs from NVML's reading as from CUDA
     assert targets.visible_gpu_archs() == ()
-    assert sa.resolved_archs({"archs": "auto"}) == ["sm_80", "sm_90"]
+    assert sa.resolved_archs({"archs": "auto"}) == ["sm_90"]
 
 
 @needs_nvcc
@@ -241,9 +240,8 @@ def test_job_estimate_and_the_plan_line(monkeypatch):
     monkeypatch.setenv(build_cache.ENV, "off")  # nothing measured: the documented defaults
     config = cfg.validate({"experiments": {"static_analysis": {"files": ["vector_add.cu"]}}})
     pts = REGISTRY["static_analysis"].grid(config)
-    assert len(pts) == 2  # one kernel x sm_80, sm_90
-    want = estimate.JOB_START_S + estimate.makespan([builds.DEFAULT_BUILD_S] * 2,
-                                                    builds.workers()) + 2 * estimate.POINT_S
+    assert len(pts) == 1  # one kernel x sm_90 (auto without a GPU)
+    want = estimate.JOB_START_S + builds.DEFAULT_BUILD_S + estimate.POINT_S
     if NVCC is not None:
         assert REGISTRY["static_analysis"].estimate_seconds(config, pts) == pytest.approx(want)
     lines = guards.plan_estimate(config)
@@ -263,7 +261,7 @@ def test_the_job_records_whether_a_row_came_from_the_cache(tmp_path):
     run_experiment(config, "static_analysis", tmp_path / "second")
     first, second = (results.build_table(list(results.iter_records(tmp_path / r / "raw")))
                      for r in ("first", "second"))
-    assert len(first) == len(second) == 2
+    assert len(first) == len(second) == 1
     assert not first["m_build_cached"].astype(bool).any()
     assert second["m_build_cached"].astype(bool).all()
     cols = ["point_id", "m_registers", "m_occupancy_256", "m_max_block_size"]

@@ -76,8 +76,8 @@ def test_bad_values_name_the_key(block, needles):
 
 def test_defaults_are_targets_nvcc_13_supports():
     b = _block()
-    # auto: no GPU visible here (the fixture hides them), so the documented pair
-    assert b["archs"] == "auto" and sa.resolved_archs(b) == ["sm_80", "sm_90"]
+    # auto: no GPU visible here (the fixture hides them), so the documented fallback
+    assert b["archs"] == "auto" and sa.resolved_archs(b) == ["sm_90"]
     assert b["cache"] is True
     assert b["files"] == [] and b["variants"] == {} and b["nvcc"] == "nvcc"
     assert set(sa.ARCHS) >= {"sm_30", "sm_70", "sm_90", "sm_100", "sm_120"}
@@ -112,17 +112,16 @@ def test_kernel_names_and_variants_from_the_source():
 
 
 def test_grid_covers_every_file_kernel_variant_and_arch():
-    b = _block()
+    b = _block(archs=["sm_80", "sm_90"])
     pts = EXP.points(b)
     assert pts and not any(p.gpu for p in pts)
     assert len({p.point_id for p in pts}) == len(pts)
     files = {p.params["file"] for p in pts}
     assert files == {p.name for p in CUDA_DIR.glob("*.cu")}
     occ_pts = [p for p in pts if p.params["file"] == "occupancy.cu"]
-    # occupancy.cu: 2 kernels x 2 declared variants x 2 archs (auto without a GPU: sm_80,
-    # sm_90), and the two extern __shared__ kernels as the occupancy experiment launches
-    # them (Experiment.compile_variants): vec_mul_smem once, matmul_tiled_dyn once per
-    # default tile (5), each x 2 archs
+    # occupancy.cu: 2 kernels x 2 declared variants x 2 archs, and the two extern __shared__
+    # kernels as the occupancy experiment launches them (Experiment.compile_variants):
+    # vec_mul_smem once, matmul_tiled_dyn once per default tile (5), each x 2 archs
     assert len(occ_pts) == 2 * 2 * 2 + 1 * 2 + 5 * 2
     assert {p.params["flags"] for p in occ_pts} == {"LIVE=64", "LIVE=32", ""}
     smem = [p for p in occ_pts if p.variant == "vec_mul_smem"]
@@ -163,14 +162,13 @@ def _matmul_flags(tile: dict) -> tuple[str, list[str]]:
 
 def test_matmul_register_is_analysed_once_per_register_tile_of_the_matmul_block():
     config = cfg.validate({"experiments": {
-        "static_analysis": {"files": ["matmul.cu"]},
+        "static_analysis": {"files": ["matmul.cu"], "archs": ["sm_80", "sm_90"]},
         "matmul": {"register_tiles": TWO_TILES}}})
     block = config["experiments"]["static_analysis"]
     pts = EXP.points(block, config=config)
     assert len({p.point_id for p in pts}) == len(pts)
     reg = [p for p in pts if p.variant == "matmul_register"]
-    # one point per (register tile, arch: auto without a GPU), never the defaults that
-    # compile it out
+    # one point per (register tile, arch), never the defaults that compile it out
     assert len(reg) == len(TWO_TILES) * 2
     assert all(p.params["flags"] for p in reg)
     for tile in TWO_TILES:
@@ -385,7 +383,8 @@ def test_runner_analyses_every_register_tile_for_every_arch(tmp_path):
     from cudalab.runner import run_experiment
 
     config = cfg.validate({"telemetry": {"nvidia_smi": False, "nvml": False},
-                           "experiments": {"static_analysis": {"files": ["matmul.cu"]},
+                           "experiments": {"static_analysis": {"files": ["matmul.cu"],
+                                                               "archs": ["sm_80", "sm_90"]},
                                            "matmul": {"register_tiles": TWO_TILES}}})
     run_experiment(config, "static_analysis", tmp_path)
     df = results.build_table(list(results.iter_records(tmp_path / "raw")))

@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
 
 ARCHS = devicespec.sm_targets()
-DEFAULT_ARCHS = targets.AUTO  # the visible GPUs' targets and sm_80, sm_90 (archs.py)
+DEFAULT_ARCHS = targets.AUTO  # the visible GPUs' targets, else sm_90 (archs.py)
 BLOCK_SIZES = list(range(32, 1025, 32))
 SUMMARY_BLOCKS = (128, 256, 512, 1024)
 
@@ -91,15 +91,15 @@ class StaticAnalysis(Experiment):
                      "uniqueItems": True},
                 ],
                 "default": DEFAULT_ARCHS,
-                "description": "target architectures: auto (every GPU NVML sees here, plus "
-                "sm_80 and sm_90), all (every target the nvcc builds), or a list (nvcc 13 "
-                "supports sm_75 and newer)",
+                "description": "target architectures: auto (the GPUs NVML sees here, else "
+                "sm_90), all (every target the nvcc builds), or a list (nvcc 13 supports sm_75 "
+                "and newer); each target costs a full nvcc run per file and variant",
             },
             "cache": {
                 "type": "boolean", "default": True,
-                "description": "reuse builds from the user's build cache "
-                "($CUDALAB_BUILD_CACHE, else $XDG_CACHE_HOME or ~/.cache /cudalab/builds; "
-                "CUDALAB_BUILD_CACHE=off turns it off too)",
+                "description": "reuse builds across runs from the user's build cache: "
+                "$CUDALAB_BUILD_CACHE, else $XDG_CACHE_HOME/cudalab/builds, else "
+                "~/.cache/cudalab/builds (CUDALAB_BUILD_CACHE=off turns it off too)",
             },
             "files": {
                 "type": "array", "uniqueItems": True,
