@@ -19,8 +19,8 @@ MAX_ENTRIES files (the least recently written go first); deleting the folder is 
 `CUDALAB_BUILD_CACHE=off` (or the config's `experiments.static_analysis.cache: false`) turns
 the cache off.
 
-Each entry keeps how long its build took; estimates read those (`measured_seconds`), so the
-plan's time for a compile comes from this machine's own builds.
+Each entry keeps the CPU seconds its build took; estimates read those (`measured_seconds`),
+so the plan's time for a compile comes from this machine's own builds.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ class Build:
     """One build's ptxas report and where it came from."""
 
     report: dict[str, dict[str, int]]
-    seconds: float  # how long nvcc took (for a hit: when the entry was written)
+    seconds: float  # CPU seconds nvcc and its children took (a hit: those of the build)
     cached: bool
     key: str
 
@@ -173,7 +173,7 @@ class BuildCache:
         return len(extra)
 
     def measured_seconds(self) -> dict[tuple[str, str, str], float]:
-        """(file, flags, arch) -> the latest build time the entries record (any source
+        """(file, flags, arch) -> the latest build CPU time the entries record (any source
         version or toolkit: the best guess for the next build of the same thing)."""
         latest: dict[tuple[str, str, str], tuple[float, float]] = {}
         for p in self.entries():

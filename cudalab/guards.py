@@ -326,12 +326,20 @@ def visible_gpu() -> bool:
     return bool(visible_gpu_archs())
 
 
+def load_note(load: float, cores: int) -> str:
+    """Where the machine is busier than its cores, that the estimate counts it."""
+    if load <= cores:
+        return ""
+    return f"; counts the load now, {load:.1f} on {cores} cores"
+
+
 def plan_estimate(config: dict[str, Any]) -> list[str]:
     """The plan's size lines: points, a run-time estimate, the largest point's GPU memory,
     warnings for a run of many hours or many sbatch jobs, and each experiment's own warnings
     (e.g. a long CPU reference)."""
     from cudalab import sweep
     from cudalab.experiments import REGISTRY
+    from cudalab.experiments.static_analysis import builds, estimate
 
     grids = {n: REGISTRY[n].grid(config) for n in _blocks(config)}
     pts = [(n, p) for n, g in grids.items() for p in g]
@@ -346,9 +354,11 @@ def plan_estimate(config: dict[str, Any]) -> list[str]:
                        for n, s in own.items()) + ")"]
     if not visible_gpu():
         gpu_jobs = sum(1 for n in timed if any(p.gpu for p in grids[n]))
-        here = max(own.values(), default=0.0) + NO_GPU_JOB_S * gpu_jobs + REPORT_S
+        load, cores = estimate.load_now(), builds.workers()
+        rest = (NO_GPU_JOB_S * gpu_jobs + REPORT_S) * estimate.slowdown(load, 1, cores)
+        here = max(own.values(), default=0.0) + rest
         lines.append(f"  here, without a GPU: about {_duration(here)} (the GPU points are "
-                     "not measured; the compiles run beside them)")
+                     f"not measured; the compiles run beside them){load_note(load, cores)}")
     need = [(REGISTRY[n].gpu_bytes(p), n, p.point_id) for n, p in pts if p.gpu]
     b, name, pid = max(need, default=(0, "", ""))
     mem, source = gpu_memory(config)

@@ -241,9 +241,14 @@ def test_job_estimate_and_the_plan_line(monkeypatch):
     config = cfg.validate({"experiments": {"static_analysis": {"files": ["vector_add.cu"]}}})
     pts = REGISTRY["static_analysis"].grid(config)
     assert len(pts) == 1  # one kernel x sm_90 (auto without a GPU)
-    want = estimate.JOB_START_S + builds.DEFAULT_BUILD_S + estimate.POINT_S
+    idle = estimate.JOB_START_S + builds.DEFAULT_BUILD_S + estimate.POINT_S
     if NVCC is not None:
-        assert REGISTRY["static_analysis"].estimate_seconds(config, pts) == pytest.approx(want)
+        got = estimate.job_seconds(pts, NVCC, True, n_workers=2, load=0.0)
+        assert got == pytest.approx(idle)
+        # 3 other runnable threads beside its one nvcc on 2 cores: twice as long
+        assert estimate.job_seconds(pts, NVCC, True, n_workers=2, load=3.0) == \
+            pytest.approx(2 * idle)
+        assert REGISTRY["static_analysis"].estimate_seconds(config, pts) >= idle
     lines = guards.plan_estimate(config)
     assert "static_analysis about" in lines[0] and "build times" in lines[0]
     assert any("here, without a GPU" in x for x in lines)
@@ -270,3 +275,28 @@ def test_the_job_records_whether_a_row_came_from_the_cache(tmp_path):
     recs = list(results.iter_records(tmp_path / "second" / "raw"))
     assert all(r["extra"]["build"]["cached"] and len(r["extra"]["build"]["key"]) == 16
                for r in recs)
+
+
+def test_the_plan_warns_when_the_machine_is_busier_than_its_cores():
+    from cudalab import guards
+
+    assert guards.load_note(1.5, 2) == ""
+    assert "counts the load now, 9.0 on 2 cores" in guards.load_note(9.0, 2)
+
+
+def test_slowdown_shares_the_cores_with_the_load():
+    assert estimate.slowdown(0.0, 2, 2) == 1.0  # an idle machine: each thread its core
+    assert estimate.slowdown(0.5, 1, 2) == 1.0
+    assert estimate.slowdown(3.0, 2, 2) == 2.5  # 5 runnable on 2 cores
+    assert estimate.slowdown(9.0, 1, 16) == 1.0
+
+
+
+def test_a_hung_nvcc_is_stopped_at_the_timeout(tmp_path):
+    fake = tmp_path / "nvcc"
+    fake.write_text("#!/bin/sh\nsleep 30\n")
+    fake.chmod(0o755)
+    start = time.monotonic()
+    with pytest.raises(sa.CompileError, match="longer than 1 s"):
+        sa.compile_report(str(fake), CUDA_DIR / "vector_add.cu", "", "sm_90", timeout_s=1)
+    assert time.monotonic() - start < 20

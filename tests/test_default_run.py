@@ -45,6 +45,8 @@ def default_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, fl
         shutil.copy2(ROOT / name, dst)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
     env["CUDA_VISIBLE_DEVICES"] = ""  # no GPU, even on a GPU machine
+    # an empty build cache, as a new user's, and never the user's own
+    env["CUDALAB_BUILD_CACHE"] = str(tmp_path_factory.mktemp("build-cache"))
     bindir = str(Path(sys.executable).parent)  # the snakemake of this Python
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
     t0 = time.monotonic()

@@ -1,15 +1,19 @@
 """How long the static-analysis job takes, from this machine's own build times.
 
-The job's builds run on every core, longest first (builds.Builder), so its wall time is the
+The job's builds run on every core, longest first (builds.Builder), so its time is the
 makespan of that schedule: each build the cache already holds costs HIT_S, every other one
-the time its last build of the same (file, flags, arch) took here (the cache's entries keep
-it), else the mean of that file's recorded builds, else DEFAULT_BUILD_S. Each point then
-costs POINT_S (the occupancy curve and its record), and the job JOB_START_S to start.
+the CPU time its last build of the same (file, flags, arch) took here (the cache's entries
+keep it), else the mean of that file's recorded builds, else DEFAULT_BUILD_S. Each point then
+costs POINT_S (the occupancy curve and its record), and the job JOB_START_S to start. CPU
+times do not depend on how busy the machine was when they were measured; the machine's load
+now is counted once, by slowdown(): a job's threads share the cores with everything else
+that wants one.
 """
 
 from __future__ import annotations
 
 import heapq
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -72,9 +76,27 @@ def makespan(seconds: list[float], n_workers: int) -> float:
     return max(free)
 
 
+def load_now() -> float:
+    """The machine's 1-minute load average (0 where the system has none)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return 0.0
+
+
+def slowdown(load: float, busy: int, cores: int) -> float:
+    """How much longer CPU work takes when `busy` threads of ours join `load` runnable
+    others on `cores` cores: each gets cores / (load + busy) of a core once they outnumber
+    the cores."""
+    return max(1.0, (load + busy) / max(1, cores))
+
+
 def job_seconds(points: list[Any], nvcc: str | None, cache_on: bool = True,
-                n_workers: int | None = None) -> float:
-    """The static-analysis job's expected wall time."""
+                n_workers: int | None = None, load: float | None = None) -> float:
+    """The static-analysis job's expected wall time at the given load (None: the load now)."""
+    w = n_workers or workers()
     todo = needs(points)
-    builds = makespan(build_seconds(todo, nvcc, cache_on), n_workers or workers())
-    return JOB_START_S + builds + POINT_S * len(points)
+    cpu = build_seconds(todo, nvcc, cache_on)
+    busy = min(w, sum(1 for s in cpu if s > HIT_S)) or 1
+    scale = slowdown(load_now() if load is None else load, busy, w)
+    return (JOB_START_S + makespan(cpu, w) + POINT_S * len(points)) * scale
