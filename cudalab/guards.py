@@ -28,10 +28,12 @@ GPU_MEMORY_SHARE = 0.9
 # Host-side overhead of one grid point beyond its timed samples (the reference run measured
 # a median of 0.26 s): the run-time estimate is points x (budget_s + this).
 POINT_OVERHEAD_S = 0.3
-# A run without a GPU, measured on the project's 2-core machine: each GPU job still starts
-# (interpreter, imports, its grid marked not measured), and aggregate, figures and report.
-NO_GPU_JOB_S = 4.0
-REPORT_S = 30.0
+# A run without a GPU, on the project's 2-core machine, in seconds at no other load (runs at
+# loads 3-6 divided by estimate.slowdown): each GPU job still starts (interpreter, imports,
+# its grid marked not measured; the matmul job's CPU points run), then aggregate, figures
+# and report. Warm: 135 s at load ~5; cold: 129 s at load ~3.3 (the compiles 75 s of it).
+NO_GPU_JOB_S = 1.4
+REPORT_S = 28.0
 # The plan warns about a run longer than this, or with more sbatch jobs than this.
 LONG_RUN_S = 4 * 3600
 MANY_JOBS = 200
@@ -333,13 +335,29 @@ def load_note(load: float, cores: int) -> str:
     return f"; counts the load now, {load:.1f} on {cores} cores"
 
 
+def no_gpu_line(config: dict[str, Any], grids: dict[str, list[Point]],
+                timed: dict[str, float]) -> str:
+    """The plan's time for this run here, without a GPU: the GPU jobs only start (they run
+    beside the compiles), then aggregate, figures and report; all of it scaled by the load."""
+    from cudalab.experiments import REGISTRY
+    from cudalab.experiments.static_analysis import builds, estimate
+
+    idle = [s for n, g in grids.items() if n not in timed
+            and (s := REGISTRY[n].estimate_seconds(config, g, load=0.0)) is not None]
+    gpu_jobs = sum(1 for n in timed if any(p.gpu for p in grids[n]))
+    load, cores = estimate.load_now(), builds.workers()
+    here = ((max([*idle, NO_GPU_JOB_S * gpu_jobs]) + REPORT_S)
+            * estimate.slowdown(load, 1, cores))
+    return (f"  here, without a GPU: about {_duration(here)} (the GPU points are not "
+            f"measured; the compiles run beside them){load_note(load, cores)}")
+
+
 def plan_estimate(config: dict[str, Any]) -> list[str]:
     """The plan's size lines: points, a run-time estimate, the largest point's GPU memory,
     warnings for a run of many hours or many sbatch jobs, and each experiment's own warnings
     (e.g. a long CPU reference)."""
     from cudalab import sweep
     from cudalab.experiments import REGISTRY
-    from cudalab.experiments.static_analysis import builds, estimate
 
     grids = {n: REGISTRY[n].grid(config) for n in _blocks(config)}
     pts = [(n, p) for n, g in grids.items() for p in g]
@@ -353,12 +371,7 @@ def plan_estimate(config: dict[str, Any]) -> list[str]:
              + "".join(f"; {n} about {_duration(s)} from this machine's build times"
                        for n, s in own.items()) + ")"]
     if not visible_gpu():
-        gpu_jobs = sum(1 for n in timed if any(p.gpu for p in grids[n]))
-        load, cores = estimate.load_now(), builds.workers()
-        rest = (NO_GPU_JOB_S * gpu_jobs + REPORT_S) * estimate.slowdown(load, 1, cores)
-        here = max(own.values(), default=0.0) + rest
-        lines.append(f"  here, without a GPU: about {_duration(here)} (the GPU points are "
-                     f"not measured; the compiles run beside them){load_note(load, cores)}")
+        lines.append(no_gpu_line(config, grids, timed))
     need = [(REGISTRY[n].gpu_bytes(p), n, p.point_id) for n, p in pts if p.gpu]
     b, name, pid = max(need, default=(0, "", ""))
     mem, source = gpu_memory(config)

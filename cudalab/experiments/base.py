@@ -424,9 +424,11 @@ class Experiment:
         guard; 0 = not declared (never refused)."""
         return 0
 
-    def estimate_seconds(self, config: dict[str, Any], points: list[Point]) -> float | None:
+    def estimate_seconds(self, config: dict[str, Any], points: list[Point],
+                         load: float | None = None) -> float | None:
         """The job's expected wall time where this experiment knows better than points x
-        point cost (static analysis: its builds' measured times); None: count points."""
+        point cost (static analysis: its builds' measured times), at the machine's load
+        (None: the load now); None: count points."""
         return None
 
     def plan_warnings(self, block: dict[str, Any]) -> list[str]:

@@ -265,10 +265,12 @@ class StaticAnalysis(Experiment):
         builder.prefetch(estimate.needs(self.points(blk, config=ctx.config)))
         return builder
 
-    def estimate_seconds(self, config: dict[str, Any], points: list[Point]) -> float:
+    def estimate_seconds(self, config: dict[str, Any], points: list[Point],
+                         load: float | None = None) -> float:
         """The job's wall time from this machine's measured build times (estimate.py)."""
         blk = config["experiments"][self.name]
-        return estimate.job_seconds(points, find_nvcc(blk["nvcc"]), blk.get("cache", True))
+        return estimate.job_seconds(points, find_nvcc(blk["nvcc"]), blk.get("cache", True),
+                                    load=load)
 
     # -- figures -----------------------------------------------------------------------
     def _frame(self, df: pd.DataFrame) -> pd.DataFrame:
