@@ -32,6 +32,7 @@ def _isolated(monkeypatch, tmp_path):
     """No test reads this machine's GPUs or writes the user's build cache."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     monkeypatch.setenv(build_cache.ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(estimate.LOAD_ENV, "0")
     targets.visible_gpu_archs.cache_clear()
     yield
     targets.visible_gpu_archs.cache_clear()
@@ -282,6 +283,13 @@ def test_the_plan_warns_when_the_machine_is_busier_than_its_cores():
 
     assert guards.load_note(1.5, 2) == ""
     assert "counts the load now, 9.0 on 2 cores" in guards.load_note(9.0, 2)
+
+
+def test_the_load_can_be_pinned(monkeypatch):
+    monkeypatch.setenv(estimate.LOAD_ENV, "3.5")
+    assert estimate.load_now() == 3.5
+    monkeypatch.setenv(estimate.LOAD_ENV, "busy")  # not a number: no load assumed
+    assert estimate.load_now() == 0.0
 
 
 def test_slowdown_shares_the_cores_with_the_load():
