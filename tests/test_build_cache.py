@@ -308,3 +308,20 @@ def test_a_hung_nvcc_is_stopped_at_the_timeout(tmp_path):
     with pytest.raises(sa.CompileError, match="longer than 1 s"):
         sa.compile_report(str(fake), CUDA_DIR / "vector_add.cu", "", "sm_90", timeout_s=1)
     assert time.monotonic() - start < 20
+
+
+def test_another_gpu_reruns_a_finished_auto_job(monkeypatch):
+    from cudalab import config as cfg
+    from cudalab.runner import job_fingerprint
+
+    auto = cfg.validate({"experiments": {"static_analysis": {}}})
+    listed = cfg.validate({"experiments": {"static_analysis": {"archs": ["sm_90"]}}})
+    here = job_fingerprint(auto, "static_analysis")
+    assert job_fingerprint(listed, "static_analysis") == job_fingerprint(listed,
+                                                                         "static_analysis")
+    with monkeypatch.context() as m:  # the same config where NVML sees an A100: other
+        m.setattr(targets, "visible_gpu_archs", lambda: ("sm_80",))  # targets, so it reruns
+        assert job_fingerprint(auto, "static_analysis") != here
+        m.setattr(targets, "visible_gpu_archs", lambda: ("sm_90",))  # an H100: sm_90 too
+        assert job_fingerprint(auto, "static_analysis") == here
+

@@ -424,6 +424,11 @@ class Experiment:
         guard; 0 = not declared (never refused)."""
         return 0
 
+    def machine_facts(self, block: dict[str, Any]) -> Any:
+        """What the machine decides about this block's grid (static analysis: the targets
+        `archs: auto` resolves to): a change reruns the finished job. None: nothing."""
+        return None
+
     def estimate_seconds(self, config: dict[str, Any], points: list[Point],
                          load: float | None = None) -> float | None:
         """The job's expected wall time where this experiment knows better than points x

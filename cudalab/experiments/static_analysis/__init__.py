@@ -265,6 +265,12 @@ class StaticAnalysis(Experiment):
         builder.prefetch(estimate.needs(self.points(blk, config=ctx.config)))
         return builder
 
+    def machine_facts(self, block: dict[str, Any]) -> Any:
+        """The targets auto or all resolve to here: a GPU-less run's sm_90 rows are redone
+        for an A100's sm_80 when the same results folder runs there."""
+        archs = block.get("archs", DEFAULT_ARCHS)
+        return None if isinstance(archs, list) else resolved_archs(block)
+
     def estimate_seconds(self, config: dict[str, Any], points: list[Point],
                          load: float | None = None) -> float:
         """The job's wall time from this machine's measured build times (estimate.py)."""
