@@ -134,8 +134,12 @@ class BuildCache:
             return None
         try:
             entry = json.loads(self._path(key).read_text())
-            return Build(entry["report"], float(entry["seconds"]), True, key)
-        except (OSError, ValueError, KeyError, TypeError):
+            report = entry["report"]
+            if not (isinstance(report, dict) and all(isinstance(u, dict)
+                                                     for u in report.values())):
+                return None
+            return Build(report, float(entry["seconds"]), True, key)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
     def put(self, key: str, build: Build, **about: Any) -> None:

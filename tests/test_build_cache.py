@@ -146,6 +146,8 @@ def test_damaged_entries_are_misses_and_the_folder_is_bounded(tmp_path):
     assert got is not None and got.cached and got.report == report and got.seconds == 4.5
     cache._path(keys[4]).write_text('{"report": {"k": ')  # cut short (not via atomic_path)
     assert cache.get(keys[4]) is None
+    cache._path(keys[3]).write_text('{"report": [1, 2], "seconds": 1}')  # not a report
+    assert cache.get(keys[3]) is None
     assert not list((tmp_path / "c").rglob("*.tmp"))  # the atomic writer left no temp file
     off = build_cache.BuildCache(None)
     off.put(keys[0], build_cache.Build(report, 1.0, False, keys[0]))

@@ -205,12 +205,18 @@ def find_kernel(report: dict[str, dict[str, int]], kernel: str) -> dict[str, int
     return None
 
 
+# At most this many nvcc at once: a cicc of matmul_pipeline.cu holds a few hundred MB, and a
+# default grid has 34 builds, so more would not shorten the job (its longest build does).
+MAX_WORKERS = 16
+
+
 def workers() -> int:
-    """How many nvcc may run at once: every core this process may use."""
+    """How many nvcc may run at once: every core this process may use, up to MAX_WORKERS."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_WORKERS))
 
 
 class Builder:
