@@ -31,7 +31,8 @@ POINT_OVERHEAD_S = 0.3
 # A run without a GPU, on the project's 2-core machine, in seconds at no other load (runs at
 # loads 3-6 divided by estimate.slowdown): each GPU job still starts (interpreter, imports,
 # its grid marked not measured; the matmul job's CPU points run), then aggregate, figures
-# and report. Warm: 135 s at load ~5; cold: 129 s at load ~3.3 (the compiles 75 s of it).
+# and report. Default run from a clean export: cold (empty build cache) 76 s at load ~1
+# (the compiles 43 s of it), warm 43 s; at loads 3-6, 129 s cold and 135 s warm.
 NO_GPU_JOB_S = 1.4
 REPORT_S = 28.0
 # The plan warns about a run longer than this, or with more sbatch jobs than this.
