@@ -29,6 +29,13 @@ GPU_MEMORY_SHARE = 0.9
 # Host-side overhead of one grid point beyond its timed samples (the reference run measured
 # a median of 0.26 s): the run-time estimate is points x (budget_s + this).
 POINT_OVERHEAD_S = 0.3
+# A run without a GPU, on the project's 2-core machine, in seconds at no other load (runs at
+# loads 3-6 divided by estimate.slowdown): each GPU job still starts (interpreter, imports,
+# its grid marked not measured; the matmul job's CPU points run), then aggregate, figures
+# and report. Default run from a clean export: cold (empty build cache) 76 s at load ~1
+# (the compiles 43 s of it), warm 43 s; at loads 3-6, 129 s cold and 135 s warm.
+NO_GPU_JOB_S = 1.4
+REPORT_S = 28.0
 # The plan warns about a run longer than this (and, limits.MANY_JOBS, about many jobs).
 LONG_RUN_S = 4 * 3600
 # Exceptions a rule may raise on a value the schema has already rejected.
@@ -307,6 +314,52 @@ def point_seconds(config: dict[str, Any], experiment: Any) -> float:
     return sampling + warmups * shortest + POINT_OVERHEAD_S
 
 
+def job_seconds(config: dict[str, Any], grids: dict[str, list[Point]]
+                ) -> tuple[dict[str, float], dict[str, float]]:
+    """Each job's expected seconds: (timed jobs by points x point_seconds, jobs that
+    estimate themselves, e.g. static analysis from the build times measured here)."""
+    from cudalab.experiments import REGISTRY
+
+    timed, own = {}, {}
+    for n, g in grids.items():
+        s = REGISTRY[n].estimate_seconds(config, g)
+        if s is None:
+            timed[n] = len(g) * point_seconds(config, REGISTRY[n])
+        else:
+            own[n] = s
+    return timed, own
+
+
+def visible_gpu() -> bool:
+    from cudalab.experiments.static_analysis.archs import visible_gpu_archs
+
+    return bool(visible_gpu_archs())
+
+
+def load_note(load: float, cores: int) -> str:
+    """Where the machine is busier than its cores, that the estimate counts it."""
+    if load <= cores:
+        return ""
+    return f"; counts the load now, {load:.1f} on {cores} cores"
+
+
+def no_gpu_line(config: dict[str, Any], grids: dict[str, list[Point]],
+                timed: dict[str, float]) -> str:
+    """The plan's time for this run here, without a GPU: the GPU jobs only start (they run
+    beside the compiles), then aggregate, figures and report; all of it scaled by the load."""
+    from cudalab.experiments import REGISTRY
+    from cudalab.experiments.static_analysis import builds, estimate
+
+    idle = [s for n, g in grids.items() if n not in timed
+            and (s := REGISTRY[n].estimate_seconds(config, g, load=0.0)) is not None]
+    gpu_jobs = sum(1 for n in timed if any(p.gpu for p in grids[n]))
+    load, cores = estimate.load_now(), builds.workers()
+    here = ((max([*idle, NO_GPU_JOB_S * gpu_jobs]) + REPORT_S)
+            * estimate.slowdown(load, 1, cores))
+    return (f"  here, without a GPU: about {_duration(here)} (the GPU points are not "
+            f"measured; the compiles run beside them){load_note(load, cores)}")
+
+
 def plan_estimate(config: dict[str, Any]) -> list[str]:
     """The plan's size lines: points, a run-time estimate, the largest point's GPU memory,
     warnings for a run of many hours or many sbatch jobs, and each experiment's own warnings
@@ -316,12 +369,17 @@ def plan_estimate(config: dict[str, Any]) -> list[str]:
 
     grids = {n: REGISTRY[n].grid(config) for n in _blocks(config)}
     pts = [(n, p) for n, g in grids.items() for p in g]
-    seconds = sum(len(g) * point_seconds(config, REGISTRY[n]) for n, g in grids.items())
+    timed, own = job_seconds(config, grids)
+    seconds = sum(timed.values()) + sum(own.values())
     m = config["measurement"]
     lines = [f"  size: {len(pts)} grid points (max_points {config['max_points']}); "
              f"run time about {_duration(seconds)} (a timed point: the larger of budget_s "
              f"{m['budget_s']} s and min_samples {m['min_samples']} x the shortest sample, "
-             f"plus {POINT_OVERHEAD_S} s; a compile for static analysis)"]
+             f"plus {POINT_OVERHEAD_S} s"
+             + "".join(f"; {n} about {_duration(s)} from this machine's build times"
+                       for n, s in own.items()) + ")"]
+    if not visible_gpu():
+        lines.append(no_gpu_line(config, grids, timed))
     need = [(REGISTRY[n].gpu_bytes(p), n, p.point_id) for n, p in pts if p.gpu]
     b, name, pid = max(need, default=(0, "", ""))
     mem, source = gpu_memory(config)

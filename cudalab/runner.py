@@ -143,6 +143,9 @@ def job_fingerprint(config: dict[str, Any], name: str) -> str:
     the measurement and telemetry settings (the workflow's rerun trigger; in the manifest)."""
     blocks = [config["experiments"].get(b) for b in REGISTRY[name].reads_blocks]
     parts = [config["experiments"][name], *blocks, config["measurement"], config["telemetry"]]
+    facts = REGISTRY[name].machine_facts(config["experiments"][name])
+    if facts is not None:  # what this machine makes of the block (static analysis: auto)
+        parts.append(facts)
     if profiling(config):  # turning counters on reruns the job (its timings are reused)
         parts.append(config["profile"])
     return block_hash(parts)

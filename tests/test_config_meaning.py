@@ -15,7 +15,9 @@ MY = "experiments:\n  matmul: {sizes: [64], variants: [cpu, naive]}\nseed: 7\n"
 
 
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # the plan's times read the load and the build cache: pinned, so two plans agree
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDALAB_PLAN_LOAD": "0",
+           "CUDALAB_BUILD_CACHE": "off"}
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=cwd,
                           env=env, timeout=300)
 

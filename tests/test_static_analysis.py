@@ -18,12 +18,23 @@ from cudalab.experiments import REGISTRY
 from cudalab.experiments import matmul as mm
 from cudalab.experiments import static_analysis as sa
 from cudalab.experiments.base import Point, RunContext, Skipped
+from cudalab.experiments.static_analysis import archs as targets
 from cudalab.gpu import CUDA_DIR
 from cudalab.harness import Harness, Settings
 
 EXP = REGISTRY["static_analysis"]
 NVCC = sa.find_nvcc("nvcc")
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="needs nvcc (the CUDA toolkit)")
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch, tmp_path):
+    """No test reads this machine's GPUs or writes the user's build cache."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setenv("CUDALAB_BUILD_CACHE", str(tmp_path / "build-cache"))
+    targets.visible_gpu_archs.cache_clear()
+    yield
+    targets.visible_gpu_archs.cache_clear()
 
 
 def _judged(df):
@@ -65,7 +76,9 @@ def test_bad_values_name_the_key(block, needles):
 
 def test_defaults_are_targets_nvcc_13_supports():
     b = _block()
-    assert b["archs"] == ["sm_75", "sm_80", "sm_90"]
+    # auto: no GPU visible here (the fixture hides them), so the documented fallback
+    assert b["archs"] == "auto" and sa.resolved_archs(b) == ["sm_90"]
+    assert b["cache"] is True
     assert b["files"] == [] and b["variants"] == {} and b["nvcc"] == "nvcc"
     assert set(sa.ARCHS) >= {"sm_30", "sm_70", "sm_90", "sm_100", "sm_120"}
 
@@ -99,17 +112,17 @@ def test_kernel_names_and_variants_from_the_source():
 
 
 def test_grid_covers_every_file_kernel_variant_and_arch():
-    b = _block()
+    b = _block(archs=["sm_80", "sm_90"])
     pts = EXP.points(b)
     assert pts and not any(p.gpu for p in pts)
     assert len({p.point_id for p in pts}) == len(pts)
     files = {p.params["file"] for p in pts}
     assert files == {p.name for p in CUDA_DIR.glob("*.cu")}
     occ_pts = [p for p in pts if p.params["file"] == "occupancy.cu"]
-    # occupancy.cu: 2 kernels x 2 declared variants x 3 archs, and the two extern __shared__
+    # occupancy.cu: 2 kernels x 2 declared variants x 2 archs, and the two extern __shared__
     # kernels as the occupancy experiment launches them (Experiment.compile_variants):
-    # vec_mul_smem once, matmul_tiled_dyn once per default tile (5), each x 3 archs
-    assert len(occ_pts) == 2 * 2 * 3 + 1 * 3 + 5 * 3
+    # vec_mul_smem once, matmul_tiled_dyn once per default tile (5), each x 2 archs
+    assert len(occ_pts) == 2 * 2 * 2 + 1 * 2 + 5 * 2
     assert {p.params["flags"] for p in occ_pts} == {"LIVE=64", "LIVE=32", ""}
     smem = [p for p in occ_pts if p.variant == "vec_mul_smem"]
     assert {p.params["dynamic_smem"] for p in smem} == {32 * 1024}
@@ -149,19 +162,19 @@ def _matmul_flags(tile: dict) -> tuple[str, list[str]]:
 
 def test_matmul_register_is_analysed_once_per_register_tile_of_the_matmul_block():
     config = cfg.validate({"experiments": {
-        "static_analysis": {"files": ["matmul.cu"]},
+        "static_analysis": {"files": ["matmul.cu"], "archs": ["sm_80", "sm_90"]},
         "matmul": {"register_tiles": TWO_TILES}}})
     block = config["experiments"]["static_analysis"]
     pts = EXP.points(block, config=config)
     assert len({p.point_id for p in pts}) == len(pts)
     reg = [p for p in pts if p.variant == "matmul_register"]
     # one point per (register tile, arch), never the defaults that compile it out
-    assert len(reg) == len(TWO_TILES) * 3
+    assert len(reg) == len(TWO_TILES) * 2
     assert all(p.params["flags"] for p in reg)
     for tile in TWO_TILES:
         flags, dopts = _matmul_flags(tile)
         mine = [p for p in reg if {k: p.params[k] for k in ("rt", "bt", "bk")} == tile]
-        assert {p.params["arch"] for p in mine} == {"sm_75", "sm_80", "sm_90"}
+        assert {p.params["arch"] for p in mine} == {"sm_80", "sm_90"}
         assert {p.params["flags"] for p in mine} == {flags}
         assert all(f"rt{tile['rt']}-bt{tile['bt']}-bk{tile['bk']}" in p.point_id for p in mine)
         # nvcc gets exactly the -D defines the matmul experiment compiles the kernel with
@@ -371,18 +384,19 @@ def test_runner_analyses_every_register_tile_for_every_arch(tmp_path):
     from cudalab.runner import run_experiment
 
     config = cfg.validate({"telemetry": {"nvidia_smi": False, "nvml": False},
-                           "experiments": {"static_analysis": {"files": ["matmul.cu"]},
+                           "experiments": {"static_analysis": {"files": ["matmul.cu"],
+                                                               "archs": ["sm_80", "sm_90"]},
                                            "matmul": {"register_tiles": TWO_TILES}}})
     run_experiment(config, "static_analysis", tmp_path)
     df = results.build_table(list(results.iter_records(tmp_path / "raw")))
     assert results.check_table(df) == []
     assert (df["status"] == "ok").all(), df.loc[df["status"] != "ok", ["point_id", "reason"]]
     reg = df[df["variant"] == "matmul_register"]
-    assert len(reg) == len(TWO_TILES) * 3
+    assert len(reg) == len(TWO_TILES) * 2
     for tile in TWO_TILES:
         rows = reg[(reg["p_rt"] == tile["rt"]) & (reg["p_bt"] == tile["bt"])
                    & (reg["p_bk"] == tile["bk"])]
-        assert sorted(rows["p_arch"]) == ["sm_75", "sm_80", "sm_90"]
+        assert sorted(rows["p_arch"]) == ["sm_80", "sm_90"]
         assert (rows["m_registers"] > 0).all()
         assert (rows["m_smem_static"] == mm.register_smem_bytes(tile["bt"], tile["bk"])).all()
         assert rows["nvcc_options"].str.endswith(" ".join(_matmul_flags(tile)[1])).all()

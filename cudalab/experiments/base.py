@@ -429,6 +429,18 @@ class Experiment:
         guard; 0 = not declared (never refused)."""
         return 0
 
+    def machine_facts(self, block: dict[str, Any]) -> Any:
+        """What the machine decides about this block's grid (static analysis: the targets
+        `archs: auto` resolves to): a change reruns the finished job. None: nothing."""
+        return None
+
+    def estimate_seconds(self, config: dict[str, Any], points: list[Point],
+                         load: float | None = None) -> float | None:
+        """The job's expected wall time where this experiment knows better than points x
+        point cost (static analysis: its builds' measured times), at the machine's load
+        (None: the load now); None: count points."""
+        return None
+
     def plan_warnings(self, block: dict[str, Any]) -> list[str]:
         """Warnings `cudalab plan` prints for a valid block (e.g. a CPU reference that will
         take very long); messages start with the key."""

@@ -33,19 +33,32 @@ import hashlib
 import os
 import re
 import subprocess
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from cudalab import devicespec, nvcc_flags, toolkit
+from cudalab import build_cache, devicespec, nvcc_flags, toolkit
 from cudalab import occupancy as occ
 from cudalab.experiments import base
 from cudalab.experiments import matmul as mm
 from cudalab.experiments.base import Check, Experiment, Point, Result, block_schema
-from cudalab.experiments.static_analysis import lesson
+from cudalab.experiments.static_analysis import archs as targets
+from cudalab.experiments.static_analysis import estimate, lesson
+from cudalab.experiments.static_analysis.archs import _sm
+from cudalab.experiments.static_analysis.builds import (  # noqa: F401 - the parser's home
+    BASE_OPTIONS,
+    Builder,
+    CompileError,
+    compile_report,
+    find_kernel,
+    flag_tokens,
+    nvcc_options,
+    parse_maxntid,
+    parse_ptxas,
+    run_in_background,
+)
 from cudalab.experiments.static_analysis.lesson import LESSON, TILE_PARAMS, _tile_labels  # noqa: F401
 from cudalab.gpu import Kernel, nvcc_banner
 from cudalab.resources import CUDA_DIR
@@ -54,9 +67,8 @@ from cudalab.toolkit import find_nvcc  # re-exported: callers use sa.find_nvcc
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
 
-BASE_OPTIONS = ["-O3", "-lineinfo"]  # what GpuSession.compile passes, before the -D flags
 ARCHS = devicespec.sm_targets()
-DEFAULT_ARCHS = ["sm_75", "sm_80", "sm_90"]  # nvcc 13 dropped sm_50 ... sm_72
+DEFAULT_ARCHS = targets.AUTO  # the visible GPUs' targets, else sm_90 (archs.py)
 BLOCK_SIZES = list(range(32, 1025, 32))
 SUMMARY_BLOCKS = (128, 256, 512, 1024)
 
@@ -73,9 +85,21 @@ class StaticAnalysis(Experiment):
     lesson = LESSON
     schema = block_schema({
             "archs": {
-                "type": "array", "items": {"enum": ARCHS}, "minItems": 1, "uniqueItems": True,
+                "anyOf": [
+                    {"enum": [targets.AUTO, targets.ALL]},
+                    {"type": "array", "items": {"enum": ARCHS}, "minItems": 1,
+                     "uniqueItems": True},
+                ],
                 "default": DEFAULT_ARCHS,
-                "description": "target architectures (nvcc 13 supports sm_75 and newer)",
+                "description": "target architectures: auto (the GPUs NVML sees here, else "
+                "sm_90), all (every target the nvcc builds), or a list (nvcc 13 supports sm_75 "
+                "and newer); each target costs a full nvcc run per file and variant",
+            },
+            "cache": {
+                "type": "boolean", "default": True,
+                "description": "reuse builds across runs from the user's build cache: "
+                "$CUDALAB_BUILD_CACHE, else $XDG_CACHE_HOME/cudalab/builds, else "
+                "~/.cache/cudalab/builds (CUDALAB_BUILD_CACHE=off turns it off too)",
             },
             "files": {
                 "type": "array", "uniqueItems": True,
@@ -122,9 +146,8 @@ class StaticAnalysis(Experiment):
             },
         })
     smoke = {"archs": ["sm_90"], "files": ["occupancy.cu"]}
-    # no timing: 0.3-0.4 s per nvcc run on 2 cores, about one run per two points (a file's
-    # kernels share its compile)
-    point_cost_s = 0.25
+    # no timing: the plan asks estimate_seconds (this machine's build times), not a per-point cost
+    point_cost_s = 0.0
     needs_nvcc = True
 
     def toolchain(self, block: dict[str, Any], notes: list[str]) -> list[str]:
@@ -135,7 +158,7 @@ class StaticAnalysis(Experiment):
             return []
         nvcc = name if os.sep in name else find_nvcc(name)
         return toolkit.config_problems(f"experiments.{self.name}", name, nvcc,
-                                       block.get("archs", []), notes)
+                                       _listed(block.get("archs")), notes)
 
     def tool_provenance(self, block: dict[str, Any]) -> dict[str, Any]:
         """The nvcc this job runs and the verdict of its owner and mode check."""
@@ -169,6 +192,7 @@ class StaticAnalysis(Experiment):
         it, the experiments' defaults) is analysed as that experiment compiles and launches
         it, instead of with the file's variants."""
         own = declared_variants(config)
+        archs = resolved_archs(block)
         pts = []
         for path in kernel_files(block.get("files", [])):
             src = path.read_text()
@@ -179,7 +203,7 @@ class StaticAnalysis(Experiment):
                     (define_flags(cv.defines), _extra_params(cv)) for cv in declared]
                 pts += [Point(self.name, kernel, {"file": path.name, "flags": flags,
                                                   "arch": arch, **extra}, gpu=False)
-                        for flags, extra in rows for arch in block["archs"]
+                        for flags, extra in rows for arch in archs
                         if _sm(arch) >= extra.get("min_sm", 0)]
         return pts
 
@@ -208,11 +232,9 @@ class StaticAnalysis(Experiment):
         if reasons:
             raise CompileError(f"experiments.static_analysis.nvcc: "
                                f"{toolkit.refusal(nvcc, reasons)}")
-        key = ("static", p["file"], p["flags"], p["arch"])
-        if key not in ctx.cache:
-            ctx.cache[key] = compile_report(nvcc, CUDA_DIR / p["file"], p["flags"], p["arch"],
-                                            blk["timeout_s"])
-        report = ctx.cache[key]
+        builder = ctx.cache.keep("static_builds", lambda: self._builder(ctx, nvcc))
+        built = builder.build((p["file"], p["flags"], p["arch"]))
+        report = built.report
         usage = find_kernel(report, point.variant)
         if usage is None:
             raise base.Skipped(f"{point.variant} is not compiled with flags {p['flags']!r} for "
@@ -225,8 +247,33 @@ class StaticAnalysis(Experiment):
         launchable = metrics["max_block_size"] > 0
         check = Check(0.0 if launchable else 1.0, 0.0, "launchable",
                       detail="" if launchable else metrics.get("limit_note", ""))
-        return Result(None, check=check, metrics=metrics,
-                      kernel=self.kernel_for(ctx, point))
+        # provenance: whether this row's ptxas report came from the build cache
+        metrics["build_cached"] = built.cached
+        return Result(None, check=check, metrics=metrics, kernel=self.kernel_for(ctx, point),
+                      extra={"build": {"cached": built.cached, "key": built.key[:16],
+                                       "nvcc_s": round(built.seconds, 3)}})
+
+    def _builder(self, ctx: RunContext, nvcc: str) -> Builder:
+        """The job's builds, every one its grid needs started at once on every core (a point
+        the runner then measures finds its build done)."""
+        blk = ctx.block
+        builder = Builder(nvcc, blk["timeout_s"],
+                          build_cache.BuildCache(build_cache.root(blk.get("cache", True))))
+        builder.prefetch(estimate.needs(self.points(blk, config=ctx.config)))
+        return builder
+
+    def machine_facts(self, block: dict[str, Any]) -> Any:
+        """The targets auto or all resolve to here: a GPU-less run's sm_90 rows are redone
+        for an A100's sm_80 when the same results folder runs there."""
+        archs = block.get("archs", DEFAULT_ARCHS)
+        return None if isinstance(archs, list) else resolved_archs(block)
+
+    def estimate_seconds(self, config: dict[str, Any], points: list[Point],
+                         load: float | None = None) -> float:
+        """The job's wall time from this machine's measured build times (estimate.py)."""
+        blk = config["experiments"][self.name]
+        return estimate.job_seconds(points, find_nvcc(blk["nvcc"]), blk.get("cache", True),
+                                    load=load)
 
     # -- figures -----------------------------------------------------------------------
     def _frame(self, df: pd.DataFrame) -> pd.DataFrame:
@@ -323,10 +370,18 @@ def _extra_params(cv: base.CompileVariant) -> dict[str, Any]:
             | ({"optin": True} if cv.optin else {}) | ({"min_sm": cv.min_sm} if cv.min_sm else {}))
 
 
-def _sm(arch: str) -> int:
-    """'sm_90' / 'sm_90a' / 'compute_80' -> 90 / 90 / 80 (0 where unreadable)."""
-    digits = "".join(ch for ch in arch.split("_")[-1] if ch.isdigit())
-    return int(digits) if digits else 0
+def resolved_archs(block: dict[str, Any]) -> list[str]:
+    """The block's `archs` as a list: auto and all resolved here (archs.py)."""
+    value = block.get("archs", DEFAULT_ARCHS)
+    if value == targets.ALL:
+        nvcc = find_nvcc(block.get("nvcc", "nvcc"))
+        return targets.resolve(value, supported_archs(nvcc) if nvcc else None)
+    return targets.resolve(value)
+
+
+def _listed(value: Any) -> list[Any]:
+    """The architectures a config names one by one (auto and all name none)."""
+    return value if isinstance(value, list) else []
 
 
 def matmul_register_variants(config: dict[str, Any] | None) -> list[tuple[str, dict[str, int]]]:
@@ -337,11 +392,6 @@ def matmul_register_variants(config: dict[str, Any] | None) -> list[tuple[str, d
 
 
 # -- compiling and parsing ------------------------------------------------------------------
-class CompileError(base.CompileFailure):
-    """nvcc is missing, cannot target an architecture, or failed (the runner reports
-    'nvcc failed: ...')."""
-
-
 def _arch_order(arch: str) -> tuple[int, int]:
     s = devicespec.spec(arch)
     return s.major, s.minor
@@ -363,136 +413,6 @@ def file_variants(src: str) -> list[str]:
     """The file's own '// cudalab-variant: ...' lines ([''] = its defaults)."""
     found = [v.strip() for v in _VARIANT_RE.findall(src)]
     return found or [""]
-
-
-def flag_tokens(flags: str) -> list[str]:
-    """'TILE=32 FAST --use_fast_math' -> ['-DTILE=32', '-DFAST', '--use_fast_math'] (only
-    the option families cudalab.nvcc_flags allows)."""
-    return nvcc_flags.tokens(flags)
-
-
-def nvcc_options(flags: str, arch: str) -> list[str]:
-    return [*BASE_OPTIONS, f"-arch={arch}", "-Xptxas", "-v", *flag_tokens(flags)]
-
-
-def run_in_background() -> None:
-    """In nvcc's child process: take a core only when no other process wants it. A local
-    run puts this job beside the timed ones; on an H200 its nvcc runs delayed the numpy
-    reference's BLAS threads to the scheduler's 4 ms tick (160x240x320 took 4.00 ms, 18x
-    the H100's 222 us). SCHED_IDLE where Linux has it, else the lowest nice."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except (AttributeError, OSError):
-        os.nice(19)
-
-
-def compile_report(nvcc: str, path: Path, flags: str, arch: str,
-                   timeout_s: int = 300) -> dict[str, dict[str, int]]:
-    """Compile one file for one target; ptxas' resource usage per kernel, plus the block
-    size its __launch_bounds__ allow (max_threads; 0 = none), read from the PTX that the
-    same nvcc run keeps."""
-    with tempfile.TemporaryDirectory(prefix="cudalab-sa-") as tmp:
-        cmd = [nvcc, "-cubin", *nvcc_options(flags, arch), "-I", str(CUDA_DIR),
-               "-keep", "-keep-dir", tmp, str(path), "-o", str(Path(tmp) / "k.cubin")]
-        try:
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
-                                 preexec_fn=run_in_background)
-        except subprocess.TimeoutExpired as exc:
-            raise CompileError(f"nvcc took longer than {timeout_s} s: {' '.join(cmd)}") from exc
-        ptx = "".join(f.read_text() for f in Path(tmp).glob("*.ptx"))
-    text = out.stdout + out.stderr
-    if out.returncode != 0:
-        if "Unsupported gpu architecture" in text or "unsupported gpu architecture" in text:
-            can = supported_archs(nvcc) or _listed_archs(nvcc)
-            raise CompileError(f"{_nvcc_version(nvcc)} cannot compile for {arch} "
-                               f"(it supports {', '.join(can) or '?'})")
-        tail = "\n".join(text.strip().splitlines()[-8:])
-        raise CompileError(f"nvcc failed on {path.name} {flags!r} for {arch}:\n{tail}")
-    report = parse_ptxas(text)
-    if not report:
-        raise CompileError(f"no ptxas resource report in nvcc's output for {path.name} "
-                           f"({arch}): {text.strip()[:300]!r}")
-    bounds = parse_maxntid(ptx)
-    for name, usage in report.items():
-        usage["max_threads"] = bounds.get(name, 0)
-    return report
-
-
-_MAXNTID_ENTRY = re.compile(r"\.entry\s+(\w+)\s*\((?:[^)]*)\)([^{]*)\{")
-_MAXNTID = re.compile(r"\.maxntid\s+(\d+)\s*,\s*(\d+)\s*,\s*(\d+)")
-
-
-def parse_maxntid(ptx: str) -> dict[str, int]:
-    """PTX -> {kernel: threads per block its __launch_bounds__ allow} for the kernels that
-    declare one (`.maxntid x, y, z` between an entry's parameters and its body)."""
-    out = {}
-    for m in _MAXNTID_ENTRY.finditer(ptx):
-        b = _MAXNTID.search(m.group(2))
-        if b:
-            x, y, z = (int(v) for v in b.groups())
-            out[m.group(1)] = x * y * z
-    return out
-
-
-_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(\w+)'")
-_PROPS = re.compile(r"Function properties for (\S+)")
-_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
-_USED = re.compile(r"Used (\d+) registers")
-_FIELDS = {
-    "barriers": re.compile(r"used (\d+) barriers"),
-    "smem_static": re.compile(r"(\d+) bytes smem"),
-    "cmem0": re.compile(r"(\d+) bytes cmem\[0\]"),
-    "local": re.compile(r"(\d+) bytes lmem"),
-}
-
-
-def parse_ptxas(text: str) -> dict[str, dict[str, int]]:
-    """ptxas -v output -> {kernel: {registers, smem_static, cmem0, stack, spill_stores,
-    spill_loads, barriers, local}} for every entry function."""
-    out: dict[str, dict[str, int]] = {}
-    entry = None
-    props_for = None
-    frames: dict[str, tuple[int, int, int]] = {}
-    for line in text.splitlines():
-        m = _ENTRY.search(line)
-        if m:
-            entry = m.group(1)
-            out.setdefault(entry, {"registers": 0, "smem_static": 0, "cmem0": 0, "stack": 0,
-                                   "spill_stores": 0, "spill_loads": 0, "barriers": 0,
-                                   "local": 0})
-            continue
-        m = _PROPS.search(line)
-        if m:
-            props_for = m.group(1)
-            continue
-        m = _FRAME.search(line)
-        if m and props_for:
-            frames[props_for] = tuple(int(x) for x in m.groups())
-            props_for = None
-            continue
-        m = _USED.search(line)
-        if m and entry:
-            u = out[entry]
-            u["registers"] = int(m.group(1))
-            for k, rx in _FIELDS.items():
-                f = rx.search(line)
-                if f:
-                    u[k] = int(f.group(1))
-    for name, (stack, st, ld) in frames.items():
-        if name in out:
-            out[name] |= {"stack": stack, "spill_stores": st, "spill_loads": ld}
-    return out
-
-
-def find_kernel(report: dict[str, dict[str, int]], kernel: str) -> dict[str, int] | None:
-    """The report of `kernel` (extern "C" name, or a C++-mangled _Z<len><name>...)."""
-    if kernel in report:
-        return report[kernel]
-    mangled = f"_Z{len(kernel)}{kernel}"
-    for name, usage in report.items():
-        if name.startswith(mangled):
-            return usage
-    return None
 
 
 def usage_metrics(arch: str, usage: dict[str, int], dynamic_smem: int = 0,

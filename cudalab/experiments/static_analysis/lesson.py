@@ -130,7 +130,9 @@ def _launch_256(d: pd.DataFrame, c: Ceilings) -> Judgement:
 def _per_arch(d: pd.DataFrame, c: Ceilings) -> Judgement:
     d = frame(d)
     if d.empty or d["p_arch"].nunique() < 2:
-        return no_data("one target architecture in this run (static_analysis.archs)")
+        return no_data("one target architecture in this run (static_analysis.archs: auto "
+                       "analyses this machine's GPU, else sm_90; a list such as [sm_75, sm_90] "
+                       "compares two)")
     per = d.groupby("label")["m_registers"].agg(["min", "max"])
     differ = per[per["min"] != per["max"]]
     share = len(differ) / len(per)
