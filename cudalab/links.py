@@ -128,24 +128,25 @@ class Pair:
             c.detach()
 
 
-def _events_time(pair: Pair, fn: Any, reps: int) -> float:
-    """Seconds per call of fn() on the source GPU's stream, by CUDA events (median of reps)."""
+def _events_time(pair: Pair, fn: Any, reps: int, side: int = 0) -> float:
+    """Seconds per call of fn() on GPU `side`'s stream (0: the source), by CUDA events, the
+    median of reps after one warm-up call."""
     cuda = pair.cuda
-    pair.ctx[0].push()
+    pair.ctx[side].push()
     try:
-        fn()  # warm-up
+        fn()
         cuda.Context.synchronize()
         times = []
         for _ in range(reps):
             a, b = cuda.Event(), cuda.Event()
-            a.record(pair.stream[0])
+            a.record(pair.stream[side])
             fn()
-            b.record(pair.stream[0])
+            b.record(pair.stream[side])
             b.synchronize()
             times.append(b.time_since(a) / 1e3)
         return statistics.median(times)
     finally:
-        pair.ctx[0].pop()
+        pair.ctx[side].pop()
 
 
 def _wall_time(pair: Pair, fn: Any, reps: int) -> float:
@@ -234,26 +235,16 @@ def _remote_read(cuda: Any, pair: Pair, reps: int, kernel_src: str, src: int, ds
     pair.ctx[1].push()
     try:
         fn = SourceModule(kernel_src, no_extern_c=True).get_function("read_remote")
-        n = np.uint64(pair.size // 16)
         sms = pair.dev[1].get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT)
-
-        def launch() -> None:
-            fn(pair.buf[0][0], pair.buf[1][1], n, block=(256, 1, 1), grid=(sms * 8, 1),
-               stream=pair.stream[1])
-
-        launch()
-        cuda.Context.synchronize()
-        times = []
-        for _ in range(reps):
-            a, b = cuda.Event(), cuda.Event()
-            a.record(pair.stream[1])
-            launch()
-            b.record(pair.stream[1])
-            b.synchronize()
-            times.append(b.time_since(a) / 1e3)
-        t = statistics.median(times)
     finally:
         pair.ctx[1].pop()
+    n = np.uint64(pair.size // 16)
+
+    def launch() -> None:
+        fn(pair.buf[0][0], pair.buf[1][1], n, block=(256, 1, 1), grid=(sms * 8, 1),
+           stream=pair.stream[1])
+
+    t = _events_time(pair, launch, reps, side=1)
     ok = pair.check(1, pair.data)
     return {"src": src, "dst": dst, "mode": "remote_read", "bytes": pair.size, "seconds": t,
             "gbps": pair.size / t / 1e9 if ok else math.nan, "correct": ok, "note": ""}
