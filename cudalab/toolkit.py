@@ -196,6 +196,7 @@ def untrusted_reasons(path: str) -> list[str]:
     /tmp counts too: the sticky bit stops others from replacing an existing file, not from
     creating the name first."""
     me = os.geteuid()
+    trusted = {0, me, *trusted_owners()}
     seen: set[Path] = set()
     reasons: list[str] = []
     for chain in map(Path, toolkit_programs(path)):
@@ -208,9 +209,10 @@ def untrusted_reasons(path: str) -> list[str]:
             except OSError as exc:
                 reasons.append(f"{part} cannot be examined ({exc.strerror})")
                 continue
-            if st.st_uid not in (0, me):
+            if st.st_uid not in trusted:
                 reasons.append(f"{part} is owned by {_user(st.st_uid)}, neither root nor "
-                               f"the user running cudalab ({_user(me)})")
+                               f"the user running cudalab ({_user(me)}) nor one named in "
+                               f"{TRUSTED_OWNERS_ENV}")
             # a symlink's own mode is always rwxrwxrwx and means nothing; its target is
             # checked on the resolved chain
             if not stat.S_ISLNK(st.st_mode) and st.st_mode & stat.S_IWOTH:
@@ -219,6 +221,29 @@ def untrusted_reasons(path: str) -> list[str]:
                 reasons.append(f"{part} is writable by every user (mode "
                                f"{stat.S_IMODE(st.st_mode):o}){sticky}")
     return reasons
+
+
+# A site whose toolkits belong to a software account (spack, apps) names it here, in the
+# environment of whoever runs cudalab: never in a config, which may come from someone else.
+TRUSTED_OWNERS_ENV = "CUDALAB_TRUSTED_TOOLKIT_OWNERS"
+
+
+def trusted_owners() -> set[int]:
+    """The uids of the accounts CUDALAB_TRUSTED_TOOLKIT_OWNERS names (user names or uids,
+    comma-separated); a name this machine does not know is left out."""
+    out: set[int] = set()
+    for name in filter(None, (n.strip() for n in
+                              os.environ.get(TRUSTED_OWNERS_ENV, "").split(","))):
+        if name.isdigit():
+            out.add(int(name))
+            continue
+        try:
+            import pwd
+
+            out.add(pwd.getpwnam(name).pw_uid)
+        except (ImportError, KeyError):
+            continue
+    return out
 
 
 def _user(uid: int) -> str:
