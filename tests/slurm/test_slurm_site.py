@@ -313,6 +313,7 @@ def test_site_and_plan_read_real_sinfo(slurm_cluster, tmp_path):
     assert ("slurm.runtime_min: 120 but partition 'gpu' allows at most 60 minutes "
             "(PartitionTimeLimit" in long.stdout), long.stdout
     assert "fix: slurm.runtime_min: 60 or less" in long.stdout
-    sweep = cli("plan", str(site_config(tmp_path, gpu_models=["fake", "a100"])), cwd=tmp_path)
+    sweep = cli("plan", str(site_config(tmp_path, gpu_models=["fake", "a100"], gpu_model="")),
+                cwd=tmp_path)  # gpu_model beside gpu_models is refused: the sweep alone
     assert sweep.returncode == 1 and "slurm.gpu_models: no node" in sweep.stdout, sweep.stdout
     assert cli("plan", str(tmp_path / "missing.yaml"), cwd=tmp_path).returncode == 2
