@@ -538,7 +538,11 @@ def read_table(path: Path) -> pd.DataFrame:
     MAX_TABLE_BYTES: safe_io), its text cells as they were before write_table."""
     dtypes = {c: d for c, (d, _) in COLUMNS.items() if d not in ("boolean",)}
     data = io.BytesIO(safe_io.read_bytes(path, MAX_TABLE_BYTES))
-    df = safe_text.uncsv_frame(pd.read_csv(data, dtype=dtypes, keep_default_na=True))
+    # bytes in memory carry no file name: the compression is told from the path's suffix
+    # (a stored reference table is results.csv.gz)
+    packed = {".gz": "gzip", ".bz2": "bz2", ".xz": "xz", ".zip": "zip"}.get(Path(path).suffix)
+    df = safe_text.uncsv_frame(pd.read_csv(data, dtype=dtypes, keep_default_na=True,
+                                           compression=packed))
     for c, (d, _) in COLUMNS.items():
         if d == "boolean" and c in df:
             df[c] = df[c].map({True: True, False: False, "True": True, "False": False}).astype(

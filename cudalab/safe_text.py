@@ -80,8 +80,8 @@ def write_frame(df: pd.DataFrame, path: Any) -> None:
     import csv
 
     out = csv_frame(df)
-    cr = any(out[c].map(lambda v: isinstance(v, str) and "\r" in v).any()
-             for c in _text_columns(out))
+    # a plain loop: map() keeps a string column's dtype, and an empty one cannot any()
+    cr = any(isinstance(v, str) and "\r" in v for c in _text_columns(out) for v in out[c])
     out.to_csv(path, index=False, quoting=csv.QUOTE_NONNUMERIC if cr else csv.QUOTE_MINIMAL)
 
 

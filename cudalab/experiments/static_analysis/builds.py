@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from cudalab import build_cache, nvcc_flags
+from cudalab import build_cache, nvcc_flags, toolkit
 from cudalab.experiments import base
 from cudalab.experiments.static_analysis.archs import visible_gpu_archs
 from cudalab.resources import CUDA_DIR
@@ -111,11 +111,11 @@ def timed_report(nvcc: str, path: Path, flags: str, arch: str, timeout_s: int = 
             raise CompileError(f"nvcc could not start ({exc}): {' '.join(cmd)}") from exc
         ptx = "".join(f.read_text() for f in Path(tmp).glob("*.ptx"))
     if code != 0:
-        from cudalab.experiments.static_analysis import _nvcc_version, supported_archs
-
         if "Unsupported gpu architecture" in text or "unsupported gpu architecture" in text:
-            raise CompileError(f"{_nvcc_version(nvcc)} cannot compile for {arch} "
-                               f"(it supports {', '.join(supported_archs(nvcc)) or '?'})")
+            version, _ = toolkit.toolkit_version(nvcc)
+            named = "nvcc" + (f" {'.'.join(map(str, version))}" if version else "")
+            raise CompileError(f"{named} cannot compile for {arch} "
+                               f"(it supports {', '.join(toolkit.archs_of(nvcc)) or '?'})")
         tail = "\n".join(text.strip().splitlines()[-8:])
         raise CompileError(f"nvcc failed on {path.name} {flags!r} for {arch}:\n{tail}")
     report = parse_ptxas(text)
