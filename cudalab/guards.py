@@ -156,7 +156,7 @@ def _baselines(config: dict[str, Any]) -> list[str]:
                 continue
         except OSError as exc:
             what = f"cannot be looked at ({exc.strerror})"
-        msgs.append(f"report.baselines[{i}]: {show(b)} {what}; allowed: a run's results/ "
+        msgs.append(f"report.baselines[{i}]: {show(b, 200)} {what}; allowed: a run's results/ "
                     f"folder or reports/reference/<gpu>/ (relative to where snakemake runs)")
     return msgs
 

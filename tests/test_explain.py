@@ -180,7 +180,7 @@ def test_vector_add_share_and_l2_sizes():
     assert f"n = {fmt.integer(10 ** 6)} fit L2 on this hot run" in s
 
 
-@pytest.mark.parametrize("shared_gbps, says", [(400.0, "shared / global = 0.67×"),
+@pytest.mark.parametrize("shared_gbps, says", [(400.0, "shared / global = 0.667×"),
                                                 (900.0, "shared / global = 1.50×")])
 def test_sobel_caches_either_way(shared_gbps, says):
     """The sentence states the measured ratio either way; why the tile loses is a labelled

@@ -595,8 +595,8 @@ def test_counters_of_another_measurement_are_not_merged(tmp_path):
     """A record measured again under another cache key does not take the old counters."""
     path = tmp_path / "raw" / "x" / "p.json"
     path.parent.mkdir(parents=True)
-    rec = {"schema_version": results.SCHEMA_VERSION, "point_id": "p", "cache_key": "new",
-           "metrics": {"gbps": 1.0}}
+    rec = {"schema_version": results.SCHEMA_VERSION, "experiment": "x", "variant": "v",
+           "point_id": "p", "status": "ok", "cache_key": "new", "metrics": {"gbps": 1.0}}
     path.write_text(json.dumps(rec))
     cpath = results.counters_path(path)
     assert cpath == tmp_path / "profile" / "x" / "p.json"
