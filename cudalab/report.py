@@ -66,12 +66,14 @@ def _cell(col: str, row: pd.Series) -> str:
     if col == "reason":  # long text: a tooltip, the cell stays narrow
         r = "" if fmt.missing(row.get(col)) else str(row[col])
         return f'<span title="{html.escape(r)}">{html.escape(r[:60])}</span>'
-    if col == "pct_peak_gflops" and str(row.get("roof_name") or "FP32") != "FP32":
+    roof_name = row.get("roof_name")
+    roof_name = "FP32" if fmt.missing(roof_name) or not roof_name else str(roof_name)
+    if col == "pct_peak_gflops" and roof_name != "FP32":
         return ""  # a float64 or tensor-core point: its share of its own roof is beside it
     if col in ("pct_ceil_gbps", "pct_ceil_gflops"):
         text = fmt.percent(row.get(col))
-        roof = row.get("roof_name") if col == "pct_ceil_gflops" else None
-        if text and isinstance(roof, str) and roof and roof != "FP32":  # float64, tensor cores
+        roof = roof_name if col == "pct_ceil_gflops" else None
+        if text and roof and roof != "FP32":  # float64, tensor cores
             text += f" of {roof}"
         return html.escape(text)
     text = html.escape(fmt.cell(col, row.get(col)))
