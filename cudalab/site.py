@@ -269,7 +269,7 @@ class FitCheck:
         return not (self.checked and self.problems)
 
 
-SLURM_EXTRA = 'pip install -e ".[slurm]"'
+SLURM_EXTRA = 'pip install -e . (the plugin is one of its dependencies)'
 # what the executor plugin runs on the login node: submit, poll, cancel
 SUBMIT_TOOLS = ("sbatch", "squeue", "scancel")
 

@@ -81,7 +81,7 @@ def _path_without_slurm(tmp_path: Path) -> str:
 
 
 @pytest.mark.skipif(importlib.util.find_spec("snakemake_executor_plugin_slurm") is None,
-                    reason="the Slurm executor plugin is not installed (pip install -e .[slurm])")
+                    reason="the Slurm executor plugin is not installed (pip install -e .)")
 def test_profile_slurm_without_slurm_says_so_in_one_line_and_submits_nothing(tmp_path):
     (tmp_path / "config.yaml").write_text("experiments:\n  matmul: {sizes: [64], "
                                           "variants: [cpu]}\n")
@@ -96,7 +96,7 @@ def test_profile_slurm_without_slurm_says_so_in_one_line_and_submits_nothing(tmp
 
 
 @pytest.mark.skipif(importlib.util.find_spec("snakemake_executor_plugin_slurm") is None,
-                    reason="the Slurm executor plugin is not installed (pip install -e .[slurm])")
+                    reason="the Slurm executor plugin is not installed (pip install -e .)")
 def test_profile_slurm_with_a_controller_that_does_not_answer_submits_nothing(tmp_path):
     (tmp_path / "config.yaml").write_text("experiments:\n  matmul: {sizes: [64], "
                                           "variants: [cpu]}\n")
@@ -117,7 +117,7 @@ def test_profile_slurm_with_a_controller_that_does_not_answer_submits_nothing(tm
 
 
 @pytest.mark.parametrize("plugin, tools, says", [
-    (False, ("sbatch", "squeue", "scancel"), 'pip install -e ".[slurm]"'),
+    (False, ("sbatch", "squeue", "scancel"), "pip install -e . (the plugin is one of its dependencies)"),
     (True, (), "no Slurm (sbatch, squeue, scancel not on PATH)"),
     (True, ("sbatch",), "no Slurm (squeue, scancel not on PATH)"),
     (True, ("sbatch", "squeue", "scancel"), "")])
