@@ -28,7 +28,7 @@ from typing import Any
 
 import pandas as pd
 
-from cudalab import compare, gpu_slots, results
+from cudalab import compare, gpu_slots, results, safe_text
 from cudalab import config as cfg
 from cudalab.gpu import PLANT_ENV
 from cudalab.gpu_slots import Gpu
@@ -356,7 +356,7 @@ def run(config_path: str, out: Path, say: Any = print, plant_gpu: int | None = N
     table = verdicts(table, gpus, before, after, folders)
     for frame, name in ((table, "accept.csv"), (detail, "points.csv")):
         with results.atomic_path(out / name) as tmp:
-            frame.to_csv(tmp, index=False)
+            safe_text.write_frame(frame, tmp)
     links = measure_links(out, say)
     write_page(table, out / "accept.html", _host(), took, links)
     for r in table.itertuples():

@@ -297,10 +297,10 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --size-mib 1..16384 and --reps 1..1000", file=sys.stderr)
         return 2
     df = measure_all(a.size_mib << 20, a.reps)
-    from cudalab import results
+    from cudalab import results, safe_text
 
     with results.atomic_path(Path(a.out)) as tmp:
-        df.to_csv(tmp, index=False)
+        safe_text.write_frame(df, tmp)
     print(df.pivot_table(index=["src", "dst", "link"], columns="mode", values="gbps")
           .round(1).to_string())
     return 0 if df["correct"].where(df["note"] == "", True).all() else 1
