@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from cudalab import gpu_slots
 from cudalab.gpu_slots import Gpu
@@ -217,3 +218,14 @@ def test_a_released_claim_frees_the_gpu_and_restores_the_environment(tmp_path, m
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,1"
     again = gpu_slots.claim(TWO[:1], folder=tmp_path, timeout_s=5)  # not left locked
     again.release()
+
+
+def test_gpus_from_the_command_line_as_strings_are_accepted_and_used():
+    """`snakemake --config gpus=[0]` hands the list over as ['0']: the schema takes it and the
+    slots read it as nvidia-smi's index 0 (on the GPU machine it was refused before)."""
+    from cudalab import config as cfg
+    base = yaml.safe_load(Path("config.yaml").read_text())
+    assert not cfg.schema_problems({**base, "gpus": ["0", "GPU-aaaaaaaa-0000"]})
+    assert cfg.schema_problems({**base, "gpus": ["64"]}), "index 64 is out of range"
+    assert cfg.schema_problems({**base, "gpus": ["0; rm -rf /"]})
+    assert gpu_slots.usable_gpus({"gpus": ["0"]}, TWO, env={}) == TWO[:1]
