@@ -229,3 +229,18 @@ def test_gpus_from_the_command_line_as_strings_are_accepted_and_used():
     assert cfg.schema_problems({**base, "gpus": ["64"]}), "index 64 is out of range"
     assert cfg.schema_problems({**base, "gpus": ["0; rm -rf /"]})
     assert gpu_slots.usable_gpus({"gpus": ["0"]}, TWO, env={}) == TWO[:1]
+
+
+def test_a_pinned_job_takes_its_share_of_the_cores(monkeypatch):
+    """Jobs of a local multi-GPU run share the cores: each of N concurrent GPU jobs gets
+    cores // N BLAS threads; an unpinned job (one GPU, Slurm) keeps them all."""
+    from cudalab import runner
+    monkeypatch.setattr(runner, "_usable_cores", lambda: 64)
+    monkeypatch.setenv(gpu_slots.TEST_GPUS_ENV, json.dumps(
+        [{"index": g.index, "uuid": g.uuid} for g in TWO + [Gpu(2, "GPU-cccccccc-2222", "", "G")]]))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", TWO[0].uuid)  # as the claim pinned it
+    slot = gpu_slots.Claim(TWO[0], fd=-1, cvd_before=None)
+    assert runner.shared_cores({}, slot) == 21, "3 GPUs: 64 // 3"
+    assert runner.shared_cores({"gpus": [0, 1]}, slot) == 32
+    assert runner.shared_cores({}, gpu_slots.Claim(TWO[0], -1, cvd_before="0,1")) == 32
+    assert runner.shared_cores({}, None) == 64

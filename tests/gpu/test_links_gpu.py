@@ -37,12 +37,10 @@ print(size / statistics.median(times) / 1e9)
 
 
 def _gpu_count() -> int:
-    """GPUs nvidia-smi lists (0 without it): asked in a process of its own, as above."""
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    return sum(1 for ln in out.stdout.splitlines() if ln.startswith("GPU "))
+    """GPUs this process may use: NVML's, less what CUDA_VISIBLE_DEVICES hides (0 without a
+    driver). NVML creates no CUDA context, so asking here leaves the session's alone."""
+    from cudalab import gpu_slots
+    return len(gpu_slots.usable_gpus({}))
 
 
 @pytest.mark.skipif(_gpu_count() < 2, reason="needs 2 GPUs (a multi-GPU machine)")
