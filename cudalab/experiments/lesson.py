@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from cudalab import fmt
+from cudalab.experiments.questions import Question, as_question
 
 if TYPE_CHECKING:
     from cudalab.roofline import Ceilings
@@ -197,7 +198,8 @@ class Lesson:
     above the figures; figures: figure name -> caption, in the report's order (the
     experiment's plot() draws each name); claims: judged on every run; explanations: the
     facts computed from the run; try_this: config changes to try with what to expect;
-    questions for the reader; sources: each number the prose states (caption, figure
+    questions for the reader, each a Question with its answer computed from the run (the
+    teacher's edition; a plain string is a question without one); sources: each number the prose states (caption, figure
     captions, Try-this, questions) with where it comes from, since prose never states a
     measured number (tests/test_claims.py holds it to that); slide_figure: (figure name,
     axes index) of the slide and the handout page, None: the first figure drawn."""
@@ -208,10 +210,13 @@ class Lesson:
     claims: Sequence[Claim] = ()
     explanations: Sequence[Explanation] = ()
     try_this: Sequence[TryThis] = ()
-    questions: Sequence[str] = ()
+    questions: Sequence[Question | str] = ()
     sources: Mapping[str, str] = field(default_factory=dict)
     slide_figure: tuple[str, int] | None = None
     course_facts: Mapping[str, Explanation] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "questions", tuple(as_question(q) for q in self.questions))
 
 
 # -- flips: the data changes the mutation test applies ---------------------------------------
