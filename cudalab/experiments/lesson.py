@@ -199,10 +199,11 @@ class Lesson:
     experiment's plot() draws each name); claims: judged on every run; explanations: the
     facts computed from the run; try_this: config changes to try with what to expect;
     questions for the reader, each a Question with its answer computed from the run (the
-    teacher's edition; a plain string is a question without one); sources: each number the prose states (caption, figure
-    captions, Try-this, questions) with where it comes from, since prose never states a
-    measured number (tests/test_claims.py holds it to that); slide_figure: (figure name,
-    axes index) of the slide and the handout page, None: the first figure drawn."""
+    teacher's edition; a plain string is a question without one); sources: each number
+    the prose states (caption, figure captions, Try-this, questions) with where it comes
+    from, since prose never states a measured number (tests/test_claims.py holds it to
+    that); slide_figure: (figure name, axes index) of the slide and the handout page, None:
+    the first figure drawn."""
 
     title: str
     caption: str

@@ -116,9 +116,12 @@ def pick(d: pd.DataFrame, variant: str | None = None, **params: Any) -> pd.Serie
     return None if hit.empty else hit.iloc[0]
 
 
-def cite(row: pd.Series, column: str, show: Callable[[Any], str] = fmt.number) -> str:
-    """'<point_id> · column = value' : where a number of the working comes from."""
-    return f"{row.get('point_id', row.get('variant', ''))} · {column} = {show(row.get(column))}"
+def cite(row: pd.Series, column: str, show: Callable[[Any], str] = fmt.number,
+         label: str | None = None) -> str:
+    """'<point_id> · column = value' : where a number of the working comes from (label: a
+    shorter name of the row where its point id is long)."""
+    name = label or row.get("point_id", row.get("variant", ""))
+    return f"{name} · {column} = {show(row.get(column))}"
 
 
 def ratio_text(a: float, b: float) -> str:
