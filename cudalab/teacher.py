@@ -29,6 +29,11 @@ def answer(name: str, question: Question, run: Run) -> Answer:
     if run.rows.empty:
         return not_measured(f"the run has no rows of {name}",
                             f"run it with experiments.{name}.enabled: true in the config")
+    if run.ok().empty:  # every point left out: say why (a run without a GPU, a failure)
+        reasons = run.rows.get("reason", pd.Series(dtype=str)).dropna().astype(str)
+        why = f" ({reasons.iloc[0].removeprefix('not measured: ')})" if len(reasons) else ""
+        return not_measured(f"no point of {name} was measured{why}",
+                            f"run {name} where it can run (a GPU for the timed lessons)")
     if question.answer is None:  # a plain string: a site's lesson may still declare those
         return Answer(f"No answer declared: the lesson {name} asks this as plain text; "
                       "declare it as Question(text, answer) in its lesson.py.", measured=False)

@@ -42,7 +42,8 @@ class Answer:
 
 def not_measured(missing: str, would: str) -> Answer:
     """The answer where the run lacks the data: what is missing, and what would measure it."""
-    return Answer(f"{NOT_MEASURED}: {missing}. To measure it: {would}", measured=False)
+    end = "" if would.endswith(".") else "."
+    return Answer(f"{NOT_MEASURED}: {missing}. To measure it: {would}{end}", measured=False)
 
 
 class Run(NamedTuple):
