@@ -43,7 +43,7 @@ def answer(name: str, question: Question, run: Run) -> Answer:
 def lessons(df: pd.DataFrame) -> list[dict[str, Any]]:
     """Every lesson of the catalogue, in the report's order, with each question answered on
     the run's table df (the one roofline.load_table reads; annotated here)."""
-    full = roofline.annotate(df)
+    full = roofline.annotate(df).copy()  # one block of memory: answers add columns
     ceilings = roofline.ceilings_of(full)
     out = []
     for name, exp in REGISTRY.items():

@@ -40,12 +40,14 @@ def reads_per_pixel(run: Run) -> Answer:
             f"{fmt.nbytes(ideal)} from DRAM ({cite(r, 'bytes', fmt.nbytes)})",
             f"{fmt.integer(loads)} B / {cite(r, 'time_median_s', fmt.seconds)} = "
             f"{fmt.bandwidth(loads / num(r['time_median_s']) / 1e9)} of loads served"]
-    numbers = {"loads": loads, "ideal_bytes": ideal}
+    numbers = {"loads": loads, "ideal_bytes": ideal,
+               "load_gbps": loads / num(r["time_median_s"]) / 1e9}
     text = (f"Each interior pixel is read by the {READS_PER_OUTPUT} threads around it (the "
             "kernel skips the centre, whose Sobel weight is 0): "
             f"{fmt.integer(loads)} one-byte loads for the {fmt.integer(w)}² image. With "
             "perfect caches DRAM would see each input pixel once and each output once, "
-            f"{fmt.nbytes(ideal)} in all.")
+            f"{fmt.nbytes(ideal)} in all. The kernel was served "
+            f"{fmt.bandwidth(numbers['load_gbps'])} of byte loads.")
     if _profiled(r, "m_ncu_dram_bytes"):
         got = num(r["m_ncu_dram_bytes"])
         numbers["dram_over_ideal"] = got / ideal

@@ -39,9 +39,9 @@ def registers_by_arch(run: Run) -> Answer:
     if len(comparable):
         k = comparable.abs().idxmax()
         numbers |= {"largest_sm75": num(ra[k]), "largest_sm90": num(rb[k])}
-        work.append(f"largest change outside the tensor-core kernels: {k.strip()}: "
-                    f"{ARCHS[0]} {fmt.integer(ra[k])} → {ARCHS[1]} {fmt.integer(rb[k])} "
-                    "(m_registers of both rows)")
+        work.append("largest change outside the tensor-core kernels: "
+                    f"{cite(a.loc[k], 'm_registers', fmt.integer, f'{k.strip()} {ARCHS[0]}')}"
+                    f" → {cite(b.loc[k], 'm_registers', fmt.integer, ARCHS[1])}")
         text += (f"The largest change (tensor-core kernels aside): {k.strip()}, "
                  f"{fmt.integer(ra[k])} registers on {ARCHS[0]} and {fmt.integer(rb[k])} on "
                  f"{ARCHS[1]}. ")

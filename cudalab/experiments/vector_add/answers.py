@@ -124,11 +124,16 @@ def small_blocks(run: Run) -> Answer:
         text += (f"The block rate differs between 32, 64 and 128 threads ({fmt.sig(rates[0])}, "
                  f"{fmt.sig(rates[1])}, {fmt.sig(rates[2])} blocks per ns), so a fixed cost "
                  "per block does not explain it alone on this run.")
-    if same_warps:
+    apart = numbers["gbps_128"] / numbers["gbps_64"] - 1 > SAME_RATE
+    if same_warps and apart:
         text += (f" Latency hiding is not the cause: 64- and 128-thread blocks both fill "
                  f"{fmt.integer(numbers['warps_64'])} warps per SM, yet reach "
                  f"{fmt.bandwidth(numbers['gbps_64'])} and "
                  f"{fmt.bandwidth(numbers['gbps_128'])}.")
+    elif same_warps:
+        text += (f" 64- and 128-thread blocks fill the same {fmt.integer(numbers['warps_64'])} "
+                 "warps per SM and run at about the same speed: this run cannot tell a cost "
+                 "per block from too few warps to hide latency there.")
     numbers["same_block_rate"] = float(same_rate)
     return Answer(text, work, numbers)
 
