@@ -32,7 +32,7 @@ def sectors(run: Run) -> Answer:
     useful = 100 * numbers["sectors_1"] / numbers["sectors_32"]
     speed = 100 * numbers["gbps_32"] / numbers["gbps_1"]
     work.append(f"useful share at stride 32 = {fmt.integer(numbers['sectors_1'])} / "
-                f"{fmt.integer(numbers['sectors_32'])} = {fmt.percent(useful)}; measured speed "
+                f"{fmt.integer(numbers['sectors_32'])} = {fmt.sig(useful)} %; measured speed "
                 f"{fmt.bandwidth(numbers['gbps_32'])} / {fmt.bandwidth(numbers['gbps_1'])} = "
                 f"{fmt.percent(speed)}")
     numbers |= {"useful_pct_32": useful, "speed_pct_32": speed}
@@ -41,7 +41,7 @@ def sectors(run: Run) -> Answer:
                   f"{fmt.integer(numbers['sectors_2'])} sectors, half of each unused. At stride "
                   f"32 every thread lands in its own sector: "
                   f"{fmt.integer(numbers['sectors_32'])} sectors for the same 128 useful bytes "
-                  f"({fmt.percent(useful)} of the bytes moved are used). The speeds follow: "
+                  f"({fmt.sig(useful)} % of the bytes moved are used). The speeds follow: "
                   f"{fmt.bandwidth(numbers['gbps_1'])}, {fmt.bandwidth(numbers['gbps_2'])} and "
                   f"{fmt.bandwidth(numbers['gbps_32'])}; stride 32 runs at "
                   f"{fmt.percent(speed)} of stride 1.", work, numbers)

@@ -72,8 +72,8 @@ def small_copies(run: Run) -> Answer:
     text = (f"A fixed cost per copy: the {fmt.nbytes(small['p_size'])} pinned H2D copy took "
             f"{fmt.seconds(t)}, of which moving the bytes at full speed would take "
             f"{fmt.seconds(wire)}; the remaining {fmt.percent(numbers['overhead_share'])} is "
-            "the API call, the DMA set-up and the completion round trip over the link, the "
-            "same for every size")
+            "the API call, the DMA set-up and the completion round trip over the link, which "
+            "do not grow with the size")
     if have(link):
         numbers["small_link_share"] = 100 * num(small["gbps"]) / link
         work.append(f"{fmt.bandwidth(small['gbps'])} / link "
