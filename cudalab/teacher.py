@@ -37,7 +37,11 @@ def answer(name: str, question: Question, run: Run) -> Answer:
     if question.answer is None:  # a plain string: a site's lesson may still declare those
         return Answer(f"No answer declared: the lesson {name} asks this as plain text; "
                       "declare it as Question(text, answer) in its lesson.py.", measured=False)
-    return question.answer(run)
+    try:
+        return question.answer(run)
+    except KeyError as exc:  # a table older than the column the answer reads
+        return not_measured(f"this run's table has no column {exc}",
+                            "measure it again with this version of cudalab")
 
 
 def lessons(df: pd.DataFrame) -> list[dict[str, Any]]:

@@ -35,6 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "reports" / "reference" / "NVIDIA-H100-80GB-HBM3"
 OTHER_RUNS = {"H200": ROOT / "reports" / "reference" / "NVIDIA-H200" / "results.csv",
               "H100 profiled": ROOT / "tests" / "data" / "h100_profiled_2026-11-25.csv.gz"}
+# the H100 reference as it was before ceilings and several metric columns existed
+OLD_TABLE = ROOT / "tests" / "data" / "h100_before_ceilings" / "results.csv"
 # Columns a perturbation leaves alone: identities, the chip's architecture (its limits
 # table is looked up by it) and the grid's parameters (the rows an answer picks).
 FIXED = {"compute_capability", "m_cc", "m_warp_size", "sm_count", "schema_version"}
@@ -91,6 +93,7 @@ def test_the_h100_reference_answers_every_question_with_its_working(h100_answers
         assert a.text and a.numbers, key  # each answer computed something from the run
         assert all(math.isfinite(v) for v in a.numbers.values()), (key, a.numbers)
         assert not re.search(r"\bnan\b|\binf\b", a.text.lower()), (key, a.text)
+        assert "has no column" not in a.text, (key, a.text)
         if a.measured:
             assert a.working, key  # rows, columns and arithmetic
             assert any(" · " in w for w in a.working), (key, a.working)  # a cited cell
@@ -98,6 +101,13 @@ def test_the_h100_reference_answers_every_question_with_its_working(h100_answers
             assert a.text.startswith(NOT_MEASURED) and "to measure it" in a.text.lower()
     measured = sum(a.measured for a in h100_answers.values())
     assert measured >= len(QUESTIONS) - 3, measured
+
+
+def test_a_table_older_than_an_answer_s_column_says_so():
+    got = _answers(results.read_table(OLD_TABLE))
+    assert set(got) == set(QUESTIONS)
+    old = [a for a in got.values() if "has no column" in a.text]
+    assert old and all(not a.measured and "measure it again" in a.text for a in old)
 
 
 @pytest.mark.parametrize("label", sorted(OTHER_RUNS))
