@@ -63,7 +63,11 @@ class Run(NamedTuple):
     def device(self) -> pd.Series | None:
         """device_query's row (the GPU's limits), None where it was not measured."""
         d = self.ok("device_query")
-        return None if d.empty else d.iloc[0]
+        if d.empty:
+            return None
+        row = d.iloc[0].copy()
+        row["point_id"] = "device_query"  # its one row, cited by the lesson's name
+        return row
 
 
 AnswerFn = Callable[[Run], Answer]
