@@ -186,6 +186,8 @@ def _is(experiment: str, variant: str | None = None, **params):
     ("atomics", 1, _is("atomics", "atomic_sum"), "time_median_s", 2.0, "ns_per_addition",
      2.0),
     ("streams", 2, _is("streams"), "m_d2h_s", 2.0, "ideal_one_engine_s", None),
+    # one copy engine: H2D and D2H queue on it, the busiest engine carries both
+    ("streams", 0, _is("streams"), "m_copy_engines", 1 / 3, "slowest_s", None),
     ("vector_add", 1, _is("vector_add", n=50000, threads=256), "m_blocks", 2.0, "blocks", 2.0),
 ])
 def test_an_answer_moves_as_its_arithmetic_says(h100, name, i, mask, column, factor, number,

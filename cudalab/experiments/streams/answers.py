@@ -34,13 +34,18 @@ def ideal_time(run: Run) -> Answer:
     if r is None:
         return not_measured(*NO_STREAMS)
     work, slowest, total = _stages(r)
+    one_engine = num(r.get("m_copy_engines")) < 2  # H2D and D2H queue on the same engine
+    if one_engine:
+        slowest = max(num(r["m_h2d_s"]) + num(r["m_d2h_s"]), num(r["m_kernel_s"]))
     ns, t = num(r["p_nstreams"]), num(r["time_median_s"])
-    work += [f"slowest stage max(…) = {fmt.seconds(slowest)}; sum = {fmt.seconds(total)}; "
+    work += [f"busiest engine = {'max(H2D + D2H, kernel)' if one_engine else 'max(…)'} = "
+             f"{fmt.seconds(slowest)}; sum = {fmt.seconds(total)}; "
              f"sum / {fmt.integer(ns)} streams = {fmt.seconds(total / ns)}",
              f"{cite(r, 'time_median_s', fmt.seconds)} = {fmt.ratio(t / slowest)} the slowest "
              f"stage, {fmt.ratio(t / (total / ns))} the sum / streams"]
-    return Answer(f"Each stage runs on its own engine (H2D on a copy engine, the kernel on the "
-                  "SMs, D2H on another copy engine), and each engine still has to process "
+    engines = ("the copies on the one copy engine, the kernel on the SMs" if one_engine
+               else "H2D on a copy engine, the kernel on the SMs, D2H on another copy engine")
+    return Answer(f"Each stage runs on its own engine ({engines}), and each engine has to process "
                   "every chunk one after the other. Streams overlap different stages of "
                   "different chunks, never a stage with itself, so the whole can never be "
                   f"shorter than the busiest engine's total: here {fmt.seconds(slowest)}. The "
