@@ -25,7 +25,7 @@ import pandas as pd
 import pytest
 from test_not_measured import not_measured_table
 
-from cudalab import cli, report, results, roofline, teacher
+from cudalab import cli, fmt, report, results, roofline, teacher
 from cudalab import config as cfg
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.lesson import Lesson, slower
@@ -262,3 +262,26 @@ def test_cudalab_report_teacher_writes_the_teacher_s_edition(tmp_path, h100_answ
             assert q.text in page
             a = h100_answers[name, i]
             assert a.text[:80] in page and all(w in page for w in a.working), (name, i)
+
+
+def test_a_changed_copy_of_results_csv_changes_the_teacher_s_edition(tmp_path):
+    """Through the file and the command: the memory clock doubled in a copy of the
+    reference's results.csv doubles the DRAM peak the teacher's edition derives."""
+    table = pd.read_csv(REFERENCE / "results.csv", low_memory=False)
+    dev = table["experiment"] == "device_query"
+    clock, bus = (float(table.loc[dev, c].iloc[0]) for c in ("m_mem_clock_mhz",
+                                                              "m_bus_width_bits"))
+    table.loc[dev, "m_mem_clock_mhz"] = 2 * clock
+    table.to_csv(tmp_path / "results.csv", index=False)
+    pages = {}
+    for label, csv in (("reference", REFERENCE / "results.csv"),
+                       ("changed", tmp_path / "results.csv")):
+        out = tmp_path / f"{label}.html"
+        assert cli.main(["report", "--teacher", "--table", str(csv), "--results",
+                         str(tmp_path), "--config", str(REFERENCE / "report-config.yaml"),
+                         "--out", str(out)]) == 0
+        pages[label] = _texts(out.read_text())
+    peak = 2 * clock * 1e6 * bus / 8 / 1e9
+    assert f"= {fmt.bandwidth(peak)}. The factor 2" in pages["reference"]
+    assert f"= {fmt.bandwidth(2 * peak)}. The factor 2" in pages["changed"]
+    assert f"= {fmt.bandwidth(peak)}. The factor 2" not in pages["changed"]

@@ -198,12 +198,10 @@ class Lesson:
     above the figures; figures: figure name -> caption, in the report's order (the
     experiment's plot() draws each name); claims: judged on every run; explanations: the
     facts computed from the run; try_this: config changes to try with what to expect;
-    questions for the reader, each a Question with its answer computed from the run (the
-    teacher's edition; a plain string is a question without one); sources: each number
-    the prose states (caption, figure captions, Try-this, questions) with where it comes
-    from, since prose never states a measured number (tests/test_claims.py holds it to
-    that); slide_figure: (figure name, axes index) of the slide and the handout page, None:
-    the first figure drawn."""
+    questions for the reader; sources: each number the prose states (caption, figure
+    captions, Try-this, questions) with where it comes from, since prose never states a
+    measured number (tests/test_claims.py holds it to that); slide_figure: (figure name,
+    axes index) of the slide and the handout page, None: the first figure drawn."""
 
     title: str
     caption: str
@@ -216,7 +214,7 @@ class Lesson:
     slide_figure: tuple[str, int] | None = None
     course_facts: Mapping[str, Explanation] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
+    def __post_init__(self) -> None:  # questions: Question(text, answer) (questions.py)
         object.__setattr__(self, "questions", tuple(as_question(q) for q in self.questions))
 
 
