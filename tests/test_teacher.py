@@ -285,3 +285,25 @@ def test_a_changed_copy_of_results_csv_changes_the_teacher_s_edition(tmp_path):
     assert f"= {fmt.bandwidth(peak)}. The factor 2" in pages["reference"]
     assert f"= {fmt.bandwidth(2 * peak)}. The factor 2" in pages["changed"]
     assert f"= {fmt.bandwidth(peak)}. The factor 2" not in pages["changed"]
+
+
+def _with_duplex(df: pd.DataFrame, h2d: float, d2h: float, both: float) -> pd.DataFrame:
+    """The streams lesson's duplex points (H2D alone, D2H alone, both at once) added."""
+    n = float(df.loc[df["experiment"] == "streams", "p_n"].max())
+    rows = pd.DataFrame([{"experiment": "streams", "variant": "duplex", "status": "ok",
+                          "point_id": f"duplex-n{int(n)}-direction{d}", "p_n": n,
+                          "p_direction": d, "time_median_s": t}
+                         for d, t in (("h2d", h2d), ("d2h", d2h), ("both", both))])
+    return pd.concat([df, rows], ignore_index=True)
+
+
+def test_the_duplex_answer_reads_the_duplex_points_and_names_what_they_show(h100):
+    """Without the duplex points the answer is not measured; with them it is, and it says
+    full duplex or one shared path as the times say (the cause flips with the data)."""
+    assert not _one(h100, "transfer", 2).measured
+    full = _one(_with_duplex(h100, 5.0e-3, 4.9e-3, 5.2e-3), "transfer", 2)
+    assert full.measured and "full duplex" in full.text
+    assert full.numbers["duplex_ratio"] == pytest.approx(9.9 / 5.2)
+    shared = _one(_with_duplex(h100, 5.0e-3, 4.9e-3, 9.9e-3), "transfer", 2)
+    assert shared.measured and "share one path" in shared.text
+    assert "full duplex" not in shared.text

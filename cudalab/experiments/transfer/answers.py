@@ -16,6 +16,9 @@ from cudalab.experiments.questions import (
 )
 
 DIRECTIONS = ("h2d", "d2h")
+DUPLEX = "duplex"  # the streams lesson's points of both copy directions, alone and at once
+# (H2D alone + D2H alone) / both at once: 2 is full duplex, 1 one shared path
+DUPLEX_NEAR, SHARED_BELOW = 1.8, 1.2
 
 
 def _rows(run: Run, memory: str, direction: str) -> pd.DataFrame:
@@ -83,7 +86,49 @@ def small_copies(run: Run) -> Answer:
     return Answer(text + ".", work, numbers)
 
 
+def _duplex(run: Run) -> dict[str, float] | None:
+    """The streams lesson's duplex points where this run has them: direction -> seconds at
+    the largest n with H2D alone, D2H alone and both at once (two streams) all measured."""
+    d = run.ok("streams")
+    if "p_direction" not in d:
+        return None
+    d = d[d["variant"].astype(str) == DUPLEX].dropna(subset=["time_median_s"])
+    for n in sorted(pd.to_numeric(d["p_n"]).dropna().unique(), reverse=True):
+        at = d[pd.to_numeric(d["p_n"]) == n]
+        got = dict(zip(at["p_direction"].astype(str), pd.to_numeric(at["time_median_s"])))
+        if all(k in got for k in (*DIRECTIONS, "both")):
+            return {k: float(v) for k, v in got.items()} | {"n": float(n)}
+    return None
+
+
+def _measured_duplex(t: dict[str, float]) -> Answer:
+    b = 4.0 * t["n"]
+    r = (t["h2d"] + t["d2h"]) / t["both"]
+    work = [f"streams rows of variant {DUPLEX}, p_n = {fmt.integer(t['n'])} floats "
+            f"({fmt.nbytes(b)} each way): time_median_s H2D alone {fmt.seconds(t['h2d'])}, "
+            f"D2H alone {fmt.seconds(t['d2h'])}, both at once {fmt.seconds(t['both'])}",
+            f"({fmt.seconds(t['h2d'])} + {fmt.seconds(t['d2h'])}) / {fmt.seconds(t['both'])}"
+            f" = {fmt.ratio(r)} (2: full duplex, 1: one shared path)",
+            f"both at once: 2 × {fmt.nbytes(b)} / {fmt.seconds(t['both'])} = "
+            f"{fmt.bandwidth(2 * b / t['both'] / 1e9)}"]
+    verdict = ("the two directions run together at nearly their separate speeds: the link "
+               "is used full duplex" if r >= DUPLEX_NEAR else
+               "the two directions slow each other: here they share part of the path "
+               "(host memory or the root complex)" if r >= SHARED_BELOW else
+               "both at once take as long as one after the other: on this machine the two "
+               "directions share one path")
+    return Answer(f"Each direction has its own lanes, so both should run at once at close to "
+                  f"their separate rates. Measured (the streams lesson's duplex points): H2D "
+                  f"and D2H alone take {fmt.seconds(t['h2d'])} and {fmt.seconds(t['d2h'])}, "
+                  f"both at once {fmt.seconds(t['both'])}, {fmt.ratio(r)} the speed of one "
+                  f"after the other: {verdict}.", work,
+                  {"duplex_ratio": r, "both_gbps": 2 * b / t["both"] / 1e9})
+
+
 def both_directions(run: Run) -> Answer:
+    t = _duplex(run)
+    if t is not None:
+        return _measured_duplex(t)
     h2d, d2h = _rows(run, "pinned", "h2d"), _rows(run, "pinned", "d2h")
     if h2d.empty or d2h.empty:
         return not_measured("pinned copies in both directions",
@@ -102,7 +147,8 @@ def both_directions(run: Run) -> Answer:
         numbers["link_both_gbps"] = 2 * link
     return Answer(f"{NOT_MEASURED}: nothing here times an H2D and a D2H copy at the same time "
                   "(to measure it: two pinned copies in opposite directions on two streams, "
-                  "timed together, on a GPU with two or more copy engines). Expected: PCIe is "
+                  "timed together, on a GPU with two or more copy engines: the streams "
+                  "lesson's duplex variant). Expected: PCIe is "
                   "full duplex, each direction has its own lanes, so both can run at once at "
                   f"close to their separate rates: up to about {fmt.bandwidth(total)} together "
                   "on this GPU, less where the host's memory or the root complex cannot keep "

@@ -9,6 +9,7 @@ import pandas as pd
 from cudalab import fmt
 from cudalab.experiments.questions import Answer, Run, cite, have, not_measured, num, pick
 
+VARIANT = "gpu"  # the vector additions (other variants of the folder are probes)
 # The question's example: n = 50 000 in blocks of 256 threads.
 EXAMPLE_N, EXAMPLE_THREADS = 50000, 256
 # Blocks per ns within this share of each other: "the same block rate".
@@ -16,7 +17,8 @@ SAME_RATE = 0.25
 
 
 def _largest(run: Run) -> pd.DataFrame:
-    d = run.ok().dropna(subset=["gbps"])
+    d = run.ok()
+    d = d[d["variant"].astype(str) == VARIANT].dropna(subset=["gbps"])  # not a probe's rows
     n = pd.to_numeric(d.get("p_n"), errors="coerce")
     return d[n == n.max()] if len(d) else d
 
@@ -60,7 +62,7 @@ def bytes_per_element(run: Run) -> Answer:
 
 
 def blocks_of_the_example(run: Run) -> Answer:
-    r = pick(run.ok(), n=EXAMPLE_N, threads=EXAMPLE_THREADS)
+    r = pick(run.ok(), VARIANT, n=EXAMPLE_N, threads=EXAMPLE_THREADS)
     if r is None or not have(r.get("m_blocks")):
         return not_measured(f"no vector_add point at n = {fmt.integer(EXAMPLE_N)} with "
                             f"{EXAMPLE_THREADS} threads", "add 50000 to vector_add.sizes and "
