@@ -12,6 +12,7 @@
   cudalab compare-figures                   results.csv, report.baselines -> results/figures/
                                            _compare (comparison.csv, ratio figures, index.json)
   cudalab report                            -> results/report.html
+  cudalab report --teacher                  -> results/teacher.html (the questions answered)
   cudalab slides                            -> results/slides/EXPERIMENT.png|svg, index.html
   cudalab compare RUN... [--baseline DIR]    point-by-point verdicts against a baseline
   cudalab doctor [--config ..]              can this node / Slurm job run the grid? (a table)
@@ -242,8 +243,14 @@ def cmd_report(a: argparse.Namespace) -> int:
 
     config = _config(run_config_path(a.config, Path(a.results)))
     df = roofline.load_table(Path(a.table))
+    if a.teacher:  # the teacher's edition: a file of its own, the student edition untouched
+        from cudalab import teacher
+
+        out = teacher.render(df, config, Path(a.out or f"results/{teacher.FILE_NAME}"))
+        print(f"teacher's edition: {out.resolve()}")
+        return 0
     try:
-        out = report.render(df, Path(a.figures), config, Path(a.out),
+        out = report.render(df, Path(a.figures), config, Path(a.out or "results/report.html"),
                             results_dir=Path(a.results))
     except CompareError as exc:  # a report.baselines folder missing, empty or unmatched
         print(f"error: {exc}", file=sys.stderr)
@@ -338,7 +345,11 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--table", default="results/results.csv")
     s.add_argument("--figures", default="results/figures")
     s.add_argument("--results", default="results")
-    s.add_argument("--out", default="results/report.html")
+    s.add_argument("--out", default=None, help="default: results/report.html, with "
+                   "--teacher results/teacher.html")
+    s.add_argument("--teacher", action="store_true", help="write the teacher's edition: "
+                   "every lesson's questions answered from this run's numbers, with the "
+                   "working")
     s.set_defaults(fn=cmd_report)
     s = sub.add_parser("slides", help="one 16:9 slide per lesson and a one-file HTML deck")
     s.add_argument("--table", default="results/results.csv")

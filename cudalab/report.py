@@ -199,7 +199,7 @@ def _section(name: str, exp: Any, sub: pd.DataFrame, figures_dir: Path, max_rows
         "tables": exp.tables(sub),
         "try_this": exp.lesson.try_this,
         "try_claims": claims.evaluate_try_this(name, df),
-        "questions": exp.lesson.questions,
+        "questions": [q.text for q in exp.lesson.questions],  # the student edition: no answers
         "counts": sub["status"].value_counts().to_dict(),
         "failures": not_ok[["point_id", "status", "reason"]].to_dict("records"),
         # device_query's one row of ~50 facts reads as a key/value list, not a table

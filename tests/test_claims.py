@@ -172,7 +172,7 @@ def _prose_of(lesson: Lesson) -> list[tuple[str, str]]:
     out = [("caption", lesson.caption)]
     out += [(f"figure {k}", v) for k, v in lesson.figures.items()]
     out += [(f"try {t[0]}", t[1]) for t in lesson.try_this]
-    out += [(f"question {i}", q) for i, q in enumerate(lesson.questions)]
+    out += [(f"question {i}", q.text) for i, q in enumerate(lesson.questions)]
     return out
 
 

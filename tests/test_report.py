@@ -151,7 +151,7 @@ def test_every_experiment_has_try_this_and_questions_that_are_valid_configs():
         for change, expect, *_ in lesson.try_this:
             assert len(expect) > 40, (name, change)  # what to expect, and why
             cfg.validate(_apply_change(base, change))  # raises ConfigError if not valid
-        assert all(q.endswith("?") or q.endswith(".") for q in lesson.questions), name
+        assert all(q.text.endswith(("?", ".")) for q in lesson.questions), name
 
 
 def test_try_this_and_questions_are_rendered(rendered):

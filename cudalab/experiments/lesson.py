@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from cudalab import fmt
+from cudalab.experiments.questions import Question, as_question
 
 if TYPE_CHECKING:
     from cudalab.roofline import Ceilings
@@ -208,10 +209,13 @@ class Lesson:
     claims: Sequence[Claim] = ()
     explanations: Sequence[Explanation] = ()
     try_this: Sequence[TryThis] = ()
-    questions: Sequence[str] = ()
+    questions: Sequence[Question | str] = ()
     sources: Mapping[str, str] = field(default_factory=dict)
     slide_figure: tuple[str, int] | None = None
     course_facts: Mapping[str, Explanation] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:  # questions: Question(text, answer) (questions.py)
+        object.__setattr__(self, "questions", tuple(as_question(q) for q in self.questions))
 
 
 # -- flips: the data changes the mutation test applies ---------------------------------------

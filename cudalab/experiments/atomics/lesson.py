@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from cudalab import fmt
+from cudalab.experiments.atomics import answers
 from cudalab.experiments.base import NOT_MEASURED, not_measured_evidence
 from cudalab.experiments.lesson import (
     Claim,
@@ -23,6 +24,7 @@ from cudalab.experiments.lesson import (
     slower,
     with_value,
 )
+from cudalab.experiments.questions import Question
 
 if TYPE_CHECKING:
     from cudalab.roofline import Ceilings
@@ -237,10 +239,16 @@ LESSON = Lesson(
     claims=CLAIMS,
     try_this=TRY_THIS,
     questions=[
-        "A warp alone leaves at most one increment: why does the racy counter end below "
-        "even that? What sets the value it ends at?",
-        "Why is a float sum by atomicAdd slow? Its error changes from run to run: how "
-        "many runs would you need before saying which sum is the more accurate?",
-        "Would the racy count be the same on every run? Look at the run-by-run table.",
+        Question(
+            "A warp alone leaves at most one increment: why does the racy counter end below "
+            "even that? What sets the value it ends at?",
+            answers.racy_value),
+        Question(
+            "Why is a float sum by atomicAdd slow? Its error changes from run to run: how "
+            "many runs would you need before saying which sum is the more accurate?",
+            answers.float_sum),
+        Question(
+            "Would the racy count be the same on every run? Look at the run-by-run table.",
+            answers.racy_repeats),
     ],
 )

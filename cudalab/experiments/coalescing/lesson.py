@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from cudalab import fmt
+from cudalab.experiments.coalescing import answers
 from cudalab.experiments.flip import to_gbps, turn
 from cudalab.experiments.lesson import (
     LARGE_FRACTION,
@@ -31,6 +32,7 @@ from cudalab.experiments.lesson import (
     slower,
     with_value,
 )
+from cudalab.experiments.questions import Question
 
 if TYPE_CHECKING:
     from cudalab.roofline import Ceilings
@@ -555,12 +557,18 @@ LESSON = Lesson(
     explanations=EXPLANATIONS,
     try_this=TRY_THIS,
     questions=[
-        "A warp reads 32 consecutive floats: how many 32-byte sectors is that, and how many "
-        "at stride 2 and stride 32?",
-        "What does an offset of 1 cost on this GPU, and where does the extra sector each "
-        "warp touches come from?",
-        "In the naive transpose, is it the reads or the writes that are not coalesced, and "
-        "how does the shared tile fix that?",
+        Question(
+            "A warp reads 32 consecutive floats: how many 32-byte sectors is that, and how many "
+            "at stride 2 and stride 32?",
+            answers.sectors),
+        Question(
+            "What does an offset of 1 cost on this GPU, and where does the extra sector each "
+            "warp touches come from?",
+            answers.offset_one),
+        Question(
+            "In the naive transpose, is it the reads or the writes that are not coalesced, and "
+            "how does the shared tile fix that?",
+            answers.transpose),
     ],
     sources={
         "33": "the padded tile's row: 32 floats + 1 of padding (cuda/coalescing.cu)",

@@ -11,6 +11,7 @@ import pandas as pd
 
 from cudalab import fmt
 from cudalab.experiments.base import NOT_MEASURED
+from cudalab.experiments.device_query import answers
 from cudalab.experiments.lesson import (
     Claim,
     Judgement,
@@ -21,6 +22,7 @@ from cudalab.experiments.lesson import (
     no_data,
     with_value,
 )
+from cudalab.experiments.questions import Question
 
 if TYPE_CHECKING:
     from cudalab.roofline import Ceilings
@@ -96,11 +98,17 @@ LESSON = Lesson(
                 "peaks and every % of peak in this report"),
     ],
     questions=[
-        "Derive the DRAM peak from the memory clock and bus width above: why the factor 2?",
-        "FP32 peak = 2 x cores x clock: where does the 2 come from, and which kernel here "
-        "could ever reach it?",
-        "How many warps can one SM hold at once, and how does that bound the occupancy "
-        "experiment's curves?",
+        Question(
+            "Derive the DRAM peak from the memory clock and bus width above: why the factor 2?",
+            answers.dram_peak),
+        Question(
+            "FP32 peak = 2 x cores x clock: where does the 2 come from, and which kernel here "
+            "could ever reach it?",
+            answers.fp32_peak),
+        Question(
+            "How many warps can one SM hold at once, and how does that bound the occupancy "
+            "experiment's curves?",
+            answers.warps_per_sm),
     ],
     sources={
         "2048": "the most resident threads per SM at compute capability 3.7, the K80's "

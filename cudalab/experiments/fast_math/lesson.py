@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from cudalab import fmt
+from cudalab.experiments.fast_math import answers
 from cudalab.experiments.lesson import (
     Claim,
     Judgement,
@@ -26,6 +27,7 @@ from cudalab.experiments.lesson import (
     slower,
     with_value,
 )
+from cudalab.experiments.questions import Question
 
 if TYPE_CHECKING:
     from cudalab.roofline import Ceilings
@@ -229,11 +231,17 @@ LESSON = Lesson(
     explanations=EXPLANATIONS,
     try_this=TRY_THIS,
     questions=[
-        "Why does -use_fast_math gain more when the iteration count is large than at one "
-        "iteration? What does the kernel spend its time on in each case?",
-        "__sinf is accurate for small arguments: what happens to its error for |x| of "
-        "thousands?",
-        "Name a computation where the fast builds' relative error (right panel of the "
-        "figure) is fine, and one where it is not.",
+        Question(
+            "Why does -use_fast_math gain more when the iteration count is large than at one "
+            "iteration? What does the kernel spend its time on in each case?",
+            answers.iterations),
+        Question(
+            "__sinf is accurate for small arguments: what happens to its error for |x| of "
+            "thousands?",
+            answers.large_arguments),
+        Question(
+            "Name a computation where the fast builds' relative error (right panel of the "
+            "figure) is fine, and one where it is not.",
+            answers.where_fine),
     ],
 )

@@ -13,6 +13,7 @@ import pandas as pd
 
 from cudalab import fmt
 from cudalab.experiments.flip import turn
+from cudalab.experiments.latency import answers
 from cudalab.experiments.lesson import (
     Claim,
     Flip,
@@ -28,6 +29,7 @@ from cudalab.experiments.lesson import (
     ok,
     one_wrong,
 )
+from cudalab.experiments.questions import Question
 from cudalab.experiments.shared import bytes_label
 
 if TYPE_CHECKING:
@@ -348,12 +350,18 @@ LESSON = Lesson(
     explanations=EXPLANATIONS,
     try_this=TRY_THIS,
     questions=[
-        "Why must each load's address depend on the previous load's value to measure "
-        "latency, and what would a loop over consecutive addresses measure instead?",
-        "How many dependent DRAM loads per thread can a warp have in flight, and how many "
-        "warps does an SM need to keep the memory bus busy given this latency?",
-        "The course quotes ~5 cycles for shared memory; what does a pointer chase add to the "
-        "cost of the access itself?",
+        Question(
+            "Why must each load's address depend on the previous load's value to measure "
+            "latency, and what would a loop over consecutive addresses measure instead?",
+            answers.dependent_addresses),
+        Question(
+            "How many dependent DRAM loads per thread can a warp have in flight, and how many "
+            "warps does an SM need to keep the memory bus busy given this latency?",
+            answers.warps_in_flight),
+        Question(
+            "The course quotes ~5 cycles for shared memory; what does a pointer chase add to the "
+            "cost of the access itself?",
+            answers.shared_chase),
     ],
     sources={
         "5": "the course's latency of shared memory and of a cached constant read, in "

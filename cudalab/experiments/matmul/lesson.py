@@ -33,10 +33,12 @@ from cudalab.experiments.lesson import (
     ref,
     slower,
 )
+from cudalab.experiments.matmul import answers
 from cudalab.experiments.matmul.course_facts import COURSE_FACTS
 from cudalab.experiments.matmul.figures import size_label, variant_label
 from cudalab.experiments.matmul.fp64 import FP64_TENSOR_RATIO, fp64_peak, fp64_ratio
 from cudalab.experiments.matmul.kernels import COURSE_SIZE, LADDER_KERNELS
+from cudalab.experiments.questions import Question
 
 if TYPE_CHECKING:
     from cudalab.roofline import Ceilings
@@ -612,10 +614,16 @@ LESSON = Lesson(
     course_facts=COURSE_FACTS,
     try_this=TRY_THIS,
     questions=[
-        "What does double buffering overlap, and why does it need twice the shared memory?",
-        "How many global-memory loads does the naive kernel make per output element, and "
-        "how many does a TILE x TILE tiled kernel make?",
-        "Why does padding the shared tile by one float remove the bank conflict?",
+        Question(
+            "What does double buffering overlap, and why does it need twice the shared memory?",
+            answers.double_buffering),
+        Question(
+            "How many global-memory loads does the naive kernel make per output element, and "
+            "how many does a TILE x TILE tiled kernel make?",
+            answers.loads_per_element),
+        Question(
+            "Why does padding the shared tile by one float remove the bank conflict?",
+            answers.padding),
     ],
     sources={
         "10": "TF32's explicit mantissa bits (NVIDIA A100 Tensor Core GPU Architecture "

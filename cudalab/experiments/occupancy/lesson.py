@@ -29,6 +29,8 @@ from cudalab.experiments.lesson import (
     slower,
     with_value,
 )
+from cudalab.experiments.occupancy import answers
+from cudalab.experiments.questions import Question
 
 if TYPE_CHECKING:
     from cudalab.roofline import Ceilings
@@ -393,12 +395,18 @@ LESSON = Lesson(
                 "fastest measured tile"),
     ],
     questions=[
-        "Which resource limits vec_mul_regs at 256 threads per block (registers, shared "
-        "memory, warps or blocks)? Compute it by hand from the registers per thread.",
-        "Occupancy went up but the kernel did not get faster: when is more occupancy "
-        "useless?",
-        "Why do the occupancy curves zig-zag with the block size instead of changing "
-        "smoothly?",
+        Question(
+            "Which resource limits vec_mul_regs at 256 threads per block (registers, shared "
+            "memory, warps or blocks)? Compute it by hand from the registers per thread.",
+            answers.register_limit),
+        Question(
+            "Occupancy went up but the kernel did not get faster: when is more occupancy "
+            "useless?",
+            answers.useless_occupancy),
+        Question(
+            "Why do the occupancy curves zig-zag with the block size instead of changing "
+            "smoothly?",
+            answers.zig_zag),
     ],
     sources={
         "256": "registers are allocated per warp in units of 256 (CUDA Occupancy Calculator, "

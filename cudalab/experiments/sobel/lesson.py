@@ -28,6 +28,8 @@ from cudalab.experiments.lesson import (
     ref,
     slower,
 )
+from cudalab.experiments.questions import Question
+from cudalab.experiments.sobel import answers
 
 if TYPE_CHECKING:
     from cudalab.roofline import Ceilings
@@ -196,12 +198,18 @@ LESSON = Lesson(
                 "changes, the time should not (the edge test is a select, not a branch)"),
     ],
     questions=[
-        "How many times is each input pixel read by the global-memory kernel, and how many "
-        "times from DRAM if the caches work perfectly?",
-        "Why can the shared-memory kernel be slower than the global one on a GPU with a "
-        "large L1 cache?",
-        "Why does constant memory suit the Sobel weights (hint: which threads read which "
-        "address at the same time)?",
+        Question(
+            "How many times is each input pixel read by the global-memory kernel, and how many "
+            "times from DRAM if the caches work perfectly?",
+            answers.reads_per_pixel),
+        Question(
+            "Why can the shared-memory kernel be slower than the global one on a GPU with a "
+            "large L1 cache?",
+            answers.shared_slower),
+        Question(
+            "Why does constant memory suit the Sobel weights (hint: which threads read which "
+            "address at the same time)?",
+            answers.constant_weights),
     ],
     sources={
         "2048": "an image size of the default grid (sobel.sizes)",

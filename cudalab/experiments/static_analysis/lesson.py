@@ -22,6 +22,8 @@ from cudalab.experiments.lesson import (
     ok,
     with_value,
 )
+from cudalab.experiments.questions import Question
+from cudalab.experiments.static_analysis import answers
 
 if TYPE_CHECKING:
     from cudalab.roofline import Ceilings
@@ -224,10 +226,16 @@ LESSON = Lesson(
     explanations=EXPLANATIONS,
     try_this=TRY_THIS,
     questions=[
-        "Why is the register count of the same kernel different for sm_75 and sm_90?",
-        "What does a register spill cost at run time, and where does the spilled value "
-        "live?",
-        "__launch_bounds__(NTHREADS) lets matmul_register use more registers: what does it "
-        "forbid in return?",
+        Question(
+            "Why is the register count of the same kernel different for sm_75 and sm_90?",
+            answers.registers_by_arch),
+        Question(
+            "What does a register spill cost at run time, and where does the spilled value "
+            "live?",
+            answers.spills),
+        Question(
+            "__launch_bounds__(NTHREADS) lets matmul_register use more registers: what does it "
+            "forbid in return?",
+            answers.launch_bounds),
     ],
 )

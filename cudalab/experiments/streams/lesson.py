@@ -31,6 +31,8 @@ from cudalab.experiments.lesson import (
     one_wrong,
     with_value,
 )
+from cudalab.experiments.questions import Question
+from cudalab.experiments.streams import answers
 
 if TYPE_CHECKING:
     from cudalab.roofline import Ceilings
@@ -376,9 +378,15 @@ LESSON = Lesson(
     explanations=EXPLANATIONS,
     try_this=TRY_THIS,
     questions=[
-        "Why is the ideal time the slowest of H2D, kernel and D2H alone, not their sum "
-        "divided by the number of streams?",
-        "Which host memory must the copies use for streams to overlap, and why?",
-        "How many copy engines does this GPU have, and what would change with only one?",
+        Question(
+            "Why is the ideal time the slowest of H2D, kernel and D2H alone, not their sum "
+            "divided by the number of streams?",
+            answers.ideal_time),
+        Question(
+            "Which host memory must the copies use for streams to overlap, and why?",
+            answers.pinned_memory),
+        Question(
+            "How many copy engines does this GPU have, and what would change with only one?",
+            answers.copy_engines),
     ],
 )

@@ -32,6 +32,8 @@ from cudalab.experiments.lesson import (
     slower,
     with_value,
 )
+from cudalab.experiments.questions import Question
+from cudalab.experiments.tensor_cores import answers
 from cudalab.experiments.tensor_cores.numerics import expected_input_error
 
 if TYPE_CHECKING:
@@ -519,11 +521,17 @@ LESSON = Lesson(
     explanations=EXPLANATIONS,
     try_this=TRY_THIS,
     questions=[
-        "Why is a product of two fp16 numbers exact in FP32, and what error is then left?",
-        "TF32 and FP16 keep the same number of mantissa bits: why does TF32 still run at "
-        "half the FP16 rate?",
-        "What does a cp.async stage overlap, and why does mma.sync need ldmatrix.trans for "
-        "a row-major B?",
+        Question(
+            "Why is a product of two fp16 numbers exact in FP32, and what error is then left?",
+            answers.fp16_product),
+        Question(
+            "TF32 and FP16 keep the same number of mantissa bits: why does TF32 still run at "
+            "half the FP16 rate?",
+            answers.tf32_rate),
+        Question(
+            "What does a cp.async stage overlap, and why does mma.sync need ldmatrix.trans for "
+            "a row-major B?",
+            answers.stages),
     ],
     sources={
         "10": "stored mantissa bits of FP16 (IEEE 754 binary16) and of TF32 (NVIDIA A100 "

@@ -30,6 +30,8 @@ from cudalab.experiments.lesson import (
     ok,
     one_wrong,
 )
+from cudalab.experiments.questions import Question
+from cudalab.experiments.transfer import answers
 
 if TYPE_CHECKING:
     from cudalab.roofline import Ceilings
@@ -291,11 +293,17 @@ LESSON = Lesson(
     explanations=EXPLANATIONS,
     try_this=TRY_THIS,
     questions=[
-        "Why is a pageable copy slower than a pinned one, although the same bytes cross "
-        "the same link?",
-        "The smallest copies move at a small fraction of the link's bandwidth: what "
-        "dominates their time?",
-        "The link's theoretical rate is per direction: what would you expect from H2D and "
-        "D2H at the same time?",
+        Question(
+            "Why is a pageable copy slower than a pinned one, although the same bytes cross "
+            "the same link?",
+            answers.pageable_vs_pinned),
+        Question(
+            "The smallest copies move at a small fraction of the link's bandwidth: what "
+            "dominates their time?",
+            answers.small_copies),
+        Question(
+            "The link's theoretical rate is per direction: what would you expect from H2D and "
+            "D2H at the same time?",
+            answers.both_directions),
     ],
 )

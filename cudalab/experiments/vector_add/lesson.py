@@ -27,6 +27,8 @@ from cudalab.experiments.lesson import (
     ref,
     slower,
 )
+from cudalab.experiments.questions import Question
+from cudalab.experiments.vector_add import answers
 
 if TYPE_CHECKING:
     from cudalab.roofline import Ceilings
@@ -199,12 +201,18 @@ LESSON = Lesson(
     explanations=EXPLANATIONS,
     try_this=TRY_THIS,
     questions=[
-        "Why does vector_add count 12 bytes per element, and why is it bandwidth-bound "
-        "rather than compute-bound?",
-        "With n = 50 000 and 256 threads per block, how many blocks are launched, and how "
-        "many threads of the last block do nothing?",
-        "Why can 32-thread blocks not reach the bandwidth of 256-thread blocks even though "
-        "the work is the same?",
+        Question(
+            "Why does vector_add count 12 bytes per element, and why is it bandwidth-bound "
+            "rather than compute-bound?",
+            answers.bytes_per_element),
+        Question(
+            "With n = 50 000 and 256 threads per block, how many blocks are launched, and how "
+            "many threads of the last block do nothing?",
+            answers.blocks_of_the_example),
+        Question(
+            "Why can 32-thread blocks not reach the bandwidth of 256-thread blocks even though "
+            "the work is the same?",
+            answers.small_blocks),
     ],
     sources={
         "12": "bytes per element: two float32 loads and one store (3 x 4 bytes)",
