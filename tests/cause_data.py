@@ -55,3 +55,20 @@ def fixed_cost_rate(ref: pd.DataFrame) -> float:
     """The block rate at which the fixed-cost model explains ref's slowest size."""
     d = block_rate_run(ref)
     return float(block_rate.rates(d)["rate"].iloc[0])
+
+
+def duplex_run(ref: pd.DataFrame, duplex_ratio: float) -> pd.DataFrame:
+    """ref plus the streams experiment's duplex points: H2D and D2H alone at the stage times
+    ref's streams rows carry, both at once taking (h2d + d2h) / duplex_ratio (about 2: full
+    duplex; about 1: the two directions share one path)."""
+    st = ref[(ref["experiment"] == "streams") & (ref["status"] == "ok")]
+    row = st.iloc[0]
+    n = float(row["p_n"])
+    h2d, d2h = float(row["m_h2d_s"]), float(row["m_d2h_s"])
+    times = {"h2d": h2d, "d2h": d2h, "both": (h2d + d2h) / duplex_ratio}
+    rows = [_row_like(row, variant="duplex", point_id=f"duplex-n{int(n)}-direction{k}",
+                      p_n=n, p_direction=k, time_median_s=s, time_min_s=s, time_mean_s=s,
+                      bytes=4.0 * n * (2 if k == "both" else 1),
+                      gbps=4.0 * n * (2 if k == "both" else 1) / s / 1e9)
+            for k, s in times.items()]
+    return pd.concat([ref, pd.DataFrame(rows)], ignore_index=True)
