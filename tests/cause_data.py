@@ -72,3 +72,15 @@ def duplex_run(ref: pd.DataFrame, duplex_ratio: float) -> pd.DataFrame:
                       gbps=4.0 * n * (2 if k == "both" else 1) / s / 1e9)
             for k, s in times.items()]
     return pd.concat([ref, pd.DataFrame(rows)], ignore_index=True)
+
+
+def synthetic_references(h100: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The H100 reference plus each cause probe's rows, once where the claimed cause holds
+    and once where the competing one does (the claims audit's extra references)."""
+    rate = fixed_cost_rate(h100)
+    return {
+        "H100 + probes, fixed cost per block, full duplex":
+            duplex_run(block_rate_run(h100), 1.9),
+        "H100 + probes, cheap blocks, shared copy path":
+            duplex_run(block_rate_run(h100, 10 * rate), 1.05),
+    }

@@ -149,6 +149,8 @@ def rates(d: pd.DataFrame) -> pd.DataFrame:
     (block counts fitted). Empty where the run has no probe rows."""
     p = probe_rows(d)
     out = []
+    if p.empty:
+        return pd.DataFrame(out, columns=["kind", "threads", "rate", "fixed", "counts"])
     for (kind, t), g in p.groupby([p["p_kind"].astype(str), col(p, "p_threads")]):
         rate, fixed = fit_rate(col(g, "p_blocks").to_numpy(), col(g, "time_median_s").to_numpy())
         out.append({"kind": kind, "threads": int(t), "rate": rate, "fixed": fixed,
