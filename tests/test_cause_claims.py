@@ -148,3 +148,42 @@ def test_a_gpu_less_run_leaves_the_probes_not_measured(tmp_path):
                       ("streams", "copies_full_duplex")):
         got = claims.evaluate_claim(name, _claim(name, key), rows)
         assert got is not None and got.state is State.NOT_MEASURED, got
+
+
+# -- the nvprof row's copies -------------------------------------------------------------------
+def test_the_nvprof_rows_copies_are_blamed_on_pageable_staging_only_where_measured(h100):
+    """The course table's nvprof row reads the transfer lesson's pageable and pinned copies:
+    at the pageable rate it names the staging; where the course's copies run at the pinned
+    rate (the link itself sets their time) it does not."""
+    said = claims.course_fact("matmul", "copies_pageable", h100)
+    assert said and "pageable" in said and "not the link" in said, said
+    fast = h100.copy()
+    tiled = (fast["experiment"] == "matmul") & (fast["variant"] == "tiled")
+    for c in ("m_h2d_s", "m_d2h_s"):  # about 7x faster: the pinned rate
+        fast.loc[tiled, c] = pd.to_numeric(fast.loc[tiled, c]) / 7
+    said = claims.course_fact("matmul", "copies_pageable", fast)
+    assert said and "not the link" not in said, said
+    no_transfer = h100[h100["experiment"] != "transfer"]
+    assert claims.course_fact("matmul", "copies_pageable", no_transfer) is None
+
+
+# -- FMAs per shared-memory load ---------------------------------------------------------------
+def test_fmas_per_load_come_from_the_configuration():
+    from cudalab.experiments.matmul import smem_reuse
+
+    assert smem_reuse.fma_per_load("tiled", math.nan) == 0.5
+    assert [smem_reuse.fma_per_load("register", rt) for rt in (2, 4, 8)] == [1, 2, 4]
+    assert math.isnan(smem_reuse.fma_per_load("naive", 8))
+
+
+def test_fma_per_load_claim_fails_where_another_limit_holds(h100):
+    from cudalab.experiments.matmul import smem_reuse
+
+    claim = _claim("matmul", "fma_per_load_sets_speed")
+    seen = _state("matmul", "fma_per_load_sets_speed", h100)
+    assert seen.state is State.SEEN and "register rt 8: 4 FMAs per load" in seen.evidence
+    rows = h100["experiment"] == "matmul"
+    flat = pd.concat([h100[~rows], smem_reuse.other_limit(h100[rows].copy())])
+    assert _state("matmul", "fma_per_load_sets_speed", flat).state is State.NOT_SEEN
+    assert claims.flip_audit("matmul", claim, h100) == (True, "")
+    assert claims.flip_audit("matmul", claim, flat) == (True, "")
