@@ -187,3 +187,19 @@ def test_fma_per_load_claim_fails_where_another_limit_holds(h100):
     assert _state("matmul", "fma_per_load_sets_speed", flat).state is State.NOT_SEEN
     assert claims.flip_audit("matmul", claim, h100) == (True, "")
     assert claims.flip_audit("matmul", claim, flat) == (True, "")
+
+
+def test_the_occupancy_course_row_reads_the_block_rate(h100):
+    """The course table's '32-thread blocks are slower' row explains vec_mul's small blocks
+    with the probe's rate where the fixed cost holds, and says it does not where blocks are
+    cheap; without the probe it has nothing to say."""
+    none = claims.course_fact("occupancy", "small_blocks_block_rate", h100)
+    assert none and "did not run" in none, none
+    no_occupancy = h100[h100["experiment"] != "occupancy"]
+    assert claims.course_fact("occupancy", "small_blocks_block_rate", no_occupancy) is None
+    held = claims.course_fact("occupancy", "small_blocks_block_rate",
+                              cause_data.block_rate_run(h100))
+    assert held and "mostly the fixed cost" in held, held
+    cheap = cause_data.block_rate_run(h100, 10 * cause_data.fixed_cost_rate(h100))
+    said = claims.course_fact("occupancy", "small_blocks_block_rate", cheap)
+    assert said and "unexplained" in said and "mostly the fixed cost" not in said, said
