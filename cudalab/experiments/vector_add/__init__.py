@@ -54,7 +54,7 @@ class VectorAdd(Experiment):
             **block_rate.SCHEMA,
         })
     smoke = {"sizes": [1000, 50_000, 1 << 20], "threads": [32, 256, 1024],
-             "probe_blocks": [1024, 16384, 65536]}
+             "probe_blocks": [1024, 65536], "probe_kinds": ["one_load"]}
 
     # -- grid --------------------------------------------------------------------------
     def points(self, block: dict[str, Any]) -> list[Point]:
