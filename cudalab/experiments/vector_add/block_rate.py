@@ -178,7 +178,7 @@ def plot(df: pd.DataFrame) -> Any:
         return None
     kinds = [k for k in KINDS if (p["p_kind"].astype(str) == k).any()]
     fig, axes = plt.subplots(1, len(kinds), figsize=(5.5 * len(kinds), 4.6), squeeze=False,
-                             sharey=True)
+                             sharey=True, layout="constrained")
     r = rates(df)
     threads = sorted(col(p, "p_threads").dropna().astype(int).unique())
     colours = plt.get_cmap("viridis")(np.linspace(0, 0.9, max(len(threads), 1)))
