@@ -34,12 +34,12 @@ class Func:
         self.name, self.log = name, log
 
     def prepare(self, sig):
-        assert sig == {"block_empty": "", "block_one_load": "PIiP"}[self.name]
+        assert sig == {"block_empty": "i", "block_one_load": "PIiP"}[self.name]
 
     def prepared_call(self, grid, block, *args):
         self.log.append((self.name, grid, block))
         if self.name == "block_empty":
-            assert not args
+            assert len(args) == 1
             return
         a_d, mask, flag, sink = args
         idx = np.arange(grid[0] * block[0], dtype=np.int64) & int(mask)

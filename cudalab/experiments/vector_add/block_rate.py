@@ -86,8 +86,8 @@ def measure(exp: Experiment, ctx: RunContext, point: Point) -> Result:
     launch_of = Launch(grid, blk)
     metrics: dict[str, Any] = {"blocks": blocks}
     if kind == "empty":
-        func.prepare("")
-        timing = ctx.harness.measure(lambda: func.prepared_call(grid, blk),
+        func.prepare("i")
+        timing = ctx.harness.measure(lambda: func.prepared_call(grid, blk, np.int32(0)),
                                      ctx.gpu.event_timer(), asynchronous=True)
         return Result(timing, math.nan, math.nan, None, _rate(metrics, timing, blocks),
                       kernel=kernel, no_check_reason=NO_CHECK, launch=launch_of)
