@@ -38,7 +38,7 @@ from cudalab.links import SLOW_LINK as SLOW_SHARE
 # A grid of large points only (kernels of 100 us or more, copies of 256 MiB): small points
 # are dominated by launch and host noise, which says nothing about the GPU.
 GRID: dict[str, dict[str, Any]] = {
-    "vector_add": {"sizes": [67108864], "threads": [256]},
+    "vector_add": {"sizes": [67108864], "threads": [256], "probe_blocks": []},  # no probe
     "coalescing": {"n": 67108864, "offsets": [0], "strides": [1, 32],
                    "transpose_sizes": [4096],
                    "variants": ["memcpy", "copy", "stride", "transpose_tiled"]},

@@ -18,6 +18,7 @@ import re
 from html.parser import HTMLParser
 from pathlib import Path
 
+import cause_data
 import pandas as pd
 import pytest
 
@@ -58,7 +59,11 @@ def _experiments() -> list[tuple[str, Experiment]]:
 
 @pytest.fixture(scope="module")
 def refs() -> dict[str, pd.DataFrame]:
-    return {k: results.read_table(p) for k, p in REFERENCES.items() if p.is_file()}
+    got = {k: results.read_table(p) for k, p in REFERENCES.items() if p.is_file()}
+    # the committed references predate the cause probes: the H100 reference plus probe rows
+    # from a model judges (and flips) the claims that read them
+    got.update(cause_data.synthetic_references(got["H100"]))
+    return got
 
 
 # -- flips -----------------------------------------------------------------------------------

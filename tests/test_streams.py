@@ -97,7 +97,7 @@ def synthetic_frame(slow_streams=False, timeline_k=4, n=1 << 26, wrong=()):
 def test_defaults():
     b = validate({})
     assert b["n"] == 1 << 26 and b["streams"] == [1, 2, 4, 8, 16]
-    assert b["timeline_streams"] == 4 and b["variants"] == ["serial", "streams"]
+    assert b["timeline_streams"] == 4 and b["variants"] == ["serial", "streams", "duplex"]
 
 
 @pytest.mark.parametrize("block, where, says", [
@@ -128,6 +128,9 @@ def test_smoke_block_is_small():
 # -- grid -----------------------------------------------------------------------------------
 def test_points_serial_then_streams_per_iteration_count():
     pts = EXP.points(validate({"iterations": [50, 5], "streams": [4, 1]}))
+    duplex = [p.params["direction"] for p in pts if p.variant == "duplex"]
+    assert duplex == ["h2d", "d2h", "both"]  # once, after the pipelines
+    pts = [p for p in pts if p.variant != "duplex"]
     assert [(p.variant, p.params["iterations"], p.params["nstreams"]) for p in pts] == [
         ("serial", 5, 1), ("streams", 5, 1), ("streams", 5, 4),
         ("serial", 50, 1), ("streams", 50, 1), ("streams", 50, 4)]
@@ -207,7 +210,9 @@ def _claims(df):
 def test_claims_seen_on_plausible_synthetic_data():
     ex = _claims(synthetic_frame())
     assert set(ex) == {"correct", "beats_serial", "stage_balance", "one_stream_no_gain",
-                       "timeline_overlaps"}
+                       "timeline_overlaps", "copies_full_duplex"}
+    # the duplex claim reads the duplex points (tests/test_cause_claims.py)
+    assert ex.pop("copies_full_duplex").passed is None
     assert all(e.passed for e in ex.values()), [(k, e.evidence) for k, e in ex.items()]
     ev = ex["stage_balance"].evidence
     assert "5 iterations" in ev and "50 iterations" in ev

@@ -18,6 +18,7 @@ import pandas as pd
 
 from cudalab import fmt
 from cudalab.experiments.base import NOT_MEASURED
+from cudalab.experiments.flip import turn
 from cudalab.experiments.lesson import (
     Claim,
     Judgement,
@@ -33,7 +34,7 @@ from cudalab.experiments.lesson import (
     ref,
     slower,
 )
-from cudalab.experiments.matmul import answers
+from cudalab.experiments.matmul import answers, smem_reuse
 from cudalab.experiments.matmul.course_facts import COURSE_FACTS
 from cudalab.experiments.matmul.figures import size_label, variant_label
 from cudalab.experiments.matmul.fp64 import FP64_TENSOR_RATIO, fp64_peak, fp64_ratio
@@ -472,7 +473,7 @@ def _small_block_tile_at_course(d: pd.DataFrame) -> pd.Series:
 
 
 HAND_WRITTEN = ("naive", "tiled", "tiled_padded", "tiled_conflict", "register", *LADDER_KERNELS)
-EXPLANATIONS = (matmul_best_fp32, matmul_best_fp64, matmul_bank_conflicts)
+EXPLANATIONS = (matmul_best_fp32, matmul_best_fp64, matmul_bank_conflicts, smem_reuse.fact)
 CLAIMS = (
     Claim("every GPU result matches the float64 CPU reference", _correct, one_wrong,
           "correct"),
@@ -483,6 +484,13 @@ CLAIMS = (
     Claim(f"register tiling is at least {fmt.ratio(REGISTER_GAIN)} faster than the best "
           "shared-memory tiling at the largest size", _register,
           lambda d: slower(d, _is("register"), 3.0), "register_pays"),
+    Claim("shared-memory loads set the speed of tiled and register kernels: at the largest "
+          "size, ranked by FMAs per shared-memory word a thread loads (from each kernel's "
+          "configuration: 1/2 for tiled, rt/2 for register), each is at least "
+          f"{fmt.percent(100 * (smem_reuse.STEP_GAIN - 1))} faster than the one before; where "
+          "something else limited them, more FMAs per load would buy nothing",
+          smem_reuse.claim, turn(smem_reuse.claim, smem_reuse.other_limit,
+                                 smem_reuse.loads_limit), "fma_per_load_sets_speed"),
     Claim(f"padded shared tiles are more than {fmt.ratio(PADDING_GAIN)} faster than the "
           "bank-conflicting layout at every tile (each one conflicts) at the largest size",
           _padding, lambda d: slower(d, lambda x: _is("tiled_conflict")(x)

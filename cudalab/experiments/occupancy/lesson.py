@@ -29,7 +29,7 @@ from cudalab.experiments.lesson import (
     slower,
     with_value,
 )
-from cudalab.experiments.occupancy import answers
+from cudalab.experiments.occupancy import answers, block_cost
 from cudalab.experiments.questions import Question
 
 if TYPE_CHECKING:
@@ -103,9 +103,8 @@ def occupancy_knee(d: pd.DataFrame, c: Ceilings) -> str | None:
     below = v[v["occ"] < full["occ"].min()]
     if len(below):
         s += (f"; below that it drops to {fmt.bandwidth(below['gbps'].min())} (too few "
-              "resident warps to hide memory latency is one hypothesis, a fixed cost per "
-              "block another: timing empty kernels over block counts and sizes would tell "
-              "them apart)")
+              "resident warps to hide memory latency is one candidate, a fixed cost per "
+              "block another: the vector_add lesson's block-rate probe measures the second)")
     slow = v[(v["occ"] >= full["occ"].min()) & (v["gbps"] < FULL_BANDWIDTH_SHARE * best)]
     if len(slow):
         sizes = ", ".join(str(int(b)) for b in sorted(slow["p_block_size"]))
@@ -382,7 +381,8 @@ LESSON = Lesson(
     },
     claims=CLAIMS,
     explanations=EXPLANATIONS,
-    course_facts={"small_blocks_limiter": small_blocks_limiter},
+    course_facts={"small_blocks_limiter": small_blocks_limiter,
+                  "small_blocks_block_rate": block_cost.small_blocks_block_rate},
     try_this=[
         TryThis("occupancy.live_values: 32", "vec_mul_regs keeps fewer values live and uses fewer "
                 "registers: its occupancy curve rises, and the largest blocks, which it could not "

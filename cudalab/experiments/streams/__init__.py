@@ -6,7 +6,8 @@ stream: copy everything to the GPU, run the kernel on everything, copy everythin
 `streams` variant splits the array into `nstreams` chunks, one per CUDA stream, and queues
 H2D copy -> kernel -> D2H copy of each chunk on its own stream, so the copy of one chunk can
 overlap the kernel of another (and H2D with D2H: the copy engines of each direction are
-separate).
+separate). The `duplex` variant times the whole array's H2D alone, D2H alone and both at
+once on two streams (duplex.py): whether the two directions really run together.
 
 Timing: one pipeline is bracketed by CUDA events recorded on the legacy default stream (the
 harness's event timer). pycuda's Stream() is a blocking stream (flags 0), so work queued on
@@ -37,6 +38,7 @@ import pandas as pd
 from cudalab.experiments import base, shared
 from cudalab.experiments.base import Check, Experiment, Point, Result, block_schema
 from cudalab.experiments.shared import size_label
+from cudalab.experiments.streams import duplex
 from cudalab.experiments.streams.lesson import LESSON, OPS, busy_spans
 
 if TYPE_CHECKING:
@@ -88,7 +90,8 @@ class Streams(Experiment):
     lesson = LESSON
     noise = {v: ("every sample is a pipeline of pinned copies over PCIe, which crosses the "
                  "host's root complex that other devices and guests share: bursts of slower "
-                 "copies (tens of ms) are seen on a shared VM") for v in ("serial", "streams")}
+                 "copies (tens of ms) are seen on a shared VM")
+             for v in ("serial", "streams", duplex.VARIANT)}
     # its bytes cross PCIe: the times are compared with the serial program and the ideal
     vs_device_peak = False
     schema = block_schema({
@@ -114,8 +117,12 @@ class Streams(Experiment):
                 "(must be one of `streams`)",
             },
             "variants": {
-                "type": "array", "items": {"enum": ["serial", "streams"]}, "minItems": 1,
-                "uniqueItems": True, "default": ["serial", "streams"],
+                "type": "array", "items": {"enum": ["serial", "streams", duplex.VARIANT]},
+                "minItems": 1, "uniqueItems": True,
+                "default": ["serial", "streams", duplex.VARIANT],
+                "description": "serial: the plain program; streams: the chunked pipeline; "
+                "duplex: the whole array's H2D alone, D2H alone and both at once (two "
+                "streams), which tells whether the two directions run together",
             },
             "threads": {
                 "enum": [64, 128, 256, 512, 1024], "default": 256,
@@ -152,6 +159,8 @@ class Streams(Experiment):
             if "streams" in block["variants"]:
                 pts += [Point(self.name, "streams", {"n": n, "iterations": it, "nstreams": k})
                         for k in sorted(block["streams"])]
+        if duplex.VARIANT in block["variants"]:
+            pts += duplex.points(self.name, n)
         return pts
 
     def gpu_bytes(self, point: Point) -> int:
@@ -159,6 +168,8 @@ class Streams(Experiment):
 
     # -- measuring ---------------------------------------------------------------------
     def kernel_for(self, ctx: RunContext, point: Point) -> Any:
+        if point.variant == duplex.VARIANT:
+            return None  # copies only
         return ctx.gpu.compile("streams.cu")
 
     def _buffers(self, ctx: RunContext, n: int) -> dict[str, Any]:
@@ -199,6 +210,10 @@ class Streams(Experiment):
         gpu = ctx.gpu
         cuda = gpu.cuda
         p = point.params
+        if point.variant == duplex.VARIANT:
+            bufs = shared.buffer_set(ctx, ("streams", p["n"]),
+                                     lambda: self._buffers(ctx, p["n"]))
+            return duplex.measure(ctx, point, bufs, self._streams(ctx, 2))
         n, it, k = p["n"], p["iterations"], p["nstreams"]
         threads = ctx.block["threads"]
         bufs = shared.buffer_set(ctx, ("streams", n), lambda: self._buffers(ctx, n))
@@ -293,7 +308,8 @@ class Streams(Experiment):
 
     # -- figures -----------------------------------------------------------------------
     def _frame(self, df: pd.DataFrame) -> pd.DataFrame:
-        d = self.ok(df).copy()
+        d = self.ok(df)
+        d = d[d["variant"].isin(["serial", "streams"])].copy()  # the pipelines
         if d.empty:
             return d
         for c in ("n", "iterations", "nstreams"):

@@ -32,7 +32,7 @@ from cudalab.experiments.lesson import (
     with_value,
 )
 from cudalab.experiments.questions import Question
-from cudalab.experiments.streams import answers
+from cudalab.experiments.streams import answers, duplex
 
 if TYPE_CHECKING:
     from cudalab.roofline import Ceilings
@@ -303,7 +303,7 @@ def _kernel_hides_to(d: pd.DataFrame, factor: float) -> pd.DataFrame:
     return d
 
 
-EXPLANATIONS = (streams_copy_engines,)
+EXPLANATIONS = (streams_copy_engines, duplex.duplex_fact)
 # "with enough streams the pipeline gets within 35 % of the ideal" was this claim's twin:
 # the serial program takes the sum of the stages, so best / ideal is the share of the bound
 # reached; one claim, with the bound's threshold, says it.
@@ -327,6 +327,12 @@ CLAIMS = (
           f"{OVERLAP_SHARE:.0%} of the pipeline's time", _overlap,
           turn(_overlap, lambda d: _timeline_to(d, serialised),
                lambda d: _timeline_to(d, _all_at_once)), "timeline_overlaps"),
+    Claim("H2D and D2H copies run together at full duplex: the whole array copied both ways "
+          f"at once moves at least {fmt.ratio(duplex.DUPLEX_MIN)} the bytes per second of "
+          "the two directions one after the other, (H2D alone + D2H alone) / both at once; "
+          "two directions sharing one path would give about 1", duplex.full_duplex,
+          turn(duplex.full_duplex, duplex.half_duplex, duplex.duplex_overlap),
+          "copies_full_duplex"),
 )
 TRY_THIS = [
     TryThis("streams.iterations: [500]", "a longer kernel: the kernel becomes the slowest "
@@ -346,25 +352,26 @@ TRY_THIS = [
 LESSON = Lesson(
     title="CUDA streams: overlapping copies with computation",
     caption=(
-        "The serial program copies the whole array to the GPU, runs the map kernel, and copies "
-        "the result back: the copy engines and the SMs take turns and each waits for the "
-        "others. Split into chunks on k streams, the H2D copy of chunk 2 runs while the kernel "
-        "works on chunk 1 and the D2H copy returns chunk 0. The best possible time is the "
-        "slowest of the three stages (ideal, dotted), so the serial time over the slowest "
-        "stage, (H2D + kernel + D2H) / slowest, bounds the speedup however many streams or "
-        "copy engines there are; k equal chunks predict sum / k + (k - 1) / k x slowest "
-        "(dashed). Look for: every run with 2 or more streams beating the serial one, the "
-        "best of them close to the bound the stages set (when the copies dominate it stays "
-        "somewhat further; a hypothesis, as nothing here times H2D and D2H at once: the "
-        "link is full duplex, but the two directions may contend for host memory or the "
-        "copy engines; timing both directions at once would test it), one stream being no "
-        "faster than serial, and in the timeline the bars of "
-        "different streams overlapping in time. The `iterations` knob sets how much math "
-        "each element gets, i.e. whether the copies or the kernel are the slowest stage. In "
-        "the timeline, events mark when a stream reached an operation and when it finished; "
-        "faint bars are time an operation was queued behind the same kind of operation of "
-        "another stream (one copy engine per direction), solid bars when it ran. The claims "
-        "below judge each of these on this run."
+        "The serial program copies the whole array to the GPU, runs the map kernel, and "
+        "copies the result back: the copy engines and the SMs take turns and each waits for"
+        " the others. Split into chunks on k streams, the H2D copy of chunk 2 runs while "
+        "the kernel works on chunk 1 and the D2H copy returns chunk 0. The best possible "
+        "time is the slowest of the three stages (ideal, dotted), so the serial time over "
+        "the slowest stage, (H2D + kernel + D2H) / slowest, bounds the speedup however many"
+        " streams or copy engines there are; k equal chunks predict sum / k + (k - 1) / k x"
+        " slowest (dashed). That bound assumes H2D and D2H of different chunks run together"
+        " at full speed; the duplex points time the whole array's copies both ways at once "
+        "against each direction alone, and measure whether they do. Look for: every run "
+        "with 2 or more streams beating the serial one, the best of them close to the bound"
+        " the stages set (when the copies dominate it stays further where both directions "
+        "at once run slower than each alone), one stream being no faster than serial, and "
+        "in the timeline the bars of different streams overlapping in time. The "
+        "`iterations` knob sets how much math each element gets, i.e. whether the copies or"
+        " the kernel are the slowest stage. In the timeline, events mark when a stream "
+        "reached an operation and when it finished; faint bars are time an operation was "
+        "queued behind the same kind of operation of another stream (one copy engine per "
+        "direction), solid bars when it ran. The claims below judge each of these on this "
+        "run."
     ),
     figures={
         "pipeline": "Time of the whole H2D -> kernel -> D2H pipeline against the number of "

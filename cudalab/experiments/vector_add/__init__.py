@@ -4,6 +4,8 @@ One thread per element, grid = ceil(n / threads) blocks, a bounds check for the 
 A point is a vector length n and a block size (threads per block). Every element moves
 12 bytes (load a, load b, store c), so the declared work is 12 n bytes and n flops: the
 kernel is memory-bound and its GB/s is compared with the theoretical DRAM bandwidth.
+The block-rate probe (block_rate.py, variant `block_rate`) measures, in the same run, the
+cost per block that the lesson's claim on small blocks reads.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pandas as pd
 from cudalab.experiments import base, shared
 from cudalab.experiments.base import Check, Experiment, Point, Result, block_schema
 from cudalab.experiments.shared import peak_line, size_label
+from cudalab.experiments.vector_add import block_rate
 from cudalab.experiments.vector_add.lesson import LESSON
 
 if TYPE_CHECKING:
@@ -48,22 +51,31 @@ class VectorAdd(Experiment):
                 "type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 1e-6,
                 "description": "largest ||c - c_ref||_2 / ||c_ref||_2 against the float64 sum",
             },
+            **block_rate.SCHEMA,
         })
-    smoke = {"sizes": [1000, 50_000, 1 << 20], "threads": [32, 256, 1024]}
+    smoke = {"sizes": [1000, 50_000, 1 << 20], "threads": [32, 256, 1024],
+             "probe_blocks": [1024, 65536], "probe_kinds": ["one_load"]}
 
     # -- grid --------------------------------------------------------------------------
     def points(self, block: dict[str, Any]) -> list[Point]:
         return [Point(self.name, "gpu", {"n": n, "threads": t})
-                for n in sorted(block["sizes"]) for t in sorted(block["threads"])]
+                for n in sorted(block["sizes"]) for t in sorted(block["threads"])
+                ] + block_rate.points(self.name, block)
 
     def gpu_bytes(self, point: Point) -> int:
+        if point.variant == block_rate.VARIANT:
+            return block_rate.gpu_bytes(point)
         return 3 * 4 * point.params["n"]  # a, b, c in float32
 
     # -- measuring ---------------------------------------------------------------------
     def kernel_for(self, ctx: RunContext, point: Point) -> Any:
+        if point.variant == block_rate.VARIANT:
+            return ctx.gpu.compile(block_rate.KERNEL_FILE)
         return ctx.gpu.compile("vector_add.cu")
 
     def measure(self, ctx: RunContext, point: Point) -> Result:
+        if point.variant == block_rate.VARIANT:
+            return block_rate.measure(self, ctx, point)
         n, t = point.params["n"], point.params["threads"]
         bufs = shared.buffer_set(ctx, ("vector_add", n), lambda: self._buffers(ctx, n))
         a_d, b_d, c_d = bufs["a_d"], bufs["b_d"], bufs["c_d"]
@@ -100,7 +112,8 @@ class VectorAdd(Experiment):
 
     # -- figures -----------------------------------------------------------------------
     def _frame(self, df: pd.DataFrame) -> pd.DataFrame:
-        d = self.ok(df).copy()
+        d = self.ok(df)
+        d = d[d["variant"] == "gpu"].copy()  # the vector-add points, not the probe
         if d.empty:
             return d
         d["n"] = d["p_n"].astype("int64")
@@ -112,6 +125,8 @@ class VectorAdd(Experiment):
         import matplotlib.pyplot as plt
         import seaborn as sns
 
+        if name == "block_rate":
+            return block_rate.plot(df)
         d = self._frame(df)
         if d.empty:
             return None

@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from cudalab import fmt, occupancy
+from cudalab.experiments.flip import turn
 from cudalab.experiments.lesson import (
+    FULL_BANDWIDTH_SHARE,
     LARGE_FRACTION,
     Claim,
     Judgement,
@@ -28,7 +30,7 @@ from cudalab.experiments.lesson import (
     slower,
 )
 from cudalab.experiments.questions import Question
-from cudalab.experiments.vector_add import answers
+from cudalab.experiments.vector_add import answers, block_rate
 
 if TYPE_CHECKING:
     from cudalab.roofline import Ceilings
@@ -40,10 +42,15 @@ WIDE_OVER_32 = 1.5
 # 64-thread blocks already fill every warp slot: within this share of 1024-thread blocks.
 FULL_64_SHARE = 0.9
 MILLIONS = 1e6  # "millions of elements"
+# A fixed cost per block sets a slow block size's time where its blocks, at the block rate
+# the one-load probe measured at that size, account for at least this share of it.
+BLOCK_SHARE = 0.6
 
 
 def _gpu(d: pd.DataFrame) -> pd.DataFrame:
-    return ok(d).dropna(subset=["gbps"])
+    """The vector-add points measured (not the block-rate probe's)."""
+    d = ok(d)
+    return d[d["variant"] == "gpu"].dropna(subset=["gbps"])
 
 
 def _n(d: pd.DataFrame) -> str:
@@ -72,7 +79,7 @@ def vector_add_share(d: pd.DataFrame, c: Ceilings) -> str | None:
 
 def warp_slots_of_32(d: pd.DataFrame, c: Ceilings) -> str | None:
     """How many of an SM's warp slots 32-thread blocks can fill on this GPU."""
-    rows = ok(d)[col(ok(d), "p_threads") == 32]
+    rows = _gpu(d)[col(_gpu(d), "p_threads") == 32]
     cc = rows["compute_capability"].dropna() if "compute_capability" in rows else rows[:0]
     if rows.empty or cc.empty:
         return None
@@ -134,6 +141,85 @@ def _blocks_of_64(d: pd.DataFrame, c: Ceilings) -> Judgement:
                   f"{fmt.bandwidth(b1024.iloc[0])} ({fmt.percent(100 * r)}) at n = {_n(big)}")
 
 
+def block_rate_fact(d: pd.DataFrame, c: Ceilings) -> str | None:
+    """The probe's fitted block rates, GPU-wide, per kind and block size."""
+    r = block_rate.rates(d).dropna(subset=["rate"])
+    if r.empty:
+        return None
+    parts = [f"{kind.replace('_', '-')} blocks " + ", ".join(
+        f"{fmt.sig(row.rate, 3)} at {row.threads} threads"
+        for row in g.sort_values("threads").itertuples())
+        for kind, g in r.groupby("kind")]
+    return ("Block rate measured by the probe (blocks started and retired per ns, GPU-wide; "
+            f"the slope of time against up to {int(r['counts'].max())} block counts): "
+            + "; ".join(parts) + ".")
+
+
+def _resident_warps(rows: pd.DataFrame, threads: int) -> str:
+    """' (W resident warps per SM)' by the occupancy calculator, '' where unknown."""
+    cc = rows["compute_capability"].dropna() if "compute_capability" in rows else rows[:0]
+    if cc.empty:
+        return ""
+    regs = col(rows, "m_num_regs").dropna()
+    try:
+        o = occupancy.occupancy(str(cc.iloc[0]), threads, int(regs.iloc[0]) if len(regs)
+                                else 16)
+    except (KeyError, ValueError):
+        return ""
+    return f", {o.active_warps} resident warps per SM"
+
+
+def _slow_sizes(d: pd.DataFrame) -> pd.DataFrame:
+    """At the largest n, the block sizes under FULL_BANDWIDTH_SHARE of the best GB/s."""
+    big = largest(_gpu(d), "p_n")
+    return big[big["gbps"] < FULL_BANDWIDTH_SHARE * big["gbps"].max()] if len(big) else big
+
+
+def _block_shares(d: pd.DataFrame) -> list[tuple[int, float, float, float]]:
+    """(threads, blocks, measured s, probe s = blocks / one-load rate) of each slow size."""
+    r = block_rate.rates(d)
+    out = []
+    for row in _slow_sizes(d).itertuples():
+        t = int(row.p_threads)
+        blocks = math.ceil(float(row.p_n) / t)
+        rate = block_rate.rate_at(r, "one_load", t)
+        out.append((t, blocks, float(row.time_median_s), blocks / (rate * 1e9)))
+    return out
+
+
+def _block_cost(d: pd.DataFrame, c: Ceilings) -> Judgement:
+    if block_rate.probe_rows(d).empty:
+        return no_data("no block-rate probe in this run (vector_add.probe_blocks)")
+    if largest(_gpu(d), "p_n").empty:
+        return no_data("no vector-add point measured")
+    shares = _block_shares(d)
+    if not shares:
+        return no_data("no block size is slow at the largest n: nothing to explain")
+    if any(not math.isfinite(p) for *_, p in shares):
+        return no_data("the one-load probe has no block rate at the slow block sizes "
+                       f"({', '.join(str(t) for t, *_ in shares)} threads)")
+    rows = _gpu(d)
+    holds = all(p / m >= BLOCK_SHARE for _, _, m, p in shares)
+    return judged(holds, f"n = {_n(largest(rows, 'p_n'))}: " + "; ".join(
+        f"{t} threads{_resident_warps(rows, t)}: {fmt.integer(b)} blocks in "
+        f"{fmt.seconds(m)}, at the probe's rate {fmt.seconds(p)} "
+        f"({fmt.percent(100 * p / m)})" for t, b, m, p in shares))
+
+
+def _probe_cheap(d: pd.DataFrame) -> pd.DataFrame:
+    """Blocks are cheap (latency hiding at work): the probe runs faster until the largest
+    share its blocks account for is half the claim's threshold."""
+    shares = [p / m for *_, m, p in _block_shares(d) if m > 0 and p > 0]
+    return slower(d, block_rate.is_probe, BLOCK_SHARE / 2 / max(shares)) if shares else d
+
+
+def _probe_explains(d: pd.DataFrame) -> pd.DataFrame:
+    """Blocks are what costs: the probe slows until its block time equals the slowest
+    share's measured time (every slow size then reaches at least that share)."""
+    shares = [p / m for *_, m, p in _block_shares(d) if m > 0 and p > 0]
+    return slower(d, block_rate.is_probe, 1 / min(shares)) if shares else d
+
+
 def _threads(t: int):  # noqa: ANN202 - a mask for a flip
     return lambda d: col(d, "p_threads") == t
 
@@ -142,7 +228,7 @@ def _largest_n(d: pd.DataFrame) -> pd.Series:
     return col(d, "p_n") == col(d, "p_n").max()
 
 
-EXPLANATIONS = (vector_add_share, warp_slots_of_32)
+EXPLANATIONS = (vector_add_share, warp_slots_of_32, block_rate_fact)
 CLAIMS = (
     Claim("every GPU result matches the float64 sum",
           all_correct("points correct"), one_wrong, "correct"),
@@ -156,6 +242,13 @@ CLAIMS = (
     Claim(f"at the largest n, blocks of 128 or more threads are at least {WIDE_OVER_32}x "
           "faster than blocks of 32 threads",
           _blocks_of_32, lambda d: slower(d, _threads(32), 1 / 4), "blocks_of_32_lag"),
+    Claim("small blocks are slow because each block costs a fixed time: at the largest n, "
+          f"every block size under {FULL_BANDWIDTH_SHARE:.0%} of the best GB/s spends at "
+          f"least {BLOCK_SHARE:.0%} of its time starting and retiring its blocks (its block "
+          "count over the block rate the one-load probe measured at that size); where "
+          "too few resident warps to hide memory latency were the cause, the probe's blocks "
+          "would be cheap and the share small",
+          _block_cost, turn(_block_cost, _probe_cheap, _probe_explains), "fixed_cost_per_block"),
 )
 TRY_THIS = [
     TryThis("measurement.cold_l2: true", "the vectors small enough to fit in L2 lose GB/s: "
@@ -184,18 +277,24 @@ LESSON = Lesson(
         "50 000-element example taking a few microseconds, far below the bandwidth limit "
         "(launch overhead dominates: there is not enough work to fill the GPU); millions of "
         "elements reaching a large fraction of the bandwidth; and blocks of 32 threads "
-        "lagging behind. Why is a hypothesis here, with two candidates: an SM holds a "
+        "lagging behind. Why small blocks lag has two candidate causes: an SM holds a "
         "limited number of blocks, so tiny blocks may leave it too few warps to hide memory "
         "latency; or each block costs a fixed time to launch and retire, so time follows "
-        "the number of blocks. Block sizes that hold the same resident warps per SM yet run "
-        "at different speeds point to the second; timing empty kernels over block counts "
-        "and block sizes would measure it. The claims below judge the effects on this run."
+        "the number of blocks. The run measures the second: the block-rate probe times "
+        "empty and one-load kernels over block counts at every block size, and its rate "
+        "predicts how long a block size's blocks alone take. Block sizes that hold the "
+        "same resident warps per SM yet run at different speeds point the same way. The "
+        "claims below judge the effects, and the cause, on this run."
     ),
     figures={
         "bandwidth": "Effective bandwidth (12 bytes per element / kernel time) against threads "
         "per block, one line per vector length; dashed: theoretical DRAM bandwidth.",
         "time": "Kernel time against vector length (log-log), one line per block size: flat "
         "while launch overhead dominates, then proportional to n.",
+        "block_rate": "Block-rate probe: kernel time against the number of blocks launched "
+        "(log-log), one line per block size, for empty blocks and blocks whose threads "
+        "load one int each; the legend gives each line's fitted rate (blocks per ns, the "
+        "inverse slope of time against blocks).",
     },
     claims=CLAIMS,
     explanations=EXPLANATIONS,
