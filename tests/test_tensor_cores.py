@@ -15,7 +15,7 @@ from cudalab import config as cfg
 from cudalab import tensor_peaks as tp
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.lesson import State
-from cudalab.experiments.tensor_cores import kernels, lesson, numerics
+from cudalab.experiments.tensor_cores import kernels, lesson, numerics, wgmma
 
 H100 = ("9.0", 132, 1_980_000)  # cc, SMs, boost clock in kHz (what the driver reports)
 ROOT = Path(__file__).resolve().parent.parent
@@ -121,13 +121,14 @@ def test_tolerance_numbers():
 def test_default_grid_and_smoke_grid():
     exp = REGISTRY["tensor_cores"]
     pts = exp.grid(cfg.validate({"experiments": {"tensor_cores": {}}}))
-    per_size = 4 + 3 + 2 * len(kernels.DEFAULT_MMA_TILES)
+    # cuBLAS 4 precisions, WMMA 3, mma 2 per tile, each wgmma rung 3 (one stage count)
+    per_size = 4 + 3 + 2 * len(kernels.DEFAULT_MMA_TILES) + 3 * len(wgmma.RUNGS)
     assert len(pts) == 3 * per_size
     assert all(p.params["precision"] in kernels.RUNS[p.variant] for p in pts)
     assert [p.params["m"] for p in pts] == sorted(p.params["m"] for p in pts)
     assert len({p.point_id for p in pts}) == len(pts)
     smoke = exp.grid(cfg.validate({"experiments": {"tensor_cores": dict(exp.smoke)}}))
-    assert {p.variant for p in smoke} == {"wmma", "mma", "cublas"}
+    assert {p.variant for p in smoke} == {"wmma", "mma", "cublas", *wgmma.RUNGS}
     assert exp.check_config(dict(exp.smoke) | {"mma_tiles": kernels.DEFAULT_MMA_TILES}) == []
 
 

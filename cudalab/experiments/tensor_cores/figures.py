@@ -14,7 +14,10 @@ import pandas as pd
 from cudalab import fmt
 
 ORDER = ["fp32", "tf32", "bf16", "fp16"]
-VARIANT_LABEL = {"wmma": "WMMA", "mma": "mma.sync + ldmatrix + cp.async", "cublas": "cuBLAS"}
+VARIANT_LABEL = {"wmma": "WMMA", "mma": "mma.sync + ldmatrix + cp.async",
+                 "wgmma_tma": "wgmma + TMA, 1 stage", "wgmma_pipe": "wgmma + TMA pipeline",
+                 "wgmma_ws": "wgmma, producer/consumer warpgroups",
+                 "wgmma_persist": "wgmma, warp-specialised, persistent", "cublas": "cuBLAS"}
 
 
 def largest(d: pd.DataFrame) -> pd.DataFrame:
@@ -62,6 +65,10 @@ def _num(r: Any, c: str) -> float:
 
 
 def tile_label(r: Any) -> str:
+    if str(r.get("variant")).startswith("wgmma_"):
+        st, bn = r.get("p_stages"), r.get("p_bn")
+        return ", ".join(([f"128x{int(bn)}"] if pd.notna(bn) else [])
+                         + ([f"{int(st)} stages"] if pd.notna(st) else []))
     if r.get("variant") != "mma" or pd.isna(r.get("p_bm")):
         return ""
     return (f"{int(r['p_bm'])}x{int(r['p_bn'])}x{int(r['p_bk'])} warp "
@@ -105,7 +112,8 @@ def _plot_knob(b: pd.DataFrame):
     if b.empty:
         return None
     colors = dict(zip(ORDER, sns.color_palette("deep", len(ORDER))))
-    markers = {"cublas": "o", "wmma": "s", "mma": "^"}
+    markers = {"cublas": "o", "wmma": "s", "mma": "^", "wgmma_tma": "v", "wgmma_pipe": "<",
+               "wgmma_ws": ">", "wgmma_persist": "D"}
     fig, ax = plt.subplots(figsize=(8, 5))
     for _, r in b.iterrows():
         ax.scatter(r["m_err_input"], r["gflops"] / 1e3, color=colors.get(r["p_precision"]),
