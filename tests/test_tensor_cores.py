@@ -15,7 +15,7 @@ from cudalab import config as cfg
 from cudalab import tensor_peaks as tp
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.lesson import State
-from cudalab.experiments.tensor_cores import kernels, lesson, numerics, wgmma
+from cudalab.experiments.tensor_cores import kernels, lesson, numerics, wgmma, wgmma_lesson
 
 H100 = ("9.0", 132, 1_980_000)  # cc, SMs, boost clock in kHz (what the driver reports)
 ROOT = Path(__file__).resolve().parent.parent
@@ -177,6 +177,12 @@ def _contradicted() -> pd.DataFrame:
         _row("wmma", "fp16", 100), _row("mma", "fp16", 90),  # WMMA ahead, at cuBLAS's speed
         _row("cublas", "fp32", 10, n=1024), _row("cublas", "fp16", 20, n=1024),  # same lead
         _row("mma", "fp16", math.nan, n=1024, status="wrong"),
+        # wgmma: one stage 50, the pipeline 1.1x that, warp specialisation 60 (0.67x mma,
+        # 60 % of cuBLAS FP16), BF16 at 50 %, TF32 at 50 % of cuBLAS TF32
+        _row("wgmma_tma", "fp16", 50), _row("wgmma_pipe", "fp16", 55, p_stages=4),
+        _row("wgmma_ws", "fp16", 60, p_stages=4, p_bn=256),
+        _row("wgmma_ws", "bf16", 50, p_stages=4, p_bn=256),
+        _row("wgmma_ws", "tf32", 40, p_stages=4, p_bn=256),
     ])
 
 
@@ -275,11 +281,40 @@ def test_facts_come_from_the_table():
     df = results.read_table(RUN1)
     full = roofline.annotate(df)
     c = roofline.ceilings_of(full)
-    peaks, errs, hand = (f(full, c) for f in lesson.EXPLANATIONS)
+    peaks, errs, hand = (f(full, c) for f in lesson.EXPLANATIONS[:3])
     assert "TF32 tensor cores 535 TFLOP/s" in peaks and "n = 4" in peaks
     assert "rounding the inputs predicts" in errs and "BF16" in errs
     assert "of cuBLAS" in hand and "not measured: this run did not profile cuBLAS" in hand
     assert all(f(full.iloc[:0], c) is None for f in lesson.EXPLANATIONS)
+    # a run without wgmma rows says nothing of them
+    assert all(f(full, c) is None for f in wgmma_lesson.EXPLANATIONS)
+
+
+def test_the_wgmma_facts_read_the_rungs():
+    d = _contradicted().assign(p_bm=128, p_bn=[256 if v == "wgmma_ws" else 128 for v in
+                                               _contradicted()["variant"]],
+                               p_bk=64, p_wm=64, p_wn=64)
+    ladder, depth, copies = (f(d, None) for f in wgmma_lesson.EXPLANATIONS)
+    assert ladder.startswith("The rungs at the largest size measured: FP16: mma.sync 90")
+    assert "wgmma warp-specialised 60.0 TFLOP/s, 60 % of cuBLAS" in ladder
+    assert "TF32: wgmma warp-specialised 40.0 TFLOP/s, 50 % of cuBLAS" in ladder
+    assert depth is None  # one stage count: no depth to compare
+    deeper = pd.concat([d, pd.DataFrame([_row("wgmma_pipe", "fp16", 60, p_stages=2)])])
+    depth = wgmma_lesson.pipeline_depth(deeper, None)
+    assert "wgmma 1-stage: 1 stage" in depth and "wgmma pipeline: 2 stages" in depth
+    # 128x128x64 mma.sync, 4 warps: (128*64 + 64*128) * 2 / 16 cp.async, 4 x 128 x 64 x 2 B
+    assert "issues 2\u202f048 16-byte cp.async" in copies and "copy 64 KiB" in copies
+    assert "issues 5 TMA copies from one thread" in copies
+
+
+def test_the_wgmma_claims_are_not_applicable_before_hopper():
+    d = _contradicted().assign(compute_capability="8.0")
+    for key in ("wgmma_fp16_share", "wgmma_tf32_share", "wgmma_pipeline_pays",
+                "wgmma_ws_over_mma"):
+        got = _judge(key, d)
+        assert got.state is State.NOT_APPLICABLE and "sm_90a" in got.evidence
+    none = _contradicted()[lambda x: ~x["variant"].str.startswith("wgmma")]
+    assert _judge("wgmma_bf16_share", none).state is State.NOT_MEASURED
 
 
 def test_a_tile_that_cannot_fit_the_register_file_is_refused():

@@ -31,6 +31,7 @@ from cudalab.experiments.lesson import (
     slower,
     with_value,
 )
+from cudalab.experiments.tensor_cores import wgmma_lesson
 from cudalab.experiments.tensor_cores.numerics import expected_input_error
 from cudalab.experiments.tensor_cores.table import (
     CUBLAS,
@@ -369,7 +370,8 @@ def _flip_small_gain(d: pd.DataFrame) -> pd.DataFrame:
     return slower(d, lambda x: is_key(CUBLAS["fp16"])(x) & (col(x, "flops") == f), rs / target)
 
 
-EXPLANATIONS = (peaks_and_shares, errors_against_rounding, hand_vs_cublas)
+EXPLANATIONS = (peaks_and_shares, errors_against_rounding, hand_vs_cublas,
+                *wgmma_lesson.EXPLANATIONS)
 CLAIMS = (
     Claim("every result matches the float64 product of its rounded inputs within the "
           "tolerance derived from K and FP32 accumulation", _correct, _flip_correct,
@@ -401,6 +403,7 @@ CLAIMS = (
           "kernels)", _mma_over_wmma, _flip_mma, "mma_over_wmma"),
     Claim("no cuBLAS point is faster than the dense peak of its precision (else the peak "
           "table is wrong)", _cublas_under_peak, _flip_peak, "cublas_under_peak"),
+    *wgmma_lesson.CLAIMS,
 )
 TRY_THIS = [
     TryThis("tensor_cores.sizes: [256, 512, 4096]",
@@ -427,12 +430,21 @@ TRY_THIS = [
 ]
 
 LESSON = Lesson(
-    title="Tensor cores: WMMA, mma.sync and cuBLAS in TF32, FP16 and BF16; precision as a knob",
+    title="Tensor cores: WMMA, mma.sync, Hopper's wgmma and cuBLAS in TF32, FP16 and BF16; "
+          "precision as a knob",
     caption=(
         "The same product C = A B in four input precisions, all accumulating in FP32: FP32 "
         "(cuBLAS SGEMM on the CUDA cores), TF32, BF16 and FP16 (tensor cores). The hand "
         "kernels climb two rungs: WMMA fragments fed from one shared-memory stage, then "
-        "mma.sync fed by ldmatrix from a cp.async pipeline several stages deep. cuBLAS in "
+        "mma.sync fed by ldmatrix from a cp.async pipeline several stages deep. On Hopper "
+        "(compute capability 9.x) four more rungs use the chip's own instructions: wgmma, "
+        "a warpgroup's asynchronous MMA that reads both operands from shared memory, fed by "
+        "TMA copies of whole tiles in the 128-byte swizzle (one stage, every warp waiting "
+        "for each copy); then a ring of stages on mbarriers so that copies overlap the MMAs; "
+        "then a producer warpgroup that only copies and two consumer warpgroups that only "
+        "multiply, with registers moved to the consumers (setmaxnreg); then the same on a "
+        "persistent grid, so the next tile loads while this one is stored. Elsewhere those "
+        "rungs are not applicable. cuBLAS in "
         "each precision, in the same job, is the ceiling, and each precision's dense tensor "
         "peak (SMs x clock x rate per SM) the roof. Every result is checked against the "
         "float64 product of its rounded inputs within a tolerance derived from K and FP32 "
@@ -440,9 +452,9 @@ LESSON = Lesson(
         "precision costs. Look for: TF32 far faster than FP32, FP16 and BF16 faster again; "
         "TF32 and FP16 with about the same error (10 stored mantissa bits each), BF16 about "
         "8 times worse (7 bits), FP32 orders of magnitude better; mma.sync faster than WMMA; "
-        "and how close the best hand FP16 kernel comes to cuBLAS FP16 (shown, not judged: "
-        "why cuBLAS is faster is a hypothesis until a profile names its instructions). The "
-        "claims below judge the others on this run."),
+        "each wgmma rung faster than the one before and the best of them close to cuBLAS; "
+        "and how close the best pre-Hopper hand kernel comes to cuBLAS FP16 (shown, not "
+        "judged). The claims below judge the others on this run."),
     figures={
         "precision_knob": "Precision is a knob: at the largest size, the relative Frobenius error "
         "of each precision's result against the float64 product of the unrounded inputs (x, log "
@@ -453,6 +465,14 @@ LESSON = Lesson(
         "tflops": "TFLOP/s of each variant against matrix size, one panel per precision "
         "(best tile of the mma kernel per size), with the precision's dense peak (SMs x clock x "
         "rate per SM; dashed) above cuBLAS.",
+        "wgmma_ladder": "The ladder at the largest size: TFLOP/s of every rung (WMMA, the "
+        "best mma.sync tile, the four wgmma rungs, cuBLAS) per precision, each bar labelled "
+        "with its share of cuBLAS of the same precision. Each wgmma rung adds one thing: "
+        "stages, then warp specialisation, then a persistent grid. The TF32 wgmma rungs "
+        "include the transpose of B that wgmma's K-major TF32 operands need.",
+        "pipeline_depth": "Pipeline depth against speed at the largest size: TFLOP/s of the "
+        "wgmma rungs against their shared-memory stages (the one-stage rung at 1). Where a "
+        "deeper ring gains nothing, the copies were already hidden.",
     },
     claims=CLAIMS,
     explanations=EXPLANATIONS,
@@ -463,11 +483,19 @@ LESSON = Lesson(
         "half the FP16 rate?",
         "What does a cp.async stage overlap, and why does mma.sync need ldmatrix.trans for "
         "a row-major B?",
+        "wgmma reads FP16 B N-major with its transpose bit, but TF32 B only K-major: what "
+        "does the TF32 rung pay for that, and how could a kernel avoid it?",
+        "Why do the stages of a TMA copy in the 128-byte swizzle start on a 1024-byte "
+        "boundary, and what would the descriptor need otherwise?",
+        "With one stage, what does a warp do while TMA copies the next slice? With warp "
+        "specialisation, what do the consumer warpgroups never wait for?",
     ],
     sources={
         "10": "stored mantissa bits of FP16 (IEEE 754 binary16) and of TF32 (NVIDIA A100 "
               "Tensor Core GPU Architecture whitepaper)",
         "7": "stored mantissa bits of BF16 (bfloat16: the upper half of an IEEE 754 binary32)",
         "8": "BF16's rounding error over FP16's: three fewer mantissa bits, 2^3",
+        "9": "compute capability 9.x: Hopper (H100, H200), the chips with wgmma and TMA "
+             "(CUDA C++ Programming Guide, compute capabilities)",
     },
 )
