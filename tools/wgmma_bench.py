@@ -4,7 +4,7 @@ every kernel against the float64 product of its rounded inputs (a sample of rows
 output NaN-poisoned first, so an unwritten element fails), times it with CUDA events
 (median of single-launch timings) beside cublasGemmEx of the same precision.
 
-    python3 tools/wgmma_bench.py --cubins DIR [--sizes 4096] [--smoke] [--one BUILD RUNG]
+    python3 tools/wgmma_bench.py --cubins DIR [--sizes 4096] [--smoke] [--one BUILD:RUNG ...]
 
 DIR holds <build>.cubin files (s4: STAGES=4 WS_BN=256; s2, s3, s6: other depths; bn128:
 WS_BN=128; swap: the N-major strides exchanged; mma: the mma.sync rung for comparison).
@@ -174,9 +174,9 @@ def smoke(cubins: Path, pairs, timeout: int = 90) -> dict:
     for build, rung in pairs:
         t0 = time.time()
         try:
-            p = subprocess.run([sys.executable, __file__, "--cubins", str(cubins), "--one", build,
-                                rung, "--sizes", "384,192,512", "512"], capture_output=True,
-                               text=True, timeout=timeout)
+            p = subprocess.run([sys.executable, __file__, "--cubins", str(cubins), "--one",
+                                f"{build}:{rung}", "--sizes", "384,192,512", "512"],
+                               capture_output=True, text=True, timeout=timeout)
             rows = [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")]
             tail = (p.stdout + p.stderr)[-600:] if p.returncode else ""
         except subprocess.TimeoutExpired:
@@ -199,7 +199,9 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cubins", type=Path, required=True)
     ap.add_argument("--sizes", nargs="+", default=["4096"])
-    ap.add_argument("--one", nargs=2, metavar=("BUILD", "RUNG"))
+    ap.add_argument("--one", nargs="+", metavar="BUILD:RUNG",
+                    help="check these pairs only (no cuBLAS, three timed launches)")
+    ap.add_argument("--precs", default=",".join(PRECS))
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--extra", nargs="*", default=[], help="BUILD:RUNG pairs for the main pass")
     ap.add_argument("--reps", type=int, default=30)
@@ -207,9 +209,10 @@ def main() -> int:
     a = ap.parse_args()
     sizes = parse_sizes(a.sizes)
     rows: list = []
-    if a.one:  # BUILD RUNG[,RUNG...]
-        run_set([(a.one[0], r) for r in a.one[1].split(",")], sizes, a.cubins, False, rows,
-                reps=3)
+    precs = a.precs.split(",")
+    if a.one:
+        run_set([tuple(x.split(":")) for x in a.one], sizes, a.cubins, False, rows, reps=3,
+                precs=precs)
         return 0
     rungs = ["wgmma_tma", "wgmma_pipe", "wgmma_ws", "wgmma_persist"]
     main_pairs = [("s4", r) for r in rungs]
@@ -221,7 +224,7 @@ def main() -> int:
             if swap[("swap", "wgmma_ws")].get("fp16") == "ok":
                 main_pairs += [("swap", r) for r in rungs]
     main_pairs += [tuple(x.split(":")) for x in a.extra]
-    run_set(main_pairs, sizes, a.cubins, True, rows, a.reps)
+    run_set(main_pairs, sizes, a.cubins, True, rows, a.reps, precs)
     a.out.write_text(json.dumps(rows, indent=1))
     print("\nprec    rung           build  TFLOP/s  %cuBLAS  err       ok")
     best = {}
