@@ -197,6 +197,15 @@ def _keys() -> list[str]:
     return [c.name for c in claims.lesson_claims(REGISTRY["tensor_cores"])]
 
 
+# the wgmma claims: no committed run has the rungs yet (tests/test_claims.py AWAITING_A_RUN)
+WGMMA_KEYS = [c.name for c in wgmma_lesson.CLAIMS]
+
+
+def _h100() -> pd.DataFrame:
+    return pd.concat([results.read_table(REFERENCE), results.read_table(RUN1)],
+                     ignore_index=True)
+
+
 def test_the_lesson_states_its_claims_once_with_flips():
     exp = REGISTRY["tensor_cores"]
     assert exp.lesson is lesson.LESSON
@@ -205,13 +214,12 @@ def test_the_lesson_states_its_claims_once_with_flips():
     assert all(c.flip is not None for c in claims.lesson_claims(exp))
 
 
-@pytest.mark.parametrize("key", _keys())
+@pytest.mark.parametrize("key", [k for k in _keys() if k not in WGMMA_KEYS])
 def test_every_claim_is_seen_on_the_h100_run_and_its_flip_contradicts_it(key):
     """The H100 run of the tensor-core notes (the H100 reference beside it, for the run's
     ceilings): every claim seen, and its flip turns it to not seen, as tests/test_claims.py
     does on the references once they carry tensor_cores rows."""
-    df = pd.concat([results.read_table(REFERENCE), results.read_table(RUN1)],
-                   ignore_index=True)
+    df = _h100()
     before = _judge(key, df)
     assert before.state is State.SEEN, before
     rows = df["experiment"] == "tensor_cores"
@@ -229,6 +237,14 @@ def test_every_claim_is_contradicted_on_a_made_up_run_and_its_flip_restores_it(k
     claim = next(c for c in claims.lesson_claims(REGISTRY["tensor_cores"]) if c.name == key)
     after = _judge(key, claim.flip(df.copy()))
     assert after.state is State.SEEN, after
+
+
+@pytest.mark.parametrize("key", WGMMA_KEYS)
+def test_the_wgmma_claims_await_an_h100_run_of_the_rungs(key):
+    """Not measured on the H100 runs committed so far (they predate the rungs), with the
+    reason; the run that adds them moves these keys to the test above."""
+    got = _judge(key, _h100())
+    assert got.state is State.NOT_MEASURED and "measured ok at one size" in got.evidence
 
 
 def test_evidence_holds_the_numbers_read():
