@@ -337,3 +337,22 @@ def test_a_tile_that_cannot_fit_the_register_file_is_refused():
     t = {"bm": 256, "bn": 256, "bk": 32, "wm": 64, "wn": 64, "stages": 3}
     assert any("registers" in m for m in kernels.check_mma_tile(t))
     assert all(kernels.check_mma_tile(t) == [] for t in kernels.DEFAULT_MMA_TILES)
+
+
+def test_the_ladder_and_depth_figures_draw_the_rungs():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from cudalab.experiments.tensor_cores import figures
+
+    d = _contradicted()
+    d = d[d["status"] == "ok"]
+    fig = figures.plot("wgmma_ladder", d)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "wgmma, producer/consumer warpgroups" in labels and "cuBLAS" in labels
+    assert "60%" in [t.get_text() for t in fig.axes[0].texts]  # ws FP16 over cuBLAS FP16
+    assert figures.plot("pipeline_depth", d) is None  # one stage count only
+    deeper = pd.concat([d, pd.DataFrame([_row("wgmma_pipe", "fp16", 70, p_stages=2)])])
+    fig = figures.plot("pipeline_depth", deeper)
+    assert fig is not None and fig.axes[0].get_xlabel() == "shared-memory stages"
+    assert figures.plot("wgmma_ladder", d[~d["variant"].str.startswith("wgmma")]) is None
