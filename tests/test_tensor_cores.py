@@ -343,11 +343,15 @@ def test_the_ladder_and_depth_figures_draw_the_rungs():
     import matplotlib
 
     matplotlib.use("Agg")
+    from cudalab import figcheck
+    from cudalab import figures as run_figures
     from cudalab.experiments.tensor_cores import figures
 
+    run_figures.setup_style()
     d = _contradicted()
     d = d[d["status"] == "ok"]
     fig = figures.plot("wgmma_ladder", d)
+    assert figcheck.problems(fig) == []
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert "wgmma, producer/consumer warpgroups" in labels and "cuBLAS" in labels
     assert "60%" in [t.get_text() for t in fig.axes[0].texts]  # ws FP16 over cuBLAS FP16
@@ -355,4 +359,5 @@ def test_the_ladder_and_depth_figures_draw_the_rungs():
     deeper = pd.concat([d, pd.DataFrame([_row("wgmma_pipe", "fp16", 70, p_stages=2)])])
     fig = figures.plot("pipeline_depth", deeper)
     assert fig is not None and fig.axes[0].get_xlabel() == "shared-memory stages"
+    assert figcheck.problems(fig) == []
     assert figures.plot("wgmma_ladder", d[~d["variant"].str.startswith("wgmma")]) is None

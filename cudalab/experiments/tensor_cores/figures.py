@@ -136,7 +136,8 @@ def _plot_ladder(b: pd.DataFrame):
                             va="bottom", fontsize=6)
     ax.set_xticks(range(len(precs)), [p.upper() for p in precs])
     ax.set(ylabel="TFLOP/s", title=f"The ladder at {_size(b)} (label: % of cuBLAS)")
-    ax.legend(fontsize=7, ncol=2)
+    ax.set_ylim(0, float(b["gflops"].max()) / 1e3 * 1.45)  # head room for the legend
+    ax.legend(fontsize=7, ncol=3, loc="upper left")
     fig.tight_layout()
     return fig
 
