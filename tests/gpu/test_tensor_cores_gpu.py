@@ -64,6 +64,7 @@ def test_the_wgmma_rungs_run_hopper_instructions_on_their_grids(smoke):
 
 
 def test_input_error_is_what_rounding_predicts(smoke):
+    smoke = smoke[smoke["status"] == "ok"]  # the wgmma rungs skipped before 9.x
     for prec in ("tf32", "fp16", "bf16"):
         err = smoke.loc[smoke["p_precision"] == prec, "m_err_input"].astype(float)
         want = numerics.expected_input_error(prec)
