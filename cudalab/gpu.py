@@ -132,21 +132,25 @@ class GpuSession:
 
     # -- compiling ----------------------------------------------------------------------
     def compile(
-        self, source_file: str, defines: dict[str, Any] | None = None, options: Sequence[str] = ()
+        self, source_file: str, defines: dict[str, Any] | None = None, options: Sequence[str] = (),
+        arch: str | None = None,
     ) -> Kernel:
-        """Compile cuda/<source_file> once per job per (defines, options)."""
+        """Compile cuda/<source_file> once per job per (defines, options, arch); arch: an nvcc
+        target such as sm_90a (default: the device's own, sm_XY)."""
         from pycuda.compiler import SourceModule
 
         defines = defines or {}
         opts = ["-O3", "-lineinfo", *options] + [f"-D{k}={v}" for k, v in sorted(defines.items())]
         opts += planted_options()
-        key = (source_file, tuple(opts))
+        recorded = opts + ([f"-arch={arch}"] if arch else [])
+        key = (source_file, tuple(recorded))
         if key not in self._kernels:
             path = CUDA_DIR / source_file
             src = path.read_text()
-            mod = SourceModule(src, options=opts, no_extern_c=True, include_dirs=[str(CUDA_DIR)])
-            h = hashlib.sha256((src + "\0" + " ".join(opts)).encode()).hexdigest()[:16]
-            self._kernels[key] = Kernel(mod, source_file, opts, h)
+            mod = SourceModule(src, options=opts, no_extern_c=True, include_dirs=[str(CUDA_DIR)],
+                               arch=arch)
+            h = hashlib.sha256((src + "\0" + " ".join(recorded)).encode()).hexdigest()[:16]
+            self._kernels[key] = Kernel(mod, source_file, recorded, h)
         return self._kernels[key]
 
     # -- timing -------------------------------------------------------------------------

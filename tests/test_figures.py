@@ -21,6 +21,8 @@ MAX_WIDTH_IN = 11.5
 FIGS = [(name, fig) for name, exp in REGISTRY.items() for fig in exp.lesson.figures]
 # Figures of a probe newer than the reference: drawn from the reference plus model rows.
 PROBED = {("vector_add", "block_rate"): cause_data.block_rate_run}
+# figures of rungs the reference has not run (the wgmma rungs: tests/test_claims.py)
+AWAITING_A_RUN = {("tensor_cores", "wgmma_ladder"), ("tensor_cores", "pipeline_depth")}
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +47,9 @@ def test_figure_text_never_collides(ref, name, fig_name):
         pytest.skip(f"{name} is not in the reference run")
     ref = PROBED.get((name, fig_name), lambda d: d)(ref)
     fig = REGISTRY[name].plot(fig_name, ref[ref["experiment"] == name])
+    if (name, fig_name) in AWAITING_A_RUN:  # its own tests draw it from made-up rows
+        assert fig is None, f"{name}/{fig_name} has rows now: take it out of AWAITING_A_RUN"
+        pytest.skip(f"no reference has run what {name}/{fig_name} draws")
     assert fig is not None
     _check(fig)
 

@@ -87,9 +87,17 @@ def test_a_plain_string_question_still_works_and_says_it_has_no_answer(h100):
 
 
 # -- answers from a real run -----------------------------------------------------------------
+# the wgmma rungs' questions: no committed reference has run them yet (as in test_claims)
+AWAITING_A_RUN = {("tensor_cores", 3), ("tensor_cores", 4), ("tensor_cores", 5)}
+
+
 def test_the_h100_reference_answers_every_question_with_its_working(h100_answers):
     assert set(h100_answers) == set(QUESTIONS)
     for key, a in h100_answers.items():
+        if key in AWAITING_A_RUN:
+            assert not a.measured, f"{key} is measured now: take it out of AWAITING_A_RUN"
+            assert a.text.startswith(NOT_MEASURED) and "to measure it" in a.text.lower()
+            continue
         assert a.text and a.numbers, key  # each answer computed something from the run
         assert all(math.isfinite(v) for v in a.numbers.values()), (key, a.numbers)
         assert not re.search(r"\bnan\b|\binf\b", a.text.lower()), (key, a.text)
@@ -100,7 +108,7 @@ def test_the_h100_reference_answers_every_question_with_its_working(h100_answers
         else:  # what the run lacks, and what would measure it
             assert a.text.startswith(NOT_MEASURED) and "to measure it" in a.text.lower()
     measured = sum(a.measured for a in h100_answers.values())
-    assert measured >= len(QUESTIONS) - 3, measured
+    assert measured >= len(QUESTIONS) - len(AWAITING_A_RUN) - 3, measured
 
 
 def test_a_table_older_than_an_answer_s_column_says_so():
@@ -145,7 +153,8 @@ def _perturbed(df: pd.DataFrame, seed: int = 7) -> pd.DataFrame:
 
 def test_every_answer_s_numbers_change_with_the_data(h100, h100_answers):
     moved = _answers(_perturbed(h100))
-    same = [key for key, a in h100_answers.items() if moved[key].numbers == a.numbers]
+    same = [key for key, a in h100_answers.items()
+            if moved[key].numbers == a.numbers and key not in AWAITING_A_RUN]
     assert not same, f"answers that do not depend on the data: {same}"
 
 

@@ -15,7 +15,7 @@ from cudalab import config as cfg
 from cudalab import tensor_peaks as tp
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.lesson import State
-from cudalab.experiments.tensor_cores import kernels, lesson, numerics
+from cudalab.experiments.tensor_cores import kernels, lesson, numerics, wgmma, wgmma_lesson
 
 H100 = ("9.0", 132, 1_980_000)  # cc, SMs, boost clock in kHz (what the driver reports)
 ROOT = Path(__file__).resolve().parent.parent
@@ -121,13 +121,14 @@ def test_tolerance_numbers():
 def test_default_grid_and_smoke_grid():
     exp = REGISTRY["tensor_cores"]
     pts = exp.grid(cfg.validate({"experiments": {"tensor_cores": {}}}))
-    per_size = 4 + 3 + 2 * len(kernels.DEFAULT_MMA_TILES)
+    # cuBLAS 4 precisions, WMMA 3, mma 2 per tile, each wgmma rung 3 (one stage count)
+    per_size = 4 + 3 + 2 * len(kernels.DEFAULT_MMA_TILES) + 3 * len(wgmma.RUNGS)
     assert len(pts) == 3 * per_size
     assert all(p.params["precision"] in kernels.RUNS[p.variant] for p in pts)
     assert [p.params["m"] for p in pts] == sorted(p.params["m"] for p in pts)
     assert len({p.point_id for p in pts}) == len(pts)
     smoke = exp.grid(cfg.validate({"experiments": {"tensor_cores": dict(exp.smoke)}}))
-    assert {p.variant for p in smoke} == {"wmma", "mma", "cublas"}
+    assert {p.variant for p in smoke} == {"wmma", "mma", "cublas", *wgmma.RUNGS}
     assert exp.check_config(dict(exp.smoke) | {"mma_tiles": kernels.DEFAULT_MMA_TILES}) == []
 
 
@@ -176,6 +177,12 @@ def _contradicted() -> pd.DataFrame:
         _row("wmma", "fp16", 100), _row("mma", "fp16", 90),  # WMMA ahead, at cuBLAS's speed
         _row("cublas", "fp32", 10, n=1024), _row("cublas", "fp16", 20, n=1024),  # same lead
         _row("mma", "fp16", math.nan, n=1024, status="wrong"),
+        # wgmma: one stage 50, the pipeline 1.1x that, warp specialisation 60 (0.67x mma,
+        # 60 % of cuBLAS FP16), BF16 at 50 %, TF32 at 50 % of cuBLAS TF32
+        _row("wgmma_tma", "fp16", 50), _row("wgmma_pipe", "fp16", 55, p_stages=4),
+        _row("wgmma_ws", "fp16", 60, p_stages=4, p_bn=256),
+        _row("wgmma_ws", "bf16", 50, p_stages=4, p_bn=256),
+        _row("wgmma_ws", "tf32", 40, p_stages=4, p_bn=256),
     ])
 
 
@@ -190,6 +197,15 @@ def _keys() -> list[str]:
     return [c.name for c in claims.lesson_claims(REGISTRY["tensor_cores"])]
 
 
+# the wgmma claims: no committed run has the rungs yet (tests/test_claims.py AWAITING_A_RUN)
+WGMMA_KEYS = [c.name for c in wgmma_lesson.CLAIMS]
+
+
+def _h100() -> pd.DataFrame:
+    return pd.concat([results.read_table(REFERENCE), results.read_table(RUN1)],
+                     ignore_index=True)
+
+
 def test_the_lesson_states_its_claims_once_with_flips():
     exp = REGISTRY["tensor_cores"]
     assert exp.lesson is lesson.LESSON
@@ -198,13 +214,12 @@ def test_the_lesson_states_its_claims_once_with_flips():
     assert all(c.flip is not None for c in claims.lesson_claims(exp))
 
 
-@pytest.mark.parametrize("key", _keys())
+@pytest.mark.parametrize("key", [k for k in _keys() if k not in WGMMA_KEYS])
 def test_every_claim_is_seen_on_the_h100_run_and_its_flip_contradicts_it(key):
     """The H100 run of the tensor-core notes (the H100 reference beside it, for the run's
     ceilings): every claim seen, and its flip turns it to not seen, as tests/test_claims.py
     does on the references once they carry tensor_cores rows."""
-    df = pd.concat([results.read_table(REFERENCE), results.read_table(RUN1)],
-                   ignore_index=True)
+    df = _h100()
     before = _judge(key, df)
     assert before.state is State.SEEN, before
     rows = df["experiment"] == "tensor_cores"
@@ -222,6 +237,14 @@ def test_every_claim_is_contradicted_on_a_made_up_run_and_its_flip_restores_it(k
     claim = next(c for c in claims.lesson_claims(REGISTRY["tensor_cores"]) if c.name == key)
     after = _judge(key, claim.flip(df.copy()))
     assert after.state is State.SEEN, after
+
+
+@pytest.mark.parametrize("key", WGMMA_KEYS)
+def test_the_wgmma_claims_await_an_h100_run_of_the_rungs(key):
+    """Not measured on the H100 runs committed so far (they predate the rungs), with the
+    reason; the run that adds them moves these keys to the test above."""
+    got = _judge(key, _h100())
+    assert got.state is State.NOT_MEASURED and "measured ok at one size" in got.evidence
 
 
 def test_evidence_holds_the_numbers_read():
@@ -274,14 +297,67 @@ def test_facts_come_from_the_table():
     df = results.read_table(RUN1)
     full = roofline.annotate(df)
     c = roofline.ceilings_of(full)
-    peaks, errs, hand = (f(full, c) for f in lesson.EXPLANATIONS)
+    peaks, errs, hand = (f(full, c) for f in lesson.EXPLANATIONS[:3])
     assert "TF32 tensor cores 535 TFLOP/s" in peaks and "n = 4" in peaks
     assert "rounding the inputs predicts" in errs and "BF16" in errs
     assert "of cuBLAS" in hand and "not measured: this run did not profile cuBLAS" in hand
     assert all(f(full.iloc[:0], c) is None for f in lesson.EXPLANATIONS)
+    # a run without wgmma rows says nothing of them
+    assert all(f(full, c) is None for f in wgmma_lesson.EXPLANATIONS)
+
+
+def test_the_wgmma_facts_read_the_rungs():
+    d = _contradicted().assign(p_bm=128, p_bn=[256 if v == "wgmma_ws" else 128 for v in
+                                               _contradicted()["variant"]],
+                               p_bk=64, p_wm=64, p_wn=64)
+    ladder, depth, copies = (f(d, None) for f in wgmma_lesson.EXPLANATIONS)
+    assert ladder.startswith("The rungs at the largest size measured: FP16: mma.sync 90")
+    assert "wgmma warp-specialised 60.0 TFLOP/s, 60 % of cuBLAS" in ladder
+    assert "TF32: wgmma warp-specialised 40.0 TFLOP/s, 50 % of cuBLAS" in ladder
+    assert depth is None  # one stage count: no depth to compare
+    deeper = pd.concat([d, pd.DataFrame([_row("wgmma_pipe", "fp16", 60, p_stages=2)])])
+    depth = wgmma_lesson.pipeline_depth(deeper, None)
+    assert "wgmma 1-stage: 1 stage" in depth and "wgmma pipeline: 2 stages" in depth
+    # 128x128x64 mma.sync, 4 warps: (128*64 + 64*128) * 2 / 16 cp.async, 4 x 128 x 64 x 2 B
+    assert "issues 2\u202f048 16-byte cp.async" in copies and "copy 64 KiB" in copies
+    assert "issues 5 TMA copies from one thread" in copies
+
+
+def test_the_wgmma_claims_are_not_applicable_before_hopper():
+    d = _contradicted().assign(compute_capability="8.0")
+    for key in ("wgmma_fp16_share", "wgmma_tf32_share", "wgmma_pipeline_pays",
+                "wgmma_ws_over_mma"):
+        got = _judge(key, d)
+        assert got.state is State.NOT_APPLICABLE and "sm_90a" in got.evidence
+    none = _contradicted()[lambda x: ~x["variant"].str.startswith("wgmma")]
+    assert _judge("wgmma_bf16_share", none).state is State.NOT_MEASURED
 
 
 def test_a_tile_that_cannot_fit_the_register_file_is_refused():
     t = {"bm": 256, "bn": 256, "bk": 32, "wm": 64, "wn": 64, "stages": 3}
     assert any("registers" in m for m in kernels.check_mma_tile(t))
     assert all(kernels.check_mma_tile(t) == [] for t in kernels.DEFAULT_MMA_TILES)
+
+
+def test_the_ladder_and_depth_figures_draw_the_rungs():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from cudalab import figcheck
+    from cudalab import figures as run_figures
+    from cudalab.experiments.tensor_cores import figures
+
+    run_figures.setup_style()
+    d = _contradicted()
+    d = d[d["status"] == "ok"]
+    fig = figures.plot("wgmma_ladder", d)
+    assert figcheck.problems(fig) == []
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "wgmma, producer/consumer warpgroups" in labels and "cuBLAS" in labels
+    assert "60%" in [t.get_text() for t in fig.axes[0].texts]  # ws FP16 over cuBLAS FP16
+    assert figures.plot("pipeline_depth", d) is None  # one stage count only
+    deeper = pd.concat([d, pd.DataFrame([_row("wgmma_pipe", "fp16", 70, p_stages=2)])])
+    fig = figures.plot("pipeline_depth", deeper)
+    assert fig is not None and fig.axes[0].get_xlabel() == "shared-memory stages"
+    assert figcheck.problems(fig) == []
+    assert figures.plot("wgmma_ladder", d[~d["variant"].str.startswith("wgmma")]) is None

@@ -1,19 +1,21 @@
 """Tensor cores: matrix products in TF32, FP16 and BF16 with FP32 accumulation, by WMMA,
-by mma.sync with ldmatrix and cp.async stages, and by cuBLAS (cublasGemmEx through CuPy,
-math mode and compute type set explicitly) in the same job as the ceiling; cuBLAS SGEMM in
-FP32 is the CUDA-core baseline. The lesson: precision is a knob, speed against error.
+by mma.sync with ldmatrix and cp.async stages, by Hopper's wgmma on TMA-loaded tiles (four
+rungs, sm_90a only: wgmma.py) and by cuBLAS (cublasGemmEx through CuPy, math mode and
+compute type set explicitly) in the same job as the ceiling; cuBLAS SGEMM in FP32 is the
+CUDA-core baseline. The lesson: precision is a knob, speed against error.
 
 C[M x N] = A[M x K] B[K x N], row-major, C in float32. A point is a size (m, k, n), a
-variant (wmma, mma, cublas), a precision (fp32, tf32, fp16, bf16) and, for mma, its tile
-(bm, bn, bk, wm, wn, stages). Inputs are rounded to the precision on the host (numerics.py
-says how and derives the check's tolerance): every point is checked against the float64
+variant (wmma, mma, wgmma_*, cublas), a precision (fp32, tf32, fp16, bf16) and, for mma,
+its tile (bm, bn, bk, wm, wn, stages); for the pipelined wgmma rungs its stages (and bn).
+Inputs are rounded to the precision on the host (numerics.py says how and derives the
+check's tolerance): every point is checked against the float64
 product of its rounded inputs, and its error against the float64 product of the unrounded
 float32 inputs is recorded as m_err_input.
 
-wgmma and TMA (sm_90a) are not among the variants: pycuda compiles them
-(SourceModule(arch="sm_90a")), but TMA's tensor map comes from cuTensorMapEncodeTiled, a
-driver call pycuda does not wrap, and a warpgroup kernel with its mbarrier pipeline is its
-own rung, left for later.
+The wgmma rungs build for sm_90a (SourceModule(arch="sm_90a")); TMA's tensor maps come
+from the driver's cuTensorMapEncodeTiled through ctypes (tma.py) and travel as 128-byte
+__grid_constant__ kernel parameters. On a GPU other than compute capability 9.x their points
+are skipped as not applicable, with the reason.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import pandas as pd
 from cudalab import tensor_peaks
 from cudalab.experiments import base
 from cudalab.experiments.base import Check, Experiment, Point, Result, block_schema
-from cudalab.experiments.tensor_cores import cublas_ex, kernels, numerics
+from cudalab.experiments.tensor_cores import cublas_ex, kernels, numerics, wgmma
 from cudalab.experiments.tensor_cores import figures as tc_figures
 from cudalab.experiments.tensor_cores.kernels import (
     DEFAULT_MMA_TILES,
@@ -68,7 +70,7 @@ class TensorCores(Experiment):
         "variants": base.choices_schema(VARIANTS),
         "precisions": base.choices_schema(
             numerics.PRECISIONS, "input precisions (fp32: cuBLAS SGEMM only; mma: fp16 and "
-            "bf16; wmma: tf32, fp16, bf16)"),
+            "bf16; wmma and wgmma_*: tf32, fp16, bf16)"),
         "mma_tiles": {
             "type": "array", "minItems": 1, "uniqueItems": True,
             "default": DEFAULT_MMA_TILES,
@@ -78,6 +80,16 @@ class TensorCores(Experiment):
                       "required": list(MMA_KEYS),
                       "properties": {k: {"enum": v} for k, v in MMA_ENUMS.items()}},
         },
+        "wgmma_stages": {
+            "type": "array", "items": {"enum": wgmma.STAGE_CHOICES}, "minItems": 1,
+            "uniqueItems": True, "default": [wgmma.DEFAULT_STAGES],
+            "description": "shared-memory stages of the pipelined wgmma rungs (wgmma_pipe, "
+                           "wgmma_ws, wgmma_persist), one point per value: pipeline depth "
+                           "against time; wgmma_tma has one stage by design",
+        },
+        "wgmma_bn": {"enum": wgmma.BN_CHOICES, "default": wgmma.DEFAULT_BN,
+                     "description": "block tile width of wgmma_ws and wgmma_persist (128 rows "
+                                    "x bn; bn / 2 FP32 accumulators a consumer thread)"},
     })
     smoke = {"sizes": [256, [512, 256, 768]],
              "mma_tiles": DEFAULT_MMA_TILES[:1] + DEFAULT_MMA_TILES[3:4]}
@@ -90,6 +102,11 @@ class TensorCores(Experiment):
                             f"{SIZE_MULTIPLE}")
         for i, t in enumerate(block.get("mma_tiles", [])):
             msgs += [f"mma_tiles[{i}]: {m}" for m in kernels.check_mma_tile(t)]
+        chosen = block.get("variants", VARIANTS)
+        for rung in (r for r in wgmma.RUNGS[1:] if r in chosen):
+            for st in block.get("wgmma_stages", [wgmma.DEFAULT_STAGES]):
+                bn = block.get("wgmma_bn", wgmma.DEFAULT_BN)
+                msgs += [f"wgmma_stages: {m}" for m in wgmma.shape_problems(rung, st, bn)]
         return msgs
 
     def points(self, block: dict[str, Any]) -> list[Point]:
@@ -103,14 +120,29 @@ class TensorCores(Experiment):
                     if prec not in RUNS[v]:
                         continue
                     base_p = {"m": m, "k": k, "n": n, "precision": prec}
-                    tiles = block["mma_tiles"] if v == "mma" else [{}]
+                    tiles = (block["mma_tiles"] if v == "mma" else
+                             self._wgmma_shapes(v, block) if v in wgmma.RUNGS else [{}])
                     pts += [Point(self.name, v, base_p | {x: int(t[x]) for x in t})
                             for t in tiles]
         return pts
 
+    @staticmethod
+    def _wgmma_shapes(rung: str, block: dict[str, Any]) -> list[dict[str, int]]:
+        """The extra point parameters of a wgmma rung: none for the one-stage rung, stages
+        for the pipeline, stages and bn for the warp-specialised ones."""
+        if rung == "wgmma_tma":
+            return [{}]
+        stages = block.get("wgmma_stages", [wgmma.DEFAULT_STAGES])
+        if rung == "wgmma_pipe":
+            return [{"stages": int(s)} for s in stages]
+        return [{"stages": int(s), "bn": int(block.get("wgmma_bn", wgmma.DEFAULT_BN))}
+                for s in stages]
+
     def gpu_bytes(self, point: Point) -> int:
         p = point.params
         one = ITEMSIZE[p["precision"]] * (p["m"] * p["k"] + p["k"] * p["n"]) + 4 * p["m"] * p["n"]
+        if point.variant in wgmma.RUNGS and p["precision"] in wgmma.K_MAJOR_B:
+            one += ITEMSIZE[p["precision"]] * p["k"] * p["n"]  # B^T
         return 2 * one if point.variant == "cublas" else one
 
     def compile_variants(self, config: dict[str, Any] | None) -> list[base.CompileVariant]:
@@ -130,6 +162,12 @@ class TensorCores(Experiment):
     def kernel_for(self, ctx: RunContext, point: Point) -> Any:
         if point.variant == "cublas":
             return cublas_ex.cublas_kernel_info(point.params["precision"])
+        if kernels.is_wgmma(point):
+            cc = tuple(int(x) for x in str(ctx.gpu.info["compute_capability"]).split("."))
+            if (why := wgmma.not_applicable(cc)):
+                raise base.Skipped(f"not applicable: {why}")
+            return ctx.gpu.compile(kernels.kernel_source(point), kernels.kernel_defines(point),
+                                   arch=wgmma.ARCH)
         return ctx.gpu.compile(kernels.kernel_source(point), kernels.kernel_defines(point))
 
     def _inputs(self, ctx: RunContext, m: int, k: int, n: int, prec: str):
@@ -160,6 +198,9 @@ class TensorCores(Experiment):
         c = ctx.cache.one_per_slot("tc_out", ("tc_out", m, n),
                                    lambda: np.empty((m, n), np.float32))
         a_d, b_d, c_d = (cuda.mem_alloc(x.nbytes) for x in (da, db, c))
+        # B^T for a wgmma rung that reads B K-major (tf32), made in every timed launch
+        bufs = [a_d, b_d, c_d] + ([cuda.mem_alloc(db.nbytes)] if kernels.is_wgmma(point)
+                                  and prec in wgmma.K_MAJOR_B else [])
         tol = numerics.check_tolerance(k)
         err_input: dict[str, float] = {}
 
@@ -172,13 +213,13 @@ class TensorCores(Experiment):
         try:
             cuda.memcpy_htod(a_d, da)
             cuda.memcpy_htod(b_d, db)
-            launch, timer, sync, extra, metrics = self._launcher(ctx, point, kernel, a_d, b_d, c_d)
+            launch, timer, sync, extra, metrics = self._launcher(ctx, point, kernel, *bufs)
             chk, timing = self.verify_then_time(ctx, launch, check, output=(c_d, c), timer=timer,
                                                 sync=sync, asynchronous=extra.pop("queued", True),
                                                 check_each_trial=True)  # it records err_input
             sync()
         finally:
-            for d in (a_d, b_d, c_d):
+            for d in bufs:
                 d.free()
         flops = 2.0 * m * n * k
         metrics |= self._peak_metrics(ctx, prec, flops, timing.stats()["median"])
@@ -191,7 +232,7 @@ class TensorCores(Experiment):
                       launch=shape)
 
     def _launcher(self, ctx: RunContext, point: Point, kernel: Any, a_d: Any, b_d: Any,
-                  c_d: Any):
+                  c_d: Any, scratch: Any = None):
         p = point.params
         m, k, n = p["m"], p["k"], p["n"]
         gpu = ctx.gpu
@@ -199,6 +240,16 @@ class TensorCores(Experiment):
             launch, timer, sync, extra = cublas_ex.gemm_ex_launcher(
                 gpu, a_d, b_d, c_d, m, k, n, p["precision"])
             return launch, timer, sync, extra, {}
+        if kernels.is_wgmma(point):
+            launch, facts = wgmma.launcher(
+                kernel.module, point.variant, p["precision"], int(a_d), int(b_d), int(c_d),
+                m, k, n, gpu.attr("MULTIPROCESSOR_COUNT"),
+                None if scratch is None else int(scratch),
+                p.get("stages", wgmma.DEFAULT_STAGES), p.get("bn", wgmma.DEFAULT_BN))
+            metrics = {"regs": facts["regs"], "dynamic_smem_bytes": facts["dynamic_smem_bytes"],
+                       "threads": facts["block"][0], "transposes_b": facts["transposes_b"]}
+            extra = {"grid": facts["grid"], "block": facts["block"], "queued": True}
+            return launch, gpu.event_timer(), gpu.synchronize, extra, metrics
         func = kernel.function(kernels.kernel_name(point))
         func.prepare("PPPiii")
         grid, block, smem = kernels.launch_geometry(point)

@@ -14,7 +14,10 @@ import pandas as pd
 from cudalab import fmt
 
 ORDER = ["fp32", "tf32", "bf16", "fp16"]
-VARIANT_LABEL = {"wmma": "WMMA", "mma": "mma.sync + ldmatrix + cp.async", "cublas": "cuBLAS"}
+VARIANT_LABEL = {"wmma": "WMMA", "mma": "mma.sync + ldmatrix + cp.async",
+                 "wgmma_tma": "wgmma + TMA, 1 stage", "wgmma_pipe": "wgmma + TMA pipeline",
+                 "wgmma_ws": "wgmma, producer/consumer warpgroups",
+                 "wgmma_persist": "wgmma, warp-specialised, persistent", "cublas": "cuBLAS"}
 
 
 def largest(d: pd.DataFrame) -> pd.DataFrame:
@@ -62,6 +65,10 @@ def _num(r: Any, c: str) -> float:
 
 
 def tile_label(r: Any) -> str:
+    if str(r.get("variant")).startswith("wgmma_"):
+        st, bn = r.get("p_stages"), r.get("p_bn")
+        return ", ".join(([f"128x{int(bn)}"] if pd.notna(bn) else [])
+                         + ([f"{int(st)} stages"] if pd.notna(st) else []))
     if r.get("variant") != "mma" or pd.isna(r.get("p_bm")):
         return ""
     return (f"{int(r['p_bm'])}x{int(r['p_bn'])}x{int(r['p_bk'])} warp "
@@ -92,7 +99,69 @@ def plot(name: str, d: pd.DataFrame):
         return _plot_knob(best(largest(d)))
     if name == "tflops":
         return _plot_tflops(best(d))
+    if name == "wgmma_ladder":
+        return _plot_ladder(best(largest(d)))
+    if name == "pipeline_depth":
+        return _plot_depth(largest(d))
     raise KeyError(name)
+
+
+LADDER = ["wmma", "mma", "wgmma_tma", "wgmma_pipe", "wgmma_ws", "wgmma_persist", "cublas"]
+
+
+def _plot_ladder(b: pd.DataFrame):
+    """TFLOP/s of each rung at the largest size, one group of bars per precision, each bar
+    labelled with its share of cuBLAS of the same precision."""
+    import matplotlib.pyplot as plt
+
+    b = b[b["variant"].isin(LADDER) & b["p_precision"].isin(["tf32", "bf16", "fp16"])]
+    if not b["variant"].str.startswith("wgmma_").any():
+        return None
+    precs = [p for p in ["fp16", "bf16", "tf32"] if (b["p_precision"] == p).any()]
+    rungs = [v for v in LADDER if (b["variant"] == v).any()]
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    width = 0.8 / len(rungs)
+    for i, v in enumerate(rungs):
+        for j, prec in enumerate(precs):
+            r = b[(b["variant"] == v) & (b["p_precision"] == prec)]
+            cub = b[(b["variant"] == "cublas") & (b["p_precision"] == prec)]["gflops"]
+            if r.empty:
+                continue
+            y = float(r["gflops"].iloc[0]) / 1e3
+            ax.bar(j + (i - (len(rungs) - 1) / 2) * width, y, width, color=f"C{i}",
+                   label=VARIANT_LABEL[v] if j == 0 else None)
+            if len(cub) and v != "cublas":
+                ax.annotate(f"{100 * y * 1e3 / float(cub.iloc[0]):.0f}%",
+                            (j + (i - (len(rungs) - 1) / 2) * width, y), ha="center",
+                            va="bottom", fontsize=6)
+    ax.set_xticks(range(len(precs)), [p.upper() for p in precs])
+    ax.set(ylabel="TFLOP/s", title=f"The ladder at {_size(b)} (label: % of cuBLAS)")
+    ax.set_ylim(0, float(b["gflops"].max()) / 1e3 * 1.45)  # head room for the legend
+    ax.legend(fontsize=7, ncol=3, loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+def _plot_depth(d: pd.DataFrame):
+    """TFLOP/s of the wgmma rungs against their shared-memory stages (the one-stage rung at
+    1), one line per rung and precision."""
+    import matplotlib.pyplot as plt
+
+    w = d[d["variant"].str.startswith("wgmma_")]
+    if "p_stages" not in w or pd.to_numeric(w["p_stages"], errors="coerce").nunique() < 2:
+        return None
+    w = w.assign(stages=pd.to_numeric(w["p_stages"], errors="coerce").fillna(1),
+                 gflops=pd.to_numeric(w["gflops"], errors="coerce"))
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for (v, prec), g in w.groupby(["variant", "p_precision"]):
+        g = g.groupby("stages")["gflops"].max()
+        ax.plot(g.index, g.values / 1e3, marker="o", ls="-" if prec != "tf32" else ":",
+                label=f"{prec} {VARIANT_LABEL[str(v)]}")
+    ax.set(xlabel="shared-memory stages", ylabel="TFLOP/s",
+           title=f"Pipeline depth against speed at {_size(w)}")
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    return fig
 
 
 def _plot_knob(b: pd.DataFrame):
@@ -105,7 +174,8 @@ def _plot_knob(b: pd.DataFrame):
     if b.empty:
         return None
     colors = dict(zip(ORDER, sns.color_palette("deep", len(ORDER))))
-    markers = {"cublas": "o", "wmma": "s", "mma": "^"}
+    markers = {"cublas": "o", "wmma": "s", "mma": "^", "wgmma_tma": "v", "wgmma_pipe": "<",
+               "wgmma_ws": ">", "wgmma_persist": "D"}
     fig, ax = plt.subplots(figsize=(8, 5))
     for _, r in b.iterrows():
         ax.scatter(r["m_err_input"], r["gflops"] / 1e3, color=colors.get(r["p_precision"]),

@@ -5,6 +5,9 @@ configurations, the rules a configuration must keep, and how each is built and l
                                     shared-memory stage (fp16, bf16, tf32)
   mma    cuda/tensor_core_mma.cu    mma.sync.m16n8k16 from ldmatrix, cp.async STAGES deep,
                                     tiles set by -D (fp16, bf16)
+  wgmma_tma, wgmma_pipe, wgmma_ws, wgmma_persist
+         cuda/tensor_cores/wgmma.cu Hopper's warpgroup MMA on TMA-loaded tiles, sm_90a only
+                                    (fp16, bf16, tf32): the rungs of wgmma.py
 """
 
 from __future__ import annotations
@@ -12,10 +15,12 @@ from __future__ import annotations
 from typing import Any
 
 from cudalab.experiments.base import Point
+from cudalab.experiments.tensor_cores import wgmma
 
-VARIANTS = ["wmma", "mma", "cublas"]
+VARIANTS = ["wmma", "mma", *wgmma.RUNGS, "cublas"]
 # Precisions each variant runs; cuBLAS runs all, FP32 SGEMM being the CUDA-core baseline.
 RUNS = {"wmma": ("tf32", "fp16", "bf16"), "mma": ("fp16", "bf16"),
+        **{r: wgmma.PRECISIONS for r in wgmma.RUNGS},
         "cublas": ("fp32", "tf32", "fp16", "bf16")}
 ITEMSIZE = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}
 WMMA_TILE = 128  # block tile of the WMMA kernels (M and N); K slices of 32
@@ -71,7 +76,13 @@ def check_mma_tile(t: dict[str, Any]) -> list[str]:
     return msgs
 
 
+def is_wgmma(point: Point) -> bool:
+    return point.variant in wgmma.RUNGS
+
+
 def kernel_source(point: Point) -> str:
+    if is_wgmma(point):
+        return wgmma.SOURCE
     return "tensor_core_mma.cu" if point.variant == "mma" else "tensor_core_wmma.cu"
 
 
@@ -80,6 +91,9 @@ def kernel_name(point: Point) -> str:
 
 
 def kernel_defines(point: Point) -> dict[str, Any]:
+    if is_wgmma(point):
+        p = point.params
+        return wgmma.defines(p.get("stages", wgmma.DEFAULT_STAGES), p.get("bn", wgmma.DEFAULT_BN))
     if point.variant != "mma":
         return {}
     return {k.upper(): int(point.params[k]) for k in MMA_KEYS}

@@ -22,7 +22,6 @@ from cudalab.experiments.lesson import (
     Flip,
     Judgement,
     Lesson,
-    Mask,
     TryThis,
     col,
     judged,
@@ -33,13 +32,28 @@ from cudalab.experiments.lesson import (
     with_value,
 )
 from cudalab.experiments.questions import Question
-from cudalab.experiments.tensor_cores import answers
+from cudalab.experiments.tensor_cores import answers, wgmma_lesson
 from cudalab.experiments.tensor_cores.numerics import expected_input_error
+from cudalab.experiments.tensor_cores.table import (
+    CUBLAS,
+    FLIP_MARGIN,
+    NAMES,
+    Key,
+    at_largest,
+    cc_of,
+    flip_speed,
+    is_key,
+    label,
+    measured,
+    num,
+    rate_text,
+    size_text,
+    times,
+)
 
 if TYPE_CHECKING:
     from cudalab.roofline import Ceilings
 
-Key = tuple[str, str]  # (variant, precision)
 
 # cuBLAS TF32 at least this much faster than SGEMM, on chips whose dense TF32 tensor peak is
 # at least TF32_PEAK_GAIN times the FP32 peak (sm_80, sm_90: 8x; 2x on Ada and GA10x, and 1x
@@ -65,69 +79,11 @@ ASYNC_MMA_MAJORS = (9, 10)
 # Try-this: at the smallest size cuBLAS FP16's speed-up over SGEMM is under this share of
 # its speed-up at the largest size (the fast kernel meets its fixed costs first).
 SMALL_GAIN_SHARE = 0.8
-# A flip moves the quantity a claim judges this far past its threshold.
-FLIP_MARGIN = 2.0
-
-CUBLAS = {p: ("cublas", p) for p in ("fp32", "tf32", "fp16", "bf16")}
-NAMES = {"cublas": "cuBLAS", "wmma": "WMMA", "mma": "mma.sync"}
-
-
-def _label(k: Key) -> str:
-    return "cuBLAS SGEMM" if k == CUBLAS["fp32"] else f"{NAMES[k[0]]} {k[1].upper()}"
-
-
-def _is(*keys: Key) -> Mask:
-    return lambda d: pd.Series(
-        [(v, p) in keys for v, p in zip(d["variant"], d["p_precision"], strict=True)],
-        index=d.index, dtype=bool)
-
-
-def _size(r: pd.Series) -> str:
-    m, k, n = (fmt.integer(r[c]) for c in ("p_m", "p_k", "p_n"))
-    return f"n = {m}" if m == k == n else f"{m} x {k} x {n}"
-
-
-def _measured(d: pd.DataFrame, key: Key, need: str = "gflops") -> pd.DataFrame:
-    """The ok rows of (variant, precision) with a positive `need`."""
-    o = ok(d)
-    o = o[_is(key)(o)]
-    return o[col(o, need) > 0]
-
-
-def _at_largest(d: pd.DataFrame, keys: tuple[Key, ...],
-                need: str = "gflops") -> tuple[pd.Series, ...] | Judgement:
-    """The fastest row of each key at the largest size (flops) every key was measured ok
-    at, or why there is none."""
-    rows = [_measured(d, k, need) for k in keys]
-    common = set.intersection(*(set(col(r, "flops")) for r in rows))
-    if not common:
-        what = " and ".join(_label(k) for k in keys)
-        extra = "" if need == "gflops" else f" with {need} recorded"
-        return no_data(f"{what} not measured ok at one size{extra}")
-    f = max(common)
-    return tuple(r.loc[col(r, "gflops")[col(r, "flops") == f].idxmax()] for r in rows)
-
-
-def _cc(d: pd.DataFrame) -> str:
-    cc = d["compute_capability"].dropna() if "compute_capability" in d else []
-    return tensor_peaks.cc_key(cc.iloc[0]) if len(cc) else ""
-
-
-def _num(r: pd.Series, c: str) -> float:
-    v = pd.to_numeric(pd.Series([r.get(c)]), errors="coerce").iloc[0]
-    return float(v) if pd.notna(v) else math.nan
-
-
-def _x(v: float) -> str:
-    """A threshold factor: '2×', '1.5×' (its exact value, as configured)."""
-    return f"{fmt.param(v)}×"
-
-
 def _no_tensor_path(d: pd.DataFrame, *precs: str) -> Judgement | None:
     """Not applicable where the chip has no tensor-core path for one of precs: by the peak
     table where it knows the compute capability, else none before 7.0 and only FP16 on 7.x
     (TF32 and BF16 came with 8.0)."""
-    cc = _cc(d)
+    cc = cc_of(d)
     if not cc:
         return None
     known, major = tensor_peaks.RATES.get(cc), int(cc.split(".")[0])
@@ -139,24 +95,20 @@ def _no_tensor_path(d: pd.DataFrame, *precs: str) -> Judgement | None:
     return None
 
 
-def _rate(r: pd.Series) -> str:
-    return fmt.flop_rate(r["gflops"])
-
-
 # -- facts -----------------------------------------------------------------------------------
 def peaks_and_shares(d: pd.DataFrame, c: Ceilings) -> str | None:
     """Each precision's dense peak on this GPU and the share cuBLAS reaches of it."""
     parts = []
     for p, k in CUBLAS.items():
-        got = _at_largest(d, (k,))
+        got = at_largest(d, (k,))
         if isinstance(got, Judgement):
             continue
         r = got[0]
-        peak = _num(r, "m_peak_precision_gflops")
+        peak = num(r, "m_peak_precision_gflops")
         if math.isfinite(peak) and peak > 0:
             unit = "FP32 on the CUDA cores" if p == "fp32" else f"{p.upper()} tensor cores"
-            parts.append(f"{unit} {fmt.flop_rate(peak)}, cuBLAS {_rate(r)} = "
-                         f"{fmt.percent(100 * r['gflops'] / peak)} at {_size(r)}")
+            parts.append(f"{unit} {fmt.flop_rate(peak)}, cuBLAS {rate_text(r)} = "
+                         f"{fmt.percent(100 * r['gflops'] / peak)} at {size_text(r)}")
     if not parts:
         return None
     return ("Dense peaks on this GPU (SMs x clock x rate per SM) and what cuBLAS reaches of "
@@ -168,7 +120,7 @@ def errors_against_rounding(d: pd.DataFrame, c: Ceilings) -> str | None:
     rounding the inputs alone predicts."""
     parts = []
     for p, k in CUBLAS.items():
-        got = _at_largest(d, (k,), "m_err_input")
+        got = at_largest(d, (k,), "m_err_input")
         if isinstance(got, Judgement):
             continue
         r, want = got[0], expected_input_error(p)
@@ -213,41 +165,28 @@ def _speedup(fast: Key, slow: Key, factor: float) -> Callable[..., Judgement]:
     def judge(d: pd.DataFrame, c: Ceilings) -> Judgement:
         if (na := _no_tensor_path(d, *(p for _, p in (fast, slow) if p != "fp32"))):
             return na
-        got = _at_largest(d, (fast, slow))
+        got = at_largest(d, (fast, slow))
         if isinstance(got, Judgement):
             return got
         f, s = got
         r = f["gflops"] / s["gflops"]
-        return judged(r >= factor, f"{_label(fast)} {_rate(f)} / {_label(slow)} {_rate(s)} "
-                                   f"= {fmt.ratio(r)} at {_size(f)}")
+        return judged(r >= factor, f"{label(fast)} {rate_text(f)} / {label(slow)} {rate_text(s)} "
+                                   f"= {fmt.ratio(r)} at {size_text(f)}")
     return judge
 
 
 def _tf32_over_fp32(d: pd.DataFrame, c: Ceilings) -> Judgement:
-    got = _at_largest(d, (CUBLAS["tf32"], CUBLAS["fp32"]))
+    got = at_largest(d, (CUBLAS["tf32"], CUBLAS["fp32"]))
     if not isinstance(got, Judgement):
-        tf32, fp32 = (_num(r, "m_peak_precision_gflops") for r in got)
+        tf32, fp32 = (num(r, "m_peak_precision_gflops") for r in got)
         if tf32 > 0 and fp32 > 0 and tf32 / fp32 < TF32_PEAK_GAIN:
             return not_applicable(f"the dense TF32 tensor peak is {fmt.ratio(tf32 / fp32)} "
                                   "the FP32 peak on this GPU")
     return _speedup(CUBLAS["tf32"], CUBLAS["fp32"], TF32_OVER_FP32)(d, c)
 
 
-def _flip_speed(fast: Key, slow: Key, factor: float) -> Flip:
-    """Seen: the fast rows slow to half the threshold's speed-up; not seen: they gain twice
-    it (every row of the key scaled alike, so the best tile stays the best)."""
-    def flip(d: pd.DataFrame) -> pd.DataFrame:
-        got = _at_largest(d, (fast, slow))
-        if isinstance(got, Judgement):
-            return d
-        r = got[0]["gflops"] / got[1]["gflops"]
-        target = factor / FLIP_MARGIN if r >= factor else factor * FLIP_MARGIN
-        return slower(d, _is(fast), r / target)
-    return flip
-
-
 def _errors(d: pd.DataFrame, a: str, b: str) -> tuple[float, float] | Judgement:
-    got = _at_largest(d, (CUBLAS[a], CUBLAS[b]), "m_err_input")
+    got = at_largest(d, (CUBLAS[a], CUBLAS[b]), "m_err_input")
     if isinstance(got, Judgement):
         return got
     return float(got[0]["m_err_input"]), float(got[1]["m_err_input"])
@@ -291,7 +230,7 @@ def _flip_error(prec: str, other: str, holds: Callable[[float], bool], fail: flo
         e = _errors(d, prec, other)
         if isinstance(e, Judgement):
             return d
-        return with_value(d, _is(CUBLAS[prec]), "m_err_input",
+        return with_value(d, is_key(CUBLAS[prec]), "m_err_input",
                           e[1] * (fail if holds(e[0] / e[1]) else hold))
     return flip
 
@@ -300,7 +239,7 @@ def _mma_pair(d: pd.DataFrame) -> tuple[str, pd.Series, pd.Series] | Judgement:
     """(precision, best mma.sync row, WMMA row) in fp16, else bf16 (the same kernels)."""
     why = None
     for p in ("fp16", "bf16"):
-        got = _at_largest(d, (("mma", p), ("wmma", p)))
+        got = at_largest(d, (("mma", p), ("wmma", p)))
         if not isinstance(got, Judgement):
             return p, *got
         why = why or got
@@ -313,15 +252,15 @@ def _mma_over_wmma(d: pd.DataFrame, c: Ceilings) -> Judgement:
         return got
     p, m, w = got
     r = m["gflops"] / w["gflops"]
-    return judged(r >= MMA_OVER_WMMA, f"{p.upper()} at {_size(m)}: best mma.sync {_rate(m)}, "
-                                      f"WMMA {_rate(w)} ({fmt.ratio(r)})")
+    return judged(r >= MMA_OVER_WMMA, f"{p.upper()} at {size_text(m)}: best mma.sync "
+                                      f"{rate_text(m)}, WMMA {rate_text(w)} ({fmt.ratio(r)})")
 
 
 def _flip_mma(d: pd.DataFrame) -> pd.DataFrame:
     got = _mma_pair(d)
     if isinstance(got, Judgement):
         return d
-    return _flip_speed(("mma", got[0]), ("wmma", got[0]), MMA_OVER_WMMA)(d)
+    return flip_speed(("mma", got[0]), ("wmma", got[0]), MMA_OVER_WMMA)(d)
 
 
 def _hand_pair(d: pd.DataFrame) -> tuple[str, pd.Series, pd.Series] | Judgement:
@@ -331,7 +270,7 @@ def _hand_pair(d: pd.DataFrame) -> tuple[str, pd.Series, pd.Series] | Judgement:
     for p in ("fp16", "bf16"):
         best = None
         for v in ("mma", "wmma"):
-            got = _at_largest(d, ((v, p), CUBLAS[p]))
+            got = at_largest(d, ((v, p), CUBLAS[p]))
             if isinstance(got, Judgement):
                 why = why or got
             elif best is None or (got[0]["flops"], got[0]["gflops"]) > (
@@ -350,10 +289,10 @@ def hand_vs_cublas(d: pd.DataFrame, c: Ceilings) -> str | None:
     if isinstance(got, Judgement) or got is None:
         return None
     p, h, cub = got
-    said = (f"{p.upper()} at {_size(h)}: the best hand kernel ({NAMES[h['variant']]}) "
-            f"reaches {_rate(h)} = {fmt.percent(100 * h['gflops'] / cub['gflops'])} of "
-            f"cuBLAS {_rate(cub)}.")
-    cc = _cc(d)
+    said = (f"{p.upper()} at {size_text(h)}: the best hand kernel ({NAMES[h['variant']]}) "
+            f"reaches {rate_text(h)} = {fmt.percent(100 * h['gflops'] / cub['gflops'])} of "
+            f"cuBLAS {rate_text(cub)}.")
+    cc = cc_of(d)
     if cc and int(cc.split(".")[0]) in ASYNC_MMA_MAJORS:
         said += (" Hypothesis for the gap (not measured: this run did not profile cuBLAS): "
                  "on this compute capability cuBLAS may issue asynchronous warpgroup MMAs "
@@ -376,9 +315,9 @@ def _cublas_under_peak(d: pd.DataFrame, c: Ceilings) -> Judgement:
     share = _peak_share(o)
     top = o.loc[share.idxmax()]
     return judged(share.max() <= 1,
-                  f"highest: cuBLAS {top['p_precision'].upper()} {_rate(top)} = "
+                  f"highest: cuBLAS {top['p_precision'].upper()} {rate_text(top)} = "
                   f"{fmt.percent(100 * share.max())} of its peak "
-                  f"{fmt.flop_rate(top['m_peak_precision_gflops'])} at {_size(top)}")
+                  f"{fmt.flop_rate(top['m_peak_precision_gflops'])} at {size_text(top)}")
 
 
 def _flip_peak(d: pd.DataFrame) -> pd.DataFrame:
@@ -402,7 +341,7 @@ def _flip_peak(d: pd.DataFrame) -> pd.DataFrame:
 def _gain_by_size(d: pd.DataFrame) -> list[tuple[pd.Series, float]]:
     """(cuBLAS FP16 row, its speed-up over SGEMM) at each size both were measured ok at,
     smallest first."""
-    h, s = _measured(d, CUBLAS["fp16"]), _measured(d, CUBLAS["fp32"])
+    h, s = measured(d, CUBLAS["fp16"]), measured(d, CUBLAS["fp32"])
     out = []
     for f in sorted(set(col(h, "flops")) & set(col(s, "flops"))):
         hr = h.loc[col(h, "gflops")[col(h, "flops") == f].idxmax()]
@@ -417,8 +356,8 @@ def _small_gain(d: pd.DataFrame, c: Ceilings) -> Judgement:
         return no_data("cuBLAS FP16 and SGEMM not both measured ok at two sizes")
     (small, rs), (big, rb) = g[0], g[-1]
     return judged(rs < SMALL_GAIN_SHARE * rb,
-                  f"cuBLAS FP16 over SGEMM: {fmt.ratio(rs)} at {_size(small)}, "
-                  f"{fmt.ratio(rb)} at {_size(big)}")
+                  f"cuBLAS FP16 over SGEMM: {fmt.ratio(rs)} at {size_text(small)}, "
+                  f"{fmt.ratio(rb)} at {size_text(big)}")
 
 
 def _flip_small_gain(d: pd.DataFrame) -> pd.DataFrame:
@@ -429,41 +368,43 @@ def _flip_small_gain(d: pd.DataFrame) -> pd.DataFrame:
     target = rb * (SMALL_GAIN_SHARE * FLIP_MARGIN if rs < SMALL_GAIN_SHARE * rb
                    else SMALL_GAIN_SHARE / FLIP_MARGIN)
     f = small["flops"]
-    return slower(d, lambda x: _is(CUBLAS["fp16"])(x) & (col(x, "flops") == f), rs / target)
+    return slower(d, lambda x: is_key(CUBLAS["fp16"])(x) & (col(x, "flops") == f), rs / target)
 
 
-EXPLANATIONS = (peaks_and_shares, errors_against_rounding, hand_vs_cublas)
+EXPLANATIONS = (peaks_and_shares, errors_against_rounding, hand_vs_cublas,
+                *wgmma_lesson.EXPLANATIONS)
 CLAIMS = (
     Claim("every result matches the float64 product of its rounded inputs within the "
           "tolerance derived from K and FP32 accumulation", _correct, _flip_correct,
           "correct"),
-    Claim(f"at the largest size, cuBLAS TF32 is at least {_x(TF32_OVER_FP32)} as fast "
+    Claim(f"at the largest size, cuBLAS TF32 is at least {times(TF32_OVER_FP32)} as fast "
           f"as cuBLAS SGEMM (on chips whose TF32 tensor peak is at least "
-          f"{_x(TF32_PEAK_GAIN)} the FP32 peak)", _tf32_over_fp32,
-          _flip_speed(CUBLAS["tf32"], CUBLAS["fp32"], TF32_OVER_FP32), "tf32_over_fp32"),
-    Claim(f"at the largest size, cuBLAS FP16 is at least {_x(HALF_OVER_TF32)} as fast "
+          f"{times(TF32_PEAK_GAIN)} the FP32 peak)", _tf32_over_fp32,
+          flip_speed(CUBLAS["tf32"], CUBLAS["fp32"], TF32_OVER_FP32), "tf32_over_fp32"),
+    Claim(f"at the largest size, cuBLAS FP16 is at least {times(HALF_OVER_TF32)} as fast "
           "as cuBLAS TF32", _speedup(CUBLAS["fp16"], CUBLAS["tf32"], HALF_OVER_TF32),
-          _flip_speed(CUBLAS["fp16"], CUBLAS["tf32"], HALF_OVER_TF32), "fp16_over_tf32"),
-    Claim(f"at the largest size, cuBLAS BF16 is at least {_x(HALF_OVER_TF32)} as fast "
+          flip_speed(CUBLAS["fp16"], CUBLAS["tf32"], HALF_OVER_TF32), "fp16_over_tf32"),
+    Claim(f"at the largest size, cuBLAS BF16 is at least {times(HALF_OVER_TF32)} as fast "
           "as cuBLAS TF32", _speedup(CUBLAS["bf16"], CUBLAS["tf32"], HALF_OVER_TF32),
-          _flip_speed(CUBLAS["bf16"], CUBLAS["tf32"], HALF_OVER_TF32), "bf16_over_tf32"),
+          flip_speed(CUBLAS["bf16"], CUBLAS["tf32"], HALF_OVER_TF32), "bf16_over_tf32"),
     Claim(f"TF32 and FP16 (the same stored mantissa bits) err within "
-          f"{_x(SAME_ERROR)} of each other against the unrounded product", _err_alike,
+          f"{times(SAME_ERROR)} of each other against the unrounded product", _err_alike,
           _flip_error("tf32", "fp16", lambda r: max(r, 1 / r) <= SAME_ERROR,
                       2 * SAME_ERROR, 1.0), "error_tf32_like_fp16"),
-    Claim(f"BF16 (three mantissa bits fewer) errs {_x(BF16_ERROR[0])} to "
-          f"{_x(BF16_ERROR[1])} as much as FP16", _err_bf16,
+    Claim(f"BF16 (three mantissa bits fewer) errs {times(BF16_ERROR[0])} to "
+          f"{times(BF16_ERROR[1])} as much as FP16", _err_bf16,
           _flip_error("bf16", "fp16", lambda r: BF16_ERROR[0] <= r <= BF16_ERROR[1], 1.0,
                       math.sqrt(BF16_ERROR[0] * BF16_ERROR[1])), "error_bf16_8x_fp16"),
-    Claim(f"FP16 errs at least {_x(FP32_BETTER)} as much as FP32 (whose inputs are not "
+    Claim(f"FP16 errs at least {times(FP32_BETTER)} as much as FP32 (whose inputs are not "
           "rounded)", _err_fp32,
           _flip_error("fp32", "fp16", lambda r: 1 / r >= FP32_BETTER, 1 / 10,
                       1 / (10 * FP32_BETTER)), "error_fp32_far_below"),
     Claim(f"at the largest size, the best mma.sync tile is at least "
-          f"{_x(MMA_OVER_WMMA)} as fast as WMMA, in FP16 (else BF16: the same "
+          f"{times(MMA_OVER_WMMA)} as fast as WMMA, in FP16 (else BF16: the same "
           "kernels)", _mma_over_wmma, _flip_mma, "mma_over_wmma"),
     Claim("no cuBLAS point is faster than the dense peak of its precision (else the peak "
           "table is wrong)", _cublas_under_peak, _flip_peak, "cublas_under_peak"),
+    *wgmma_lesson.CLAIMS,
 )
 TRY_THIS = [
     TryThis("tensor_cores.sizes: [256, 512, 4096]",
@@ -490,12 +431,21 @@ TRY_THIS = [
 ]
 
 LESSON = Lesson(
-    title="Tensor cores: WMMA, mma.sync and cuBLAS in TF32, FP16 and BF16; precision as a knob",
+    title="Tensor cores: WMMA, mma.sync, Hopper's wgmma and cuBLAS in TF32, FP16 and BF16; "
+          "precision as a knob",
     caption=(
         "The same product C = A B in four input precisions, all accumulating in FP32: FP32 "
         "(cuBLAS SGEMM on the CUDA cores), TF32, BF16 and FP16 (tensor cores). The hand "
         "kernels climb two rungs: WMMA fragments fed from one shared-memory stage, then "
-        "mma.sync fed by ldmatrix from a cp.async pipeline several stages deep. cuBLAS in "
+        "mma.sync fed by ldmatrix from a cp.async pipeline several stages deep. On Hopper "
+        "(compute capability 9.x) four more rungs use the chip's own instructions: wgmma, "
+        "a warpgroup's asynchronous MMA that reads both operands from shared memory, fed by "
+        "TMA copies of whole tiles in the 128-byte swizzle (one stage, every warp waiting "
+        "for each copy); then a ring of stages on mbarriers so that copies overlap the MMAs; "
+        "then a producer warpgroup that only copies and two consumer warpgroups that only "
+        "multiply, with registers moved to the consumers (setmaxnreg); then the same on a "
+        "persistent grid, so the next tile loads while this one is stored. Elsewhere those "
+        "rungs are not applicable. cuBLAS in "
         "each precision, in the same job, is the ceiling, and each precision's dense tensor "
         "peak (SMs x clock x rate per SM) the roof. Every result is checked against the "
         "float64 product of its rounded inputs within a tolerance derived from K and FP32 "
@@ -503,9 +453,9 @@ LESSON = Lesson(
         "precision costs. Look for: TF32 far faster than FP32, FP16 and BF16 faster again; "
         "TF32 and FP16 with about the same error (10 stored mantissa bits each), BF16 about "
         "8 times worse (7 bits), FP32 orders of magnitude better; mma.sync faster than WMMA; "
-        "and how close the best hand FP16 kernel comes to cuBLAS FP16 (shown, not judged: "
-        "why cuBLAS is faster is a hypothesis until a profile names its instructions). The "
-        "claims below judge the others on this run."),
+        "each wgmma rung faster than the one before and the best of them close to cuBLAS; "
+        "and how close the best pre-Hopper hand kernel comes to cuBLAS FP16 (shown, not "
+        "judged). The claims below judge the others on this run."),
     figures={
         "precision_knob": "Precision is a knob: at the largest size, the relative Frobenius error "
         "of each precision's result against the float64 product of the unrounded inputs (x, log "
@@ -516,6 +466,14 @@ LESSON = Lesson(
         "tflops": "TFLOP/s of each variant against matrix size, one panel per precision "
         "(best tile of the mma kernel per size), with the precision's dense peak (SMs x clock x "
         "rate per SM; dashed) above cuBLAS.",
+        "wgmma_ladder": "The ladder at the largest size: TFLOP/s of every rung (WMMA, the "
+        "best mma.sync tile, the four wgmma rungs, cuBLAS) per precision, each bar labelled "
+        "with its share of cuBLAS of the same precision. Each wgmma rung adds one thing: "
+        "stages, then warp specialisation, then a persistent grid. The TF32 wgmma rungs "
+        "include the transpose of B that wgmma's K-major TF32 operands need.",
+        "pipeline_depth": "Pipeline depth against speed at the largest size: TFLOP/s of the "
+        "wgmma rungs against their shared-memory stages (the one-stage rung at 1). Where a "
+        "deeper ring gains nothing, the copies were already hidden.",
     },
     claims=CLAIMS,
     explanations=EXPLANATIONS,
@@ -532,11 +490,25 @@ LESSON = Lesson(
             "What does a cp.async stage overlap, and why does mma.sync need ldmatrix.trans for "
             "a row-major B?",
             answers.stages),
+        Question(
+            "wgmma reads FP16 B N-major with its transpose bit, but TF32 B only K-major: what "
+            "does the TF32 rung pay for that, and how could a kernel avoid it?",
+            answers.tf32_k_major),
+        Question(
+            "Why do the stages of a TMA copy in the 128-byte swizzle start on a 1024-byte "
+            "boundary, and what would the descriptor need otherwise?",
+            answers.swizzle_alignment),
+        Question(
+            "With one stage, what does a warp do while TMA copies the next slice? With warp "
+            "specialisation, what do the consumer warpgroups never wait for?",
+            answers.warp_specialisation),
     ],
     sources={
         "10": "stored mantissa bits of FP16 (IEEE 754 binary16) and of TF32 (NVIDIA A100 "
               "Tensor Core GPU Architecture whitepaper)",
         "7": "stored mantissa bits of BF16 (bfloat16: the upper half of an IEEE 754 binary32)",
         "8": "BF16's rounding error over FP16's: three fewer mantissa bits, 2^3",
+        "9": "compute capability 9.x: Hopper (H100, H200), the chips with wgmma and TMA "
+             "(CUDA C++ Programming Guide, compute capabilities)",
     },
 )
