@@ -219,26 +219,22 @@ def measure_links(out: Path, say: Any = print) -> pd.DataFrame | None:
 
 
 def links_matrix_png(links: pd.DataFrame) -> str:
-    """The peer-copy bandwidth matrix (GB/s, source rows, destination columns), as a data
-    URI: the page stays one file."""
+    """The bandwidth matrices of the copies (links.matrix_figure), as a data URI: the page
+    stays one file."""
     import base64
     import io
 
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import seaborn as sns
 
-    modes = [m for m in ("peer", "no_peer", "host_staged") if (links["mode"] == m).any()]
-    fig, axes = plt.subplots(1, len(modes), figsize=(4.2 * len(modes), 3.8), squeeze=False)
-    top = float(links["gbps"].max()) if links["gbps"].notna().any() else 1.0
-    for ax, mode in zip(axes[0], modes):
-        m = links[links["mode"] == mode].pivot(index="src", columns="dst", values="gbps")
-        sns.heatmap(m, annot=True, fmt=".0f", cmap="viridis", vmin=0, vmax=top, ax=ax,
-                    cbar_kws={"label": "GB/s"})
-        ax.set(title=links_mode_title(mode), xlabel="destination GPU", ylabel="source GPU")
-    fig.suptitle("Copies between GPUs (GB/s, 256 MiB each)")
-    fig.tight_layout()
+    from cudalab.links import matrix_figure
+
+    size = int(links["bytes"].min()) >> 20 if "bytes" in links and len(links) else 0
+    fig = matrix_figure(links, ("peer", "no_peer", "host_staged"),
+                        f"Copies between GPUs (GB/s, {size} MiB each)")
+    if fig is None:
+        return ""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
