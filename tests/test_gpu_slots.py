@@ -217,3 +217,44 @@ def test_a_released_claim_frees_the_gpu_and_restores_the_environment(tmp_path, m
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,1"
     again = gpu_slots.claim(TWO[:1], folder=tmp_path, timeout_s=5)  # not left locked
     again.release()
+
+
+ALL_HOLDER = textwrap.dedent("""
+    import json, os, sys, time
+    from pathlib import Path
+    from cudalab import gpu_slots
+    gpus = [gpu_slots.Gpu(**g) for g in json.loads(sys.argv[1])]
+    c = gpu_slots.claim_all(gpus, folder=Path(sys.argv[2]), timeout_s=30)
+    print(json.dumps({"gpus": [g.index for g in c.gpus], "t": time.time(),
+                      "cvd": os.environ["CUDA_VISIBLE_DEVICES"]}), flush=True)
+    time.sleep(float(sys.argv[3]))
+""")
+
+
+def test_a_job_between_gpus_locks_them_all_and_one_gpu_jobs_wait(tmp_path):
+    a = _holder(tmp_path, TWO[1].uuid, 2.0)
+    assert json.loads(a.stdout.readline())["uuid"] == TWO[1].uuid
+    t0 = time.time()
+    every = subprocess.Popen([sys.executable, "-c", ALL_HOLDER,
+                              json.dumps([g.__dict__ for g in TWO]), str(tmp_path), "2.0"],
+                             stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    got = json.loads(every.stdout.readline())
+    assert got["t"] - t0 >= 1.5, "it waited for the GPU a one-GPU job held"
+    assert got["gpus"] == [0, 1] and got["cvd"] == ",".join(g.uuid for g in TWO)
+    c = _holder(tmp_path, "", 0.0)
+    assert json.loads(c.stdout.readline())["t"] - got["t"] >= 1.5, \
+        "a one-GPU job waits while the job between GPUs holds them all"
+    for p in (a, every, c):
+        p.wait(timeout=30)
+
+
+def test_claim_all_releases_everything(tmp_path):
+    c = gpu_slots.claim_all(TWO, folder=tmp_path, timeout_s=5)
+    try:
+        assert c.provenance()["gpu_slot_gpus"] == [0, 1]
+    finally:
+        c.release()
+    for g in TWO:  # both free again: a plain claim of each gets it at once
+        d = gpu_slots.claim([g], folder=tmp_path, timeout_s=1)
+        d.release()

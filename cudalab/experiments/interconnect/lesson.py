@@ -182,8 +182,8 @@ LESSON = Lesson(
                 "fixed cost of each copy weighs more, most in the host-staged mode"),
         TryThis("gpus: [0, 1]", "only that pair is measured (both directions); on a machine "
                 "where some pairs cross sockets (SYS), listing them shows the slowest path"),
-        TryThis("CUDA_VISIBLE_DEVICES=0 snakemake", "one GPU is visible: the lesson says "
-                "not applicable, and why"),
+        TryThis("gpus: [0]", "one GPU for the whole run: nothing to measure between GPUs, "
+                "and each claim of this lesson says not applicable, and why"),
     ],
     questions=[
         "With peer access off, the copy still arrives: which link does it cross, and how "
