@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cudalab import links, safe_text
+from cudalab import links, results, safe_text
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.interconnect import spec
 
@@ -40,12 +40,15 @@ def table(df: pd.DataFrame, topo_text: str, gpu_name: str, cc: str) -> pd.DataFr
                  & (df["mode"] == p.variant)].iloc[0]
         link = topo.get((p.params["src"], p.params["dst"]), "")
         ok = bool(got["correct"]) and math.isfinite(got["gbps"])
-        row |= {"status": "ok" if ok else "skipped", "time_median_s": got["seconds"],
+        row |= {"status": "ok" if ok else "skipped",
+                "reason": "" if ok else str(got["note"]), "time_median_s": got["seconds"],
                 "bytes": got["bytes"], "gbps": got["gbps"] if ok else math.nan}
         row |= {f"m_{k}": v for k, v in spec.metrics(link, cc, p.variant, True,
                                                      [math.nan, math.nan]).items()}
         rows.append(row)
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    extra = [c for c in out.columns if c not in results.COLUMNS]
+    return out.reindex(columns=[*results.COLUMNS, *extra])
 
 
 def main(argv: list[str]) -> int:

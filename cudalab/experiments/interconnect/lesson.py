@@ -198,6 +198,10 @@ LESSON = Lesson(
         "300": "the course's NVLink figure (its multi-GPU slides); a V100's NVLink 2 "
                "carries 300 GB/s over both directions of its six links (NVIDIA V100 data "
                "sheet)",
+        "25": "GB/s per NVLink link and direction in NVLink 2, 3 and 4 (NVIDIA's V100, A100 "
+              "and H100 data sheets: NVLink bandwidth / links / 2)",
+        "5": "NVLink 5, the generation of the B200, 50 GB/s per link and direction (NVIDIA "
+             "B200 data sheet)",
         "12": "the course's lower PCIe figure (its multi-GPU slides): PCIe 3 x16 in "
               "practice",
     },

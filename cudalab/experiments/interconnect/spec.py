@@ -28,6 +28,7 @@ def bus(pci_bus_id: str) -> str:
 
 def kind(link: str) -> str:
     """NVLink, PCIe or unknown, from the topology's cell (NV<n>; PIX, PXB, PHB, NODE, SYS)."""
+    link = link if isinstance(link, str) else ""  # a missing cell (NaN, NA)
     if re.fullmatch(r"NV\d+", link or ""):
         return "NVLink"
     return "PCIe" if link in ("PIX", "PXB", "PHB", "NODE", "SYS") else "unknown"
