@@ -69,7 +69,9 @@ def measure_gpu(config: dict[str, Any], gpu: Gpu, folder: Path, log: Path,
     folder.mkdir(parents=True, exist_ok=True)
     conf = folder / "config.json"
     results.write_json_atomic(conf, config)
-    env = {**os.environ, PLANT_ENV: plant} if plant else None
+    # pinned by UUID here, not only by the config's gpus: list: inside a Slurm job
+    # gpu_slots leaves pinning to the allocation, which gives this job every GPU of the node
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu.uuid, **({PLANT_ENV: plant} if plant else {})}
     rc = 0
     with open(log, "w") as out:
         for name in cfg.enabled_experiments(config):
@@ -382,5 +384,25 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--plant-slowdown", type=int, default=None, metavar="INDEX",
                    help=f"test hook: build GPU INDEX's kernels with {PLANTED}, so that a "
                    "working acceptance flags it (tools/accept_planted.sh)")
-    s.set_defaults(fn=lambda a: run(a.config, Path(a.out), plant_gpu=a.plant_slowdown))
+    fleet = s.add_argument_group("every node of a Slurm partition (cudalab/fleet.py)")
+    fleet.add_argument("--slurm", action="store_true", help="one job per node of "
+                       "--partition, each holding all the node's GPUs; then fleet.html")
+    fleet.add_argument("--partition", default="", help="the partition whose nodes to accept")
+    fleet.add_argument("--account", default="", help="sbatch --account, where the site wants")
+    fleet.add_argument("--time-min", type=int, default=30, help="each job's time limit")
+    fleet.add_argument("--no-wait", action="store_true", help="submit and return; "
+                       "--collect builds the page later")
+    fleet.add_argument("--collect", action="store_true", help="only build fleet.csv and "
+                       "fleet.html from --out's node folders")
+    s.set_defaults(fn=_command)
+
+
+def _command(a: Any) -> int:
+    if a.slurm or a.collect:
+        from cudalab import fleet
+
+        if a.out == "accept":
+            a.out = "accept-fleet"
+        return fleet.run(a)
+    return run(a.config, Path(a.out), plant_gpu=a.plant_slowdown)
 
