@@ -258,3 +258,23 @@ def test_claim_all_releases_everything(tmp_path):
     for g in TWO:  # both free again: a plain claim of each gets it at once
         d = gpu_slots.claim([g], folder=tmp_path, timeout_s=1)
         d.release()
+
+
+@pytest.mark.slow
+def test_the_job_between_gpus_takes_them_all_and_runs_alone(tmp_path):
+    conf = MIXED + "  interconnect:\n    size_mib: 1\n"
+    (tmp_path / "c.yaml").write_text(conf)
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory",
+           str(tmp_path), "--cores", "2", "results/raw/matmul/_manifest.json",
+           "results/raw/interconnect/_manifest.json", "--configfile", "c.yaml"]
+    run_env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES",
+                                                                 "SLURM_JOB_ID")}
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                       env={**run_env, "XDG_RUNTIME_DIR": str(tmp_path), **fake_env(TWO)})
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    block = out[out.index("output: results/raw/interconnect/_manifest.json"):][:600]
+    assert re.search(r"resources: .*\bgpu=2\b", block), block
+    log = (tmp_path / "results" / "logs" / "measure_interconnect.log").read_text()
+    both = ",".join(g.uuid for g in TWO)
+    assert f"CUDA_VISIBLE_DEVICES='{both}'" in log, log[-2000:]
