@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -74,8 +75,31 @@ def _gpu_available() -> tuple[bool, str]:
         return False, f"no usable CUDA GPU ({type(exc).__name__}: {exc})"
 
 
+def _gpu_count() -> int:
+    """GPUs nvidia-smi lists (0 without it), asked in a process of its own: the test
+    process must not start CUDA before the tests that pin it."""
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for ln in out.stdout.splitlines() if ln.startswith("GPU "))
+
+
+def _skip_multi_gpu(items) -> None:
+    """Tests marked multi_gpu(n) are skipped where fewer than n GPUs are here."""
+    wanted = [(i, i.get_closest_marker("multi_gpu")) for i in items]
+    wanted = [(i, m.args[0] if m.args else 2) for i, m in wanted if m is not None]
+    if not wanted:
+        return
+    have = _gpu_count()
+    for item, n in wanted:
+        if have < n:
+            item.add_marker(pytest.mark.skip(reason=f"needs {n} GPUs, {have} here"))
+
+
 def pytest_collection_modifyitems(config, items):
     _deselect_slow(config, items)
+    _skip_multi_gpu(items)
     if not any("gpu" in item.keywords for item in items):
         return
     ok, why = _gpu_available()
