@@ -306,8 +306,9 @@ def _links_html(links: pd.DataFrame | None, slow: pd.DataFrame) -> str:
                   f"{r.gbps:.0f} GB/s, {r.share_of_median:.0%} of its link type's median</li>"
                   for r in slow.itertuples())
     wrong = links[~links["correct"].astype(bool) & links["note"].isna()]
-    return (f"<h2>Links between GPUs</h2><img alt='bandwidth matrix' style='max-width:100%' "
-            f"src='{links_matrix_png(links)}'><ul>{items}</ul>"
+    png = links_matrix_png(links)
+    img = f"<img alt='bandwidth matrix' style='max-width:100%' src='{png}'>" if png else ""
+    return (f"<h2>Links between GPUs</h2>{img}<ul>{items}</ul>"
             + (f"<p>Slow pairs (below {SLOW_SHARE:.0%} of the median of their link type):</p>"
                f"<ul>{bad}</ul>" if bad else "")
             + (f"<p><b>{len(wrong)} copies did not arrive intact</b> (links.csv).</p>"

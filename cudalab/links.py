@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import shutil
 import statistics
@@ -59,7 +60,8 @@ def topology(text: str | None = None) -> dict[tuple[int, int], str]:
     NUMA node, across sockets)."""
     if text is None:
         text = topology_text()
-    rows = [ln.split() for ln in text.splitlines() if re.match(r"^\s*GPU\d+\s", ln)]
+    # a GPU's row starts at the line's start; the header (GPU0 GPU1 ... after a tab) not
+    rows = [ln.split() for ln in text.splitlines() if re.match(r"^GPU\d+\s", ln)]
     out = {}
     for r in rows:
         i = int(r[0][3:])
@@ -294,6 +296,8 @@ def measure_pair(cuda: Any, src: int, dst: int, size: int, reps: int,
 
 
 def measure_all(size: int, reps: int) -> pd.DataFrame:
+    # CUDA's ordinals in nvidia-smi's order, the topology's (CUDA's default: fastest first)
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     import pycuda.driver as cuda
 
     cuda.init()
