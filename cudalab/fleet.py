@@ -149,20 +149,21 @@ def write_node_record(folder: Path, rc: int, lines: list[str]) -> None:
 
 
 def node_main(config: str, folder: Path) -> int:
-    from cudalab import accept
-
+    """`cudalab accept` on this node, in a process of its own (whatever becomes of it, the
+    record is written), its output passed on to the job's log as it comes."""
     folder.mkdir(parents=True, exist_ok=True)
     lines: list[str] = []
-
-    def say(msg: str) -> None:
-        print(msg, flush=True)
-        lines.append(msg)
-
     rc = 3
     try:
-        rc = accept.run(config, folder, say=say)
-    except Exception as exc:  # noqa: BLE001 - the record says what stopped it
-        say(f"error: acceptance stopped: {type(exc).__name__}: {exc}")
+        with subprocess.Popen([sys.executable, "-m", "cudalab.cli", "accept", "--config",
+                               config, "--out", str(folder)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) as p:
+            for line in p.stdout or ():
+                print(line, end="", flush=True)
+                lines.append(line.rstrip("\n"))
+        rc = p.returncode
+    except OSError as exc:
+        lines.append(f"error: acceptance could not start: {exc}")
     finally:
         write_node_record(folder, rc, lines)
     return rc
