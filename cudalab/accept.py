@@ -69,7 +69,9 @@ def measure_gpu(config: dict[str, Any], gpu: Gpu, folder: Path, log: Path,
     folder.mkdir(parents=True, exist_ok=True)
     conf = folder / "config.json"
     results.write_json_atomic(conf, config)
-    env = {**os.environ, PLANT_ENV: plant} if plant else None
+    # pinned by UUID here, not only by the config's gpus: list: inside a Slurm job
+    # gpu_slots leaves pinning to the allocation, which gives this job every GPU of the node
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu.uuid, **({PLANT_ENV: plant} if plant else {})}
     rc = 0
     with open(log, "w") as out:
         for name in cfg.enabled_experiments(config):
@@ -219,26 +221,22 @@ def measure_links(out: Path, say: Any = print) -> pd.DataFrame | None:
 
 
 def links_matrix_png(links: pd.DataFrame) -> str:
-    """The peer-copy bandwidth matrix (GB/s, source rows, destination columns), as a data
-    URI: the page stays one file."""
+    """The bandwidth matrices of the copies (links.matrix_figure), as a data URI: the page
+    stays one file."""
     import base64
     import io
 
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import seaborn as sns
 
-    modes = [m for m in ("peer", "no_peer", "host_staged") if (links["mode"] == m).any()]
-    fig, axes = plt.subplots(1, len(modes), figsize=(4.2 * len(modes), 3.8), squeeze=False)
-    top = float(links["gbps"].max()) if links["gbps"].notna().any() else 1.0
-    for ax, mode in zip(axes[0], modes):
-        m = links[links["mode"] == mode].pivot(index="src", columns="dst", values="gbps")
-        sns.heatmap(m, annot=True, fmt=".0f", cmap="viridis", vmin=0, vmax=top, ax=ax,
-                    cbar_kws={"label": "GB/s"})
-        ax.set(title=links_mode_title(mode), xlabel="destination GPU", ylabel="source GPU")
-    fig.suptitle("Copies between GPUs (GB/s, 256 MiB each)")
-    fig.tight_layout()
+    from cudalab.links import matrix_figure
+
+    size = int(links["bytes"].min()) >> 20 if "bytes" in links and len(links) else 0
+    fig = matrix_figure(links, ("peer", "no_peer", "host_staged"),
+                        f"Copies between GPUs (GB/s, {size} MiB each)")
+    if fig is None:
+        return ""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
@@ -308,8 +306,9 @@ def _links_html(links: pd.DataFrame | None, slow: pd.DataFrame) -> str:
                   f"{r.gbps:.0f} GB/s, {r.share_of_median:.0%} of its link type's median</li>"
                   for r in slow.itertuples())
     wrong = links[~links["correct"].astype(bool) & links["note"].isna()]
-    return (f"<h2>Links between GPUs</h2><img alt='bandwidth matrix' style='max-width:100%' "
-            f"src='{links_matrix_png(links)}'><ul>{items}</ul>"
+    png = links_matrix_png(links)
+    img = f"<img alt='bandwidth matrix' style='max-width:100%' src='{png}'>" if png else ""
+    return (f"<h2>Links between GPUs</h2>{img}<ul>{items}</ul>"
             + (f"<p>Slow pairs (below {SLOW_SHARE:.0%} of the median of their link type):</p>"
                f"<ul>{bad}</ul>" if bad else "")
             + (f"<p><b>{len(wrong)} copies did not arrive intact</b> (links.csv).</p>"
@@ -386,5 +385,25 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--plant-slowdown", type=int, default=None, metavar="INDEX",
                    help=f"test hook: build GPU INDEX's kernels with {PLANTED}, so that a "
                    "working acceptance flags it (tools/accept_planted.sh)")
-    s.set_defaults(fn=lambda a: run(a.config, Path(a.out), plant_gpu=a.plant_slowdown))
+    fleet = s.add_argument_group("every node of a Slurm partition (cudalab/fleet.py)")
+    fleet.add_argument("--slurm", action="store_true", help="one job per node of "
+                       "--partition, each holding all the node's GPUs; then fleet.html")
+    fleet.add_argument("--partition", default="", help="the partition whose nodes to accept")
+    fleet.add_argument("--account", default="", help="sbatch --account, where the site wants")
+    fleet.add_argument("--time-min", type=int, default=30, help="each job's time limit")
+    fleet.add_argument("--no-wait", action="store_true", help="submit and return; "
+                       "--collect builds the page later")
+    fleet.add_argument("--collect", action="store_true", help="only build fleet.csv and "
+                       "fleet.html from --out's node folders")
+    s.set_defaults(fn=_command)
+
+
+def _command(a: Any) -> int:
+    if a.slurm or a.collect:
+        from cudalab import fleet
+
+        if a.out == "accept":
+            a.out = "accept-fleet"
+        return fleet.run(a)
+    return run(a.config, Path(a.out), plant_gpu=a.plant_slowdown)
 

@@ -9,8 +9,9 @@ when loaded), a list of `lessons`:
   course   value + unit as the course printed them, the GPU it ran on, a note
   match    point (a point_id) or variant (its first ok row) + metric (a column of
            results.csv), times scale (s -> ms: 1000), divided by the row's column `per`
-           where given; or ratio: [point_a, point_b] = metric of point_a / metric of
-           point_b; experiment: the folder's, unless named
+           where given; `where` {column: value} keeps only such rows (an NVLink pair);
+           or ratio: [point_a, point_b] = metric of point_a / metric of point_b;
+           experiment: the folder's, unless named
   effect   how the course's effect is read from its number, for the verdict (VERDICTS):
            speedup (a ratio where 1 is no effect: a speed-up or a slow-down), level (the
            number itself: cycles, a share of time) or {shortfall_of: N} (how far the number
@@ -60,6 +61,7 @@ _MATCH = {
         "variant": {"type": "string"}, "metric": {"type": "string"},
         "scale": {"type": "number"}, "per": {"type": "string"},
         "ratio": {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 2},
+        "where": {"type": "object", "additionalProperties": {"type": "string"}},
     },
     "oneOf": [{"required": ["point"]}, {"required": ["variant"]}, {"required": ["ratio"]}],
 }
@@ -137,9 +139,12 @@ def _num(v: Any) -> float | None:
 
 
 def _ok_row(df: pd.DataFrame, experiment: str, point: str | None = None,
-            variant: str | None = None) -> pd.Series | None:
+            variant: str | None = None, where: dict[str, str] | None = None
+            ) -> pd.Series | None:
     sel = (df["experiment"] == experiment) & (df["status"] == "ok")
     sel &= (df["point_id"] == point) if point is not None else (df["variant"] == variant)
+    for column, value in (where or {}).items():
+        sel &= (df[column].astype(str) == value) if column in df else False
     rows = df[sel]
     return rows.iloc[0] if len(rows) else None
 
@@ -154,7 +159,7 @@ def this_value(df: pd.DataFrame, match: dict[str, Any]) -> tuple[float | None, p
             return None, None
         va, vb = _num(a[metric]), _num(b[metric])
         return (va / vb if va is not None and vb else None), a
-    row = _ok_row(df, exp, match.get("point"), match.get("variant"))
+    row = _ok_row(df, exp, match.get("point"), match.get("variant"), match.get("where"))
     if row is None or metric not in df:
         return None, row
     v = _num(row[metric])

@@ -137,20 +137,30 @@ class Claim:
     gpu: Gpu
     fd: int  # the open lock file: the GPU is ours while it stays open
     cvd_before: str | None = None  # CUDA_VISIBLE_DEVICES before the claim pinned it
+    # a job that needs every GPU (the links between them): the others it locked, with fds
+    others: tuple[tuple[Gpu, int], ...] = ()
+
+    @property
+    def gpus(self) -> list[Gpu]:
+        return [self.gpu, *(g for g, _ in self.others)]
 
     def release(self) -> None:
         if self.fd < 0:
             return
-        with contextlib.suppress(OSError):
-            os.close(self.fd)
-        self.fd = -1
+        for fd in (self.fd, *(fd for _, fd in self.others)):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.fd, self.others = -1, ()
         if self.cvd_before is None:
             os.environ.pop("CUDA_VISIBLE_DEVICES", None)
         else:
             os.environ["CUDA_VISIBLE_DEVICES"] = self.cvd_before
 
     def provenance(self) -> dict[str, Any]:
-        return {"gpu_smi_index": self.gpu.index, "gpu_slot_locked": True}
+        out: dict[str, Any] = {"gpu_smi_index": self.gpu.index, "gpu_slot_locked": True}
+        if self.others:
+            out["gpu_slot_gpus"] = [g.index for g in self.gpus]
+        return out
 
 
 def smi_index(pci_bus_id: str) -> int | None:
@@ -200,6 +210,38 @@ def claim(gpus: list[Gpu], prefer_uuid: str = "", folder: Path | None = None,
         time.sleep(0.2)
 
 
+def claim_all(gpus: list[Gpu], folder: Path | None = None,
+              say: Callable[[str], None] | None = None, timeout_s: float | None = None
+              ) -> Claim:
+    """Lock every GPU of `gpus` and make them all visible to this process (in NVML order),
+    for a job that measures between GPUs: no other job then measures on any of them. Locks
+    are taken in index order, so two such jobs never hold part of what the other waits for;
+    a one-GPU job never waits while holding a lock. Waits, saying so, while one is taken."""
+    folder = lock_dir() if folder is None else folder
+    held: list[tuple[Gpu, int]] = []
+    t0 = noted = time.monotonic()
+    try:
+        for gpu in sorted(gpus, key=lambda g: g.index):
+            while (fd := _try_lock(folder, gpu)) is None:
+                now = time.monotonic()
+                if timeout_s is not None and now - t0 > timeout_s:
+                    raise TimeoutError(f"GPU {gpu.index} still in use after {timeout_s:g} s")
+                if now - noted > WAIT_NOTE_S:
+                    noted = now
+                    (say or _stderr)(f"waiting for every GPU ({len(held)} of {len(gpus)} "
+                                     f"locked): {holders(folder, [gpu])}")
+                time.sleep(0.2)
+            held.append((gpu, fd))
+    except BaseException:
+        for _, fd in held:
+            os.close(fd)
+        raise
+    before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(g.uuid for g, _ in held)
+    (first, fd0), rest = held[0], tuple(held[1:])
+    return Claim(first, fd0, before, rest)
+
+
 def holders(folder: Path, gpus: list[Gpu]) -> str:
     """Which process holds each GPU's lock, as its lock file says."""
     out = []
@@ -226,8 +268,10 @@ def last_gpu(raw_dir: Path) -> str:
 
 
 def claim_for_job(config: dict[str, Any], raw_dir: Path,
-                  say: Callable[[str], None] | None = None) -> Claim | None:
-    """The GPU a local measure job takes, or None where jobs are not pinned."""
+                  say: Callable[[str], None] | None = None, every: bool = False
+                  ) -> Claim | None:
+    """The GPU a local measure job takes (every usable GPU where `every`: a job measuring
+    between GPUs), or None where jobs are not pinned."""
     found = nvml_gpus()
     gpus = usable_gpus(config, found)
     if found and not gpus:
@@ -241,6 +285,8 @@ def claim_for_job(config: dict[str, Any], raw_dir: Path,
         # CUDA reads CUDA_VISIBLE_DEVICES once, when it starts: a process that may have
         # started it already (a test session, a notebook) keeps the device it has
         return None
+    if every:
+        return claim_all(gpus, say=say)
     return claim(gpus, last_gpu(raw_dir), say=say)
 
 

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import shutil
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +37,21 @@ MODE_LABEL = {"peer": "copy, peer access on", "no_peer": "copy, peer access off"
               "remote_read": "kernel reading the other GPU's memory"}
 SLOW_LINK = 0.8  # a pair below this share of its link type's median peer bandwidth is slow
 
-READ_REMOTE = r"""
-extern "C" __global__ void read_remote(const int4 *__restrict__ src, int4 *__restrict__ dst,
-                                       size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        dst[i] = src[i];
-}
-"""
+# In cuda/ (interconnect/read_remote.cu): one source for this module and the lesson.
+READ_REMOTE_FILE = "interconnect/read_remote.cu"
+
+
+def topology_text() -> str:
+    """`nvidia-smi topo -m` as printed, its terminal colour codes removed ('' without
+    nvidia-smi or where it fails)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return ""
+    try:
+        out = subprocess.run([exe, "topo", "-m"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return re.sub(r"\x1b\[[0-9;]*m", "", out.stdout) if out.returncode == 0 else ""
 
 
 def topology(text: str | None = None) -> dict[tuple[int, int], str]:
@@ -49,12 +59,9 @@ def topology(text: str | None = None) -> dict[tuple[int, int], str]:
     PIX, PXB, PHB, NODE, SYS: PCIe paths through a switch, bridges, the host bridge, the
     NUMA node, across sockets)."""
     if text is None:
-        exe = shutil.which("nvidia-smi")
-        if exe is None:
-            return {}
-        text = subprocess.run([exe, "topo", "-m"], capture_output=True, text=True,
-                              timeout=60).stdout
-    rows = [ln.split() for ln in text.splitlines() if re.match(r"^\s*GPU\d+\s", ln)]
+        text = topology_text()
+    # a GPU's row starts at the line's start; the header (GPU0 GPU1 ... after a tab) not
+    rows = [ln.split() for ln in text.splitlines() if re.match(r"^GPU\d+\s", ln)]
     out = {}
     for r in rows:
         i = int(r[0][3:])
@@ -115,6 +122,9 @@ class Pair:
         self.ctx[side].pop()
         return bool(np.array_equal(got, expect))
 
+    def free(self) -> None:  # a job's cache frees what it drops by free()
+        self.release()
+
     def release(self) -> None:
         self.set_peer(False)  # primary contexts outlive the pair: leave them as found
         self.ctx[0].push()
@@ -152,48 +162,61 @@ def _events_time(pair: Pair, fn: Any, reps: int, side: int = 0) -> float:
 def _wall_time(pair: Pair, fn: Any, reps: int) -> float:
     """Seconds per call of fn() (work on both GPUs), by the host clock around a batch."""
     fn()
-    _sync_both(pair)
+    sync_both(pair)
     times = []
     for _ in range(reps):
         t = time.perf_counter()
         fn()
-        _sync_both(pair)
+        sync_both(pair)
         times.append(time.perf_counter() - t)
     return statistics.median(times)
 
 
-def _sync_both(pair: Pair) -> None:
+def sync_both(pair: Pair) -> None:
+    """Wait for both GPUs' streams of the pair."""
     for c, s in zip(pair.ctx, pair.stream):
         c.push()
         s.synchronize()
         c.pop()
 
 
-def measure_pair(cuda: Any, src: int, dst: int, size: int, reps: int,
-                 kernel_src: str = READ_REMOTE) -> list[dict[str, Any]]:
-    """Every mode's GB/s from GPU src to GPU dst, each with its byte check."""
-    pair = Pair(cuda, src, dst, size)
+@dataclass
+class Op:
+    """One mode's copy between a pair's GPUs. run(): one copy (enqueued on `side`'s stream;
+    where both GPUs work, side is None and run() is timed by the host clock up to both
+    streams' end, sync_both); moved: bytes per run; peer: the peer-access state it needs
+    (set_peer before running); check(): whether the last run's data arrived intact (the
+    destination is poisoned afterwards); kernel: the loaded module where a kernel of
+    cudalab's moves the data (its provenance)."""
+
+    mode: str
+    run: Callable[[], None]
+    side: int | None
+    moved: int
+    peer: bool
+    check: Callable[[], bool]
+    kernel: Any = None
+
+
+NO_PEER = "no peer access between these GPUs"
+
+
+def op(pair: Pair, mode: str, read_remote: Callable[[], Any] | None = None) -> Op | str:
+    """Mode `mode` of the pair as an Op, or why it cannot run here (no peer access).
+    read_remote(): the read_remote kernel loaded in the destination's context (called with
+    that context current; default: compiled from cuda/ by pycuda)."""
+    cuda, size = pair.cuda, pair.size
     s_src, d_dst = pair.buf[0][0], pair.buf[1][1]
-    rows = []
+    if mode in ("peer", "bidirectional", "remote_read") and not pair.peer_ok:
+        return NO_PEER
 
-    def row(mode: str, seconds: float, ok: bool, moved: int | None = None, why: str = "") -> None:
-        rows.append({"src": src, "dst": dst, "mode": mode, "bytes": moved or size,
-                     "seconds": seconds, "gbps": (moved or size) / seconds / 1e9
-                     if seconds and ok else math.nan, "correct": ok, "note": why})
+    def intact() -> bool:
+        return pair.check(1, pair.data)
 
-    def copy() -> None:
-        cuda.memcpy_dtod_async(d_dst, s_src, size, pair.stream[0])
-
-    try:
-        for mode in ("no_peer", "peer"):
-            if mode == "peer" and not pair.peer_ok:
-                row(mode, math.nan, False, why="no peer access between these GPUs")
-                continue
-            pair.set_peer(mode == "peer")
-            t = _events_time(pair, copy, reps)
-            row(mode, t, pair.check(1, pair.data))
-        pair.set_peer(False)
-
+    if mode in ("peer", "no_peer"):
+        return Op(mode, lambda: cuda.memcpy_dtod_async(d_dst, s_src, size, pair.stream[0]),
+                  0, size, mode == "peer", intact)
+    if mode == "host_staged":
         def staged() -> None:
             pair.ctx[0].push()
             cuda.memcpy_dtoh_async(pair.host, s_src, pair.stream[0])
@@ -202,14 +225,8 @@ def measure_pair(cuda: Any, src: int, dst: int, size: int, reps: int,
             pair.ctx[1].push()
             cuda.memcpy_htod_async(d_dst, pair.host, pair.stream[1])
             pair.ctx[1].pop()
-
-        row("host_staged", _wall_time(pair, staged, reps), pair.check(1, pair.data))
-        if not pair.peer_ok:
-            for mode in ("bidirectional", "remote_read"):
-                row(mode, math.nan, False, why="no peer access between these GPUs")
-            return rows
-        pair.set_peer(True)
-
+        return Op(mode, staged, None, size, False, intact)
+    if mode == "bidirectional":
         def both() -> None:
             pair.ctx[0].push()
             cuda.memcpy_dtod_async(d_dst, s_src, size, pair.stream[0])
@@ -217,25 +234,29 @@ def measure_pair(cuda: Any, src: int, dst: int, size: int, reps: int,
             pair.ctx[1].push()
             cuda.memcpy_dtod_async(pair.buf[0][1], pair.buf[1][0], size, pair.stream[1])
             pair.ctx[1].pop()
-
-        t = _wall_time(pair, both, reps)
-        row("bidirectional", t, pair.check(1, pair.data) and pair.check(0, pair.data[::-1]),
-            moved=2 * size)
-        rows.append(_remote_read(cuda, pair, reps, kernel_src, src, dst))
-        return rows
-    finally:
-        pair.release()
+        return Op(mode, both, None, 2 * size, True,
+                  lambda: pair.check(1, pair.data) and pair.check(0, pair.data[::-1]))
+    if mode == "remote_read":
+        return _remote_read(pair, read_remote or _compiled_read_remote)
+    raise ValueError(f"mode {mode!r}; allowed: {', '.join(MODES)}")
 
 
-def _remote_read(cuda: Any, pair: Pair, reps: int, kernel_src: str, src: int, dst: int
-                 ) -> dict[str, Any]:
-    """A kernel on GPU dst copying GPU src's buffer into its own: loads over the link."""
+def _compiled_read_remote() -> Any:
     from pycuda.compiler import SourceModule
 
+    from cudalab.resources import CUDA_DIR
+
+    return SourceModule((CUDA_DIR / READ_REMOTE_FILE).read_text(), no_extern_c=True)
+
+
+def _remote_read(pair: Pair, load: Callable[[], Any]) -> Op:
+    """A kernel on the destination GPU copying the source GPU's buffer into its own: loads
+    over the link."""
     pair.ctx[1].push()
     try:
-        fn = SourceModule(kernel_src, no_extern_c=True).get_function("read_remote")
-        sms = pair.dev[1].get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT)
+        module = load()
+        fn = module.get_function("read_remote")
+        sms = pair.dev[1].get_attribute(pair.cuda.device_attribute.MULTIPROCESSOR_COUNT)
     finally:
         pair.ctx[1].pop()
     n = np.uint64(pair.size // 16)
@@ -244,13 +265,39 @@ def _remote_read(cuda: Any, pair: Pair, reps: int, kernel_src: str, src: int, ds
         fn(pair.buf[0][0], pair.buf[1][1], n, block=(256, 1, 1), grid=(sms * 8, 1),
            stream=pair.stream[1])
 
-    t = _events_time(pair, launch, reps, side=1)
-    ok = pair.check(1, pair.data)
-    return {"src": src, "dst": dst, "mode": "remote_read", "bytes": pair.size, "seconds": t,
-            "gbps": pair.size / t / 1e9 if ok else math.nan, "correct": ok, "note": ""}
+    return Op("remote_read", launch, 1, pair.size, True, lambda: pair.check(1, pair.data),
+              module)
+
+
+def measure_pair(cuda: Any, src: int, dst: int, size: int, reps: int,
+                 read_remote: Callable[[], Any] | None = None) -> list[dict[str, Any]]:
+    """Every mode's GB/s from GPU src to GPU dst (CUDA ordinals), each with its byte check,
+    timed by this module's own loop (the median of reps after a warm-up)."""
+    pair = Pair(cuda, src, dst, size)
+    rows = []
+    try:
+        for mode in ("no_peer", "peer", "host_staged", "bidirectional", "remote_read"):
+            o = op(pair, mode, read_remote)
+            if isinstance(o, str):
+                rows.append({"src": src, "dst": dst, "mode": mode, "bytes": size,
+                             "seconds": math.nan, "gbps": math.nan, "correct": False,
+                             "note": o})
+                continue
+            pair.set_peer(o.peer)
+            t = (_events_time(pair, o.run, reps, o.side) if o.side is not None
+                 else _wall_time(pair, o.run, reps))
+            ok = o.check()
+            rows.append({"src": src, "dst": dst, "mode": mode, "bytes": o.moved, "seconds": t,
+                         "gbps": o.moved / t / 1e9 if t and ok else math.nan, "correct": ok,
+                         "note": ""})
+        return rows
+    finally:
+        pair.release()
 
 
 def measure_all(size: int, reps: int) -> pd.DataFrame:
+    # CUDA's ordinals in nvidia-smi's order, the topology's (CUDA's default: fastest first)
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     import pycuda.driver as cuda
 
     cuda.init()
@@ -275,6 +322,42 @@ def slow_pairs(df: pd.DataFrame, share: float = SLOW_LINK) -> pd.DataFrame:
     med = peer.groupby("link")["gbps"].transform("median")
     peer["share_of_median"] = peer["gbps"] / med
     return peer[peer["share_of_median"] < share]
+
+
+def matrix_figure(df: pd.DataFrame, modes: tuple[str, ...] = MODES, title: str = "") -> Any:
+    """Each mode's bandwidth matrix (GB/s; source GPU rows, destination columns), one heatmap
+    per mode on one colour scale, up to three per row; None where no mode has a number.
+    df: one row per pair and mode (src, dst, mode, gbps), as links.csv. The cells' labels
+    shrink with the GPU count so that an 8 x 8 matrix stays legible."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    have = [m for m in modes if (df["mode"] == m).any() and df.loc[df["mode"] == m, "gbps"]
+            .notna().any()]
+    if not have:
+        return None
+    gpus = sorted(set(df["src"]) | set(df["dst"]))
+    n, cols = len(gpus), min(3, len(have))
+    rows = math.ceil(len(have) / cols)
+    side = 3.2 + 0.35 * n
+    fig, axes = plt.subplots(rows, cols, figsize=(side * cols, side * 0.9 * rows + 0.6),
+                             squeeze=False)
+    top = float(df["gbps"].max())
+    for ax, mode in zip(axes.flat, have):
+        m = (df[df["mode"] == mode].pivot_table(index="src", columns="dst", values="gbps")
+             .reindex(index=gpus, columns=gpus))
+        sns.heatmap(m, annot=True, fmt=".0f", cmap="viridis", vmin=0, vmax=top, ax=ax,
+                    annot_kws={"fontsize": 10 if n <= 4 else 7}, linewidths=0.5,
+                    cbar_kws={"label": "GB/s"}, mask=m.isna())
+        ax.set_facecolor("0.85")  # the diagonal and unmeasured pairs: grey, no number
+        ax.set(title=MODE_LABEL.get(mode, mode), xlabel="destination GPU",
+               ylabel="source GPU")
+        ax.title.set_fontsize(9)
+    for ax in list(axes.flat)[len(have):]:
+        ax.set_visible(False)
+    fig.suptitle(title or "Copies between GPUs (GB/s)", fontsize=11)
+    fig.tight_layout()
+    return fig
 
 
 def link_label(link: str) -> str:

@@ -305,7 +305,8 @@ def _open_gpu(job: Job) -> None:
 
     try:
         # several GPUs here: lock a free one and pin this process to it before CUDA starts
-        job.slot = gpu_slots.claim_for_job(job.config, job.raw_dir, say=log)
+        job.slot = gpu_slots.claim_for_job(job.config, job.raw_dir, say=log,
+                                           every=job.exp.all_gpus)
         job.gpu = gpumod.open_session(0 if job.slot else job.config["gpu_index"])
     except gpumod.NoGpuError as exc:
         if job.env.get("slurm_job_id"):
@@ -319,7 +320,7 @@ def _open_gpu(job: Job) -> None:
     job.env |= job.gpu.info
     if job.slot is not None:
         job.env |= job.slot.provenance()
-        log(f"{job.name}: measures on {job.slot.gpu.label()}")
+        log(f"{job.name}: measures on {'; '.join(g.label() for g in job.slot.gpus)}")
     else:
         job.env["gpu_smi_index"] = gpu_slots.smi_index(job.env.get("gpu_pci_bus_id", ""))
     _open_telemetry(job)

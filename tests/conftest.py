@@ -74,8 +74,30 @@ def _gpu_available() -> tuple[bool, str]:
         return False, f"no usable CUDA GPU ({type(exc).__name__}: {exc})"
 
 
+def _gpu_count() -> int:
+    """GPUs this process may use: NVML's, less what CUDA_VISIBLE_DEVICES hides (0 without a
+    driver). NVML starts no CUDA context, so the tests that pin a GPU later are unaffected;
+    `nvidia-smi -L` would count GPUs that CUDA_VISIBLE_DEVICES hides (seen failing a
+    2-GPU test pinned to one GPU of four)."""
+    from cudalab import gpu_slots
+    return len(gpu_slots.usable_gpus({}))
+
+
+def _skip_multi_gpu(items) -> None:
+    """Tests marked multi_gpu(n) are skipped where fewer than n GPUs are here."""
+    wanted = [(i, i.get_closest_marker("multi_gpu")) for i in items]
+    wanted = [(i, m.args[0] if m.args else 2) for i, m in wanted if m is not None]
+    if not wanted:
+        return
+    have = _gpu_count()
+    for item, n in wanted:
+        if have < n:
+            item.add_marker(pytest.mark.skip(reason=f"needs {n} GPUs, {have} here"))
+
+
 def pytest_collection_modifyitems(config, items):
     _deselect_slow(config, items)
+    _skip_multi_gpu(items)
     if not any("gpu" in item.keywords for item in items):
         return
     ok, why = _gpu_available()

@@ -36,6 +36,9 @@ REFERENCES = {
     # tensor_cores is off in the default grid: its own H100 run is its reference
     "H100 tensor cores": ROOT / "reports" / "reference" / "NVIDIA-H100-80GB-HBM3"
     / "tensor-cores-2026-11-25" / "results-run1.csv",
+    # the links between two H200s (cudalab.links), as the interconnect lesson's rows
+    "2 H200s' links": ROOT / "reports" / "reference" / "interconnect-2xH200-2026-11-27"
+    / "results.csv",
 }
 JUDGED = (State.SEEN, State.NOT_SEEN)
 

@@ -244,3 +244,62 @@ def test_a_pinned_job_takes_its_share_of_the_cores(monkeypatch):
     assert runner.shared_cores({"gpus": [0, 1]}, slot) == 32
     assert runner.shared_cores({}, gpu_slots.Claim(TWO[0], -1, cvd_before="0,1")) == 32
     assert runner.shared_cores({}, None) == 64
+ALL_HOLDER = textwrap.dedent("""
+    import json, os, sys, time
+    from pathlib import Path
+    from cudalab import gpu_slots
+    gpus = [gpu_slots.Gpu(**g) for g in json.loads(sys.argv[1])]
+    c = gpu_slots.claim_all(gpus, folder=Path(sys.argv[2]), timeout_s=30)
+    print(json.dumps({"gpus": [g.index for g in c.gpus], "t": time.time(),
+                      "cvd": os.environ["CUDA_VISIBLE_DEVICES"]}), flush=True)
+    time.sleep(float(sys.argv[3]))
+""")
+
+
+def test_a_job_between_gpus_locks_them_all_and_one_gpu_jobs_wait(tmp_path):
+    a = _holder(tmp_path, TWO[1].uuid, 2.0)
+    assert json.loads(a.stdout.readline())["uuid"] == TWO[1].uuid
+    t0 = time.time()
+    every = subprocess.Popen([sys.executable, "-c", ALL_HOLDER,
+                              json.dumps([g.__dict__ for g in TWO]), str(tmp_path), "2.0"],
+                             stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    got = json.loads(every.stdout.readline())
+    assert got["t"] - t0 >= 1.5, "it waited for the GPU a one-GPU job held"
+    assert got["gpus"] == [0, 1] and got["cvd"] == ",".join(g.uuid for g in TWO)
+    c = _holder(tmp_path, "", 0.0)
+    assert json.loads(c.stdout.readline())["t"] - got["t"] >= 1.5, \
+        "a one-GPU job waits while the job between GPUs holds them all"
+    for p in (a, every, c):
+        p.wait(timeout=30)
+
+
+def test_claim_all_releases_everything(tmp_path):
+    c = gpu_slots.claim_all(TWO, folder=tmp_path, timeout_s=5)
+    try:
+        assert c.provenance()["gpu_slot_gpus"] == [0, 1]
+    finally:
+        c.release()
+    for g in TWO:  # both free again: a plain claim of each gets it at once
+        d = gpu_slots.claim([g], folder=tmp_path, timeout_s=1)
+        d.release()
+
+
+@pytest.mark.slow
+def test_the_job_between_gpus_takes_them_all_and_runs_alone(tmp_path):
+    conf = MIXED + "  interconnect:\n    size_mib: 1\n"
+    (tmp_path / "c.yaml").write_text(conf)
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory",
+           str(tmp_path), "--cores", "2", "results/raw/matmul/_manifest.json",
+           "results/raw/interconnect/_manifest.json", "--configfile", "c.yaml"]
+    run_env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES",
+                                                                 "SLURM_JOB_ID")}
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                       env={**run_env, "XDG_RUNTIME_DIR": str(tmp_path), **fake_env(TWO)})
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    block = out[out.index("output: results/raw/interconnect/_manifest.json"):][:600]
+    assert re.search(r"resources: .*\bgpu=2\b", block), block
+    log = (tmp_path / "results" / "logs" / "measure_interconnect.log").read_text()
+    both = ",".join(g.uuid for g in TWO)
+    assert f"CUDA_VISIBLE_DEVICES='{both}'" in log, log[-2000:]

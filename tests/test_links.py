@@ -69,3 +69,16 @@ def test_the_page_has_the_matrix_the_course_numbers_and_the_slow_pair(tmp_path):
     assert "NVLink (18 links): copy, peer access on 378 GB/s; copy, peer access off 38 GB/s" in page
     assert "the course: NVLink: 300 GB/s" in page
     assert "GPU 2 &rarr; GPU 0" in page and "1 GPU pair(s) copy slower" in page
+
+
+def test_eight_gpus_and_nics_with_the_header_uncoloured():
+    """nvidia-smi topo -m of an 8-GPU node as topology_text() keeps it (colour codes gone):
+    the header's GPU names are no row, and the NIC and affinity columns no GPU."""
+    gpus = [f"GPU{i}" for i in range(8)]
+    head = "\t" + "\t".join(gpus + ["NIC0", "NIC1", "CPU Affinity", "NUMA Affinity"])
+    rows = [f"GPU{i}\t" + "\t".join(" X " if j == i else ("NV18" if j // 4 == i // 4 else
+                                                           "SYS") for j in range(8))
+            + "\tPXB\tSYS\t0-47\t0" for i in range(8)]
+    topo = links.topology("\n".join([head, *rows, "NIC0\tPXB\tX", "", "Legend:"]))
+    assert len(topo) == 56 and max(max(k) for k in topo) == 7
+    assert topo[(0, 3)] == "NV18" and topo[(3, 4)] == "SYS" and topo[(7, 6)] == "NV18"

@@ -60,6 +60,16 @@ def not_measured_table(name: str, metric_cols: bool) -> pd.DataFrame:
 GPU_EXPERIMENTS = [n for n in REGISTRY if n != "static_analysis"]
 
 
+@pytest.fixture(autouse=True)
+def two_gpus_listed(monkeypatch):
+    """NVML (the test's seam) lists two GPUs that CUDA cannot open: the grid of the lesson
+    between GPUs, which follows the machine's GPUs, then has its GPU points too."""
+    from cudalab.gpu_slots import TEST_GPUS_ENV
+
+    monkeypatch.setenv(TEST_GPUS_ENV, '[{"index": 0, "uuid": "GPU-a"}, {"index": 1, '
+                       '"uuid": "GPU-b"}]')
+
+
 def test_every_experiment_has_gpu_points_in_the_default_config() -> None:
     """The table below is the one a GPU-less default run makes for each GPU experiment."""
     for name in GPU_EXPERIMENTS:

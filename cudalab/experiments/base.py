@@ -353,7 +353,7 @@ class Experiment:
       no_check_reason);
     - optional plan-time hooks, asked before any job: check_config(), toolchain(),
       gpu_bytes(), plan_warnings(), compile_variants(), reads_blocks, point_cost_s,
-      needs_nvcc;
+      needs_nvcc, all_gpus;
     - presentation: lesson (a Lesson from its folder's lesson.py: title, caption, figure
       captions, claims, facts, Try-this, questions), plot() for each of the lesson's
       figures, tables(), summary_table(), and the flags roofline, vs_device_peak and
@@ -408,6 +408,9 @@ class Experiment:
     point_cost_s: float | None = None
     # Whether its jobs run nvcc themselves, GPU or not (the doctor checks the toolkit).
     needs_nvcc: bool = False
+    # Whether its GPU job measures between GPUs: a local run then locks every usable GPU
+    # for it and shows it all of them (gpu_slots.claim_all), and Snakemake runs it alone.
+    all_gpus: bool = False
 
     def check_config(self, block: dict[str, Any]) -> list[str]:
         """Cross-field rules the schema cannot express; messages start with the key."""

@@ -36,14 +36,15 @@ print(size / statistics.median(times) / 1e9)
 """
 
 
-def _gpu_count() -> int:
-    """GPUs this process may use: NVML's, less what CUDA_VISIBLE_DEVICES hides (0 without a
-    driver). NVML creates no CUDA context, so asking here leaves the session's alone."""
-    from cudalab import gpu_slots
-    return len(gpu_slots.usable_gpus({}))
+def cupy_peer_gbps(size: int, env: dict[str, str]) -> float:
+    """GB/s of CuPy's cudaMemcpyPeer from GPU 0 to GPU 1, in a process of its own."""
+    c = subprocess.run([sys.executable, "-c", CUPY_PEER, str(size)], capture_output=True,
+                       text=True, env=env, timeout=300)
+    assert c.returncode == 0, c.stderr
+    return float(c.stdout.strip())
 
 
-@pytest.mark.skipif(_gpu_count() < 2, reason="needs 2 GPUs (a multi-GPU machine)")
+@pytest.mark.multi_gpu(2)
 def test_every_mode_arrives_intact_and_peer_agrees_with_cupy(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(ROOT), os.environ.get("PYTHONPATH", "")])}
@@ -54,9 +55,6 @@ def test_every_mode_arrives_intact_and_peer_agrees_with_cupy(tmp_path):
     df = pd.read_csv(tmp_path / "l.csv")
     assert df["correct"].all(), df
     ours = float(df[(df["src"] == 0) & (df["dst"] == 1) & (df["mode"] == "peer")]["gbps"].iloc[0])
-    c = subprocess.run([sys.executable, "-c", CUPY_PEER, str(256 << 20)], capture_output=True,
-                       text=True, env=env, timeout=300)
-    assert c.returncode == 0, c.stderr
-    theirs = float(c.stdout.strip())
+    theirs = cupy_peer_gbps(256 << 20, env)
     print(f"links: peer 0->1 {ours:.1f} GB/s (cudalab) vs {theirs:.1f} GB/s (CuPy memcpyPeer)")
     assert ours == pytest.approx(theirs, rel=0.15)

@@ -8,6 +8,10 @@ SLURM = config["slurm"]
 def gpu_count(wildcards):
     """A sweep's jobs ask for their model's GPU; otherwise only experiments with GPU points."""
     model = cudalab_sweep.model_of(wildcards.folder, RESULTS)
+    if _LOCAL and REGISTRY[wildcards.experiment].all_gpus and needs_gpu(wildcards.experiment):
+        # it measures between GPUs: every GPU Snakemake may hand out, so it runs alone
+        given = workflow.global_resources["gpu"]
+        return int(getattr(given, "value", given))
     return 1 if model or needs_gpu(wildcards.experiment) else 0
 
 
