@@ -65,8 +65,9 @@ def test_every_pair_every_mode_intact_and_peer_agrees_with_cupy(tmp_path):
         (Path(out) / "interconnect_claims.txt").write_text(
             "\n".join(f"{c.state.value}: {c.statement} -- {c.evidence}" for c in got.values()))
     f = spec.links_frame(df)
-    ours = float(f[(f["src"] == 0) & (f["dst"] == 1) & (f["mode"] == "peer")]["gbps"].iloc[0])
-    theirs = cupy_peer_gbps(SIZE_MIB << 20, env)
-    print(f"interconnect: peer 0->1 {ours:.1f} GB/s (cudalab, harness) vs {theirs:.1f} GB/s "
-          "(CuPy memcpyPeer)")
-    assert ours == pytest.approx(theirs, rel=0.15)
+    for mode, peer in (("peer", True), ("no_peer", False)):
+        ours = float(f[(f["src"] == 0) & (f["dst"] == 1) & (f["mode"] == mode)]["gbps"].iloc[0])
+        theirs = cupy_peer_gbps(SIZE_MIB << 20, env, peer)
+        print(f"interconnect: {mode} 0->1 {ours:.1f} GB/s (cudalab, harness) vs "
+              f"{theirs:.1f} GB/s (CuPy memcpyPeer, peer access {'on' if peer else 'off'})")
+        assert ours == pytest.approx(theirs, rel=0.15), mode
