@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from cudalab import figures, results, roofline, telemetry_report
+from cudalab import figures, results, roofline, roofline_figure, telemetry_report
 from cudalab.embed import data_uri
 from cudalab.experiments import REGISTRY
 
@@ -31,15 +31,15 @@ def draw_rooflines(df: pd.DataFrame, out_dir: Path) -> dict[str, dict[str, str]]
     figures.setup_style()
     df = roofline.annotate(df)
     out = {}
-    for name in (roofline.RUN_FIGURE, *(n for n, e in REGISTRY.items() if e.roofline)):
-        exp = None if name == roofline.RUN_FIGURE else name
+    for name in (roofline_figure.RUN_FIGURE, *(n for n, e in REGISTRY.items() if e.roofline)):
+        exp = None if name == roofline_figure.RUN_FIGURE else name
         if exp is not None and not (df["experiment"] == exp).any():
             continue
-        fig = roofline.draw(df, exp)
+        fig = roofline_figure.draw(df, exp)
         if fig is None:
             continue
         png = figures.save(fig, Path(out_dir) / name)[0]
-        out[name] = {"png": str(png), "caption": roofline.caption(df, exp)}
+        out[name] = {"png": str(png), "caption": roofline_figure.caption(df, exp)}
     return out
 
 

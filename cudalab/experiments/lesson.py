@@ -34,7 +34,7 @@ import pandas as pd
 from cudalab import fmt
 
 if TYPE_CHECKING:
-    from cudalab.roofline import Ceilings
+    from cudalab.run_ceilings import Ceilings
 
 # Within this share of its best bandwidth a kernel counts as "at full bandwidth".
 FULL_BANDWIDTH_SHARE = 0.9

@@ -25,7 +25,7 @@ from cudalab.experiments.lesson import (
 )
 
 if TYPE_CHECKING:
-    from cudalab.roofline import Ceilings
+    from cudalab.run_ceilings import Ceilings
 
 SUMS = ("atomic_sum", "reduce_sum")
 WARP = 32

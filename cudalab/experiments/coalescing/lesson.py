@@ -33,7 +33,7 @@ from cudalab.experiments.lesson import (
 )
 
 if TYPE_CHECKING:
-    from cudalab.roofline import Ceilings
+    from cudalab.run_ceilings import Ceilings
 
 # No offset loses more than this share of the best offset's GB/s. Were the extra sector a
 # misaligned warp touches fetched from DRAM, the copy would move 9 sectors where it asks for

@@ -23,7 +23,7 @@ from cudalab.experiments.lesson import (
 )
 
 if TYPE_CHECKING:
-    from cudalab.roofline import Ceilings
+    from cudalab.run_ceilings import Ceilings
 
 
 def _device(d: pd.DataFrame) -> pd.DataFrame:

@@ -39,7 +39,7 @@ from cudalab.experiments.matmul.fp64 import FP64_TENSOR_RATIO, fp64_peak, fp64_r
 from cudalab.experiments.matmul.kernels import COURSE_SIZE, LADDER_KERNELS
 
 if TYPE_CHECKING:
-    from cudalab.roofline import Ceilings
+    from cudalab.run_ceilings import Ceilings
 
 # The naive kernel loads one float of A and one of B (8 bytes) per FMA (2 flops): what it
 # asks of memory when no cache helps.

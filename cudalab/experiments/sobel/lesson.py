@@ -30,7 +30,7 @@ from cudalab.experiments.lesson import (
 )
 
 if TYPE_CHECKING:
-    from cudalab.roofline import Ceilings
+    from cudalab.run_ceilings import Ceilings
 
 # "Not slower" and "cost nothing": within this share of the other kernel's speed (run-to-run
 # noise of a few per cent on these sub-millisecond kernels).

@@ -24,7 +24,7 @@ from cudalab.experiments.lesson import (
 )
 
 if TYPE_CHECKING:
-    from cudalab.roofline import Ceilings
+    from cudalab.run_ceilings import Ceilings
 
 TILE_PARAMS = ("rt", "bt", "bk")  # matmul's register tile, as its points name it
 # Every kernel can run 256-thread blocks: the block size the course and most kernels use.

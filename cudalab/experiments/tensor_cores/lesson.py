@@ -35,7 +35,7 @@ from cudalab.experiments.lesson import (
 from cudalab.experiments.tensor_cores.numerics import expected_input_error
 
 if TYPE_CHECKING:
-    from cudalab.roofline import Ceilings
+    from cudalab.run_ceilings import Ceilings
 
 Key = tuple[str, str]  # (variant, precision)
 

@@ -29,7 +29,7 @@ from cudalab.experiments.lesson import (
 )
 
 if TYPE_CHECKING:
-    from cudalab.roofline import Ceilings
+    from cudalab.run_ceilings import Ceilings
 
 # The smallest vector is launch-bound: under this share of the largest vector's GB/s.
 SMALL_SHARE = 0.5
