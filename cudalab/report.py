@@ -23,7 +23,7 @@ from cudalab import (
     run_figures,
     timing_report,
 )
-from cudalab.compare import report_context as compare_context
+from cudalab.compare_report import report_context as compare_context
 from cudalab.embed import data_uri
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.lesson import State
@@ -321,7 +321,7 @@ def render(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any], out: Pat
     ctx = build_context(df, figures_dir, config, drawn["telemetry"], raw_href,
                         drawn["telemetry_summary"], drawn["rooflines"])
     # course table + baselines: the comparison table and its figures as the figures step
-    # wrote them (run_figures.draw_comparisons), rendered here (compare.report_context)
+    # wrote them (run_figures.draw_comparisons), rendered here (compare_report.report_context)
     ctx.update(compare_context(df, config, run_figures.comparison_table(figures_dir, config),
                                drawn["comparisons"]))
     for s in ctx["sections"]:  # each lesson's handout page shows its course numbers

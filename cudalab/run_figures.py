@@ -66,16 +66,16 @@ def draw_comparisons(df: pd.DataFrame, config: dict[str, Any], figures_dir: Path
     models' folders) once: the table (COMPARISON_CSV, which the report renders) and one
     time-ratio figure per experiment with a timed ratio, into figures_dir/_compare (made,
     with its index and an empty table, even with no baseline); returns how many figures."""
-    from cudalab import compare
+    from cudalab import compare, compare_report
 
     out_dir = Path(figures_dir) / COMPARE_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
-    cmp = compare.baseline_comparison(df, config) if len(df) else None
+    cmp = compare_report.baseline_comparison(df, config) if len(df) else None
     compare.write_comparison(cmp, out_dir / COMPARISON_CSV)
     index = {}
     if cmp is not None:
-        for exp in compare.timed_experiments(cmp):
-            fig = compare.ratio_figure(cmp[cmp["experiment"] == exp], exp)
+        for exp in compare_report.timed_experiments(cmp):
+            fig = compare_report.ratio_figure(cmp[cmp["experiment"] == exp], exp)
             png = figures.save(fig, out_dir / exp)[0]
             index[exp] = _relative({"png": str(png)}, out_dir)
     _write_index(out_dir, index)
@@ -112,13 +112,13 @@ def _embedded(entry: dict[str, Any], folder: Path) -> dict[str, Any]:
 def comparison_table(figures_dir: Path, config: dict[str, Any]) -> pd.DataFrame | None:
     """The comparison table the figures step wrote (None where it compared nothing). Its
     absence is an error only where the config names baselines."""
-    from cudalab import compare
+    from cudalab import compare, compare_report, result_folders
 
     path = Path(figures_dir) / COMPARE_DIR / COMPARISON_CSV
     if path.exists():
         return compare.read_comparison(path)
-    if compare.baseline_folders(config):
-        raise compare.CompareError(
+    if compare_report.baseline_folders(config):
+        raise result_folders.CompareError(
             f"{path} is missing: the run has baselines (report.baselines or a sweep's other "
             "models), and the figures step compares with them before the report "
             "(cudalab compare-figures)")
