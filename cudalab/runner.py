@@ -364,7 +364,7 @@ def _profile(job: Job, ctx: RunContext) -> None:
     if not profiling(job.config) or job.gpu is None:
         return
     from cudalab import profiler
-    from cudalab.experiments.base import free_all
+    from cudalab.experiments.job_cache import free_all
 
     for value in ctx.cache.values():  # the profiled child needs the GPU's memory
         free_all(value)

@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 
 from cudalab import compare
-from cudalab.experiments.base import JobCache, Result
+from cudalab.experiments.base import Result
+from cudalab.experiments.job_cache import JobCache
 from cudalab.gpu_errors import gpu_error_kind
 from cudalab.harness import Harness, Settings, Trial
 

@@ -194,7 +194,7 @@ class _Alloc:
 
 
 def test_the_job_cache_keeps_one_value_per_slot_and_leaves_other_slots_alone():
-    from cudalab.experiments.base import JobCache
+    from cudalab.experiments.job_cache import JobCache
 
     cache = JobCache()
     kept = cache.keep("driver", lambda: object())

@@ -13,7 +13,8 @@ import pytest
 from cudalab import config as cfg
 from cudalab import results, runner, trials
 from cudalab.experiments import REGISTRY
-from cudalab.experiments.base import Check, Experiment, JobCache, Point, Result
+from cudalab.experiments.base import Check, Experiment, Point, Result
+from cudalab.experiments.job_cache import JobCache
 from cudalab.harness import Harness, Settings, Timing
 
 
