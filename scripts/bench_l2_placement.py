@@ -45,7 +45,7 @@ def measure(sizes: list[int], allocations: int, seed: int = 1) -> list[str]:
     from cudalab.gpu import open_session
 
     gpu = open_session(0)
-    kernel = gpu.compile("latency.cu")
+    kernel = gpu.compile("latency/latency.cu")
     rng = np.random.default_rng(seed)
     lines = [f"{gpu.info['gpu_name']}: global_cg chase, {STEPS} loads per launch, "
              f"{allocations} allocations per working set, one process"]

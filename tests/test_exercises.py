@@ -46,10 +46,10 @@ def test_starters_and_the_course_kernels_compile_into_the_slot(ex):
 
 
 @pytest.mark.parametrize("text", [
-    '#include "/work/cuda/matmul.cu"', '  #  include <stdio.h>', '#/**/include "x.cu"',
+    '#include "/work/cuda/matmul/matmul.cu"', '  #  include <stdio.h>', '#/**/include "x.cu"',
     '#\\\ninclude "x.cu"', "#embed \"secret\"", '#line 1 "other.cu"',
     "#if __has_include(\"../alice.cu\")\n#endif", "#include_next <x>",
-    '%:include "/work/cuda/matmul.cu"', '\f#\finclude "x.cu"', '\v#\vinclude "x.cu"',
+    '%:include "/work/cuda/matmul/matmul.cu"', '\f#\finclude "x.cu"', '\v#\vinclude "x.cu"',
     'int x;\r#include "x.cu"', '??=include "x.cu"'])
 def test_directives_that_read_other_files_are_refused(text, tmp_path):
     assert forbidden(text)
@@ -68,7 +68,7 @@ def test_the_compiler_may_open_no_file_but_cuda_and_system_headers(line):
     # preprocessor opens decides, however the directive is spelled
     ex = catalog.get("vector_add")
     starter = (catalog.EXERCISE_DIR / ex.starter).read_text()
-    text = line.format(matmul=catalog.CUDA_DIR / "matmul.cu") + "\n" + starter
+    text = line.format(matmul=catalog.CUDA_DIR / "matmul/matmul.cu") + "\n" + starter
     b = build.compile_submission(text, ex, "alice.cu")
     assert b.refused and not b.ok and not b.cubin, b
     assert "alice.cu" in b.refused

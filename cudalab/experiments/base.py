@@ -350,6 +350,9 @@ class Experiment:
     lesson: Lesson
     # Whether the report section shows a roofline of this experiment's points of its own.
     roofline: bool = False
+    # The lesson's kernel files, paths under cuda/, each in cuda/<name>/ (kernel_sources.py):
+    # the files it compiles, and the only ones of that folder.
+    kernel_files: tuple[str, ...] = ()
     # Whether GB/s and GFLOP/s of this experiment's GPU points are shown as % of the device's
     # theoretical DRAM bandwidth and FP32 peak (results: pct_peak_gbps, pct_peak_gflops).
     # False where the bytes do not go through device memory alone (PCIe copies).

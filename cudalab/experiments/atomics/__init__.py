@@ -45,7 +45,7 @@ COUNTERS = ["racy_counter", "atomic_counter"]
 SUMS = ["atomic_sum", "reduce_sum"]
 VARIANTS = COUNTERS + SUMS
 U = 2.0**-24
-# variant -> kernel in cuda/atomics.cu
+# variant -> kernel in cuda/atomics/atomics.cu
 KERNELS = {"racy_counter": "counter_racy", "atomic_counter": "counter_atomic",
            "atomic_sum": "sum_atomic", "reduce_sum": "sum_reduce"}
 RACY_REPEATS = 5  # extra runs of the racy counter: its count changes from run to run
@@ -61,6 +61,7 @@ _launch = base.int_tuple_schema(2, 1, 2**31 - 1, description="[blocks, threads p
 
 class Atomics(Experiment):
     name = "atomics"
+    kernel_files = ("atomics/atomics.cu",)
     order = 90
     lesson = LESSON
     noise = {"racy_counter": ("how the race unfolds sets how many read-modify-writes collide, "
@@ -126,8 +127,8 @@ class Atomics(Experiment):
     # -- measuring ---------------------------------------------------------------------
     def kernel_for(self, ctx: RunContext, point: Point) -> Any:
         if point.variant == "reduce_sum":
-            return ctx.gpu.compile("atomics.cu", {"BLOCK": point.params["block"]})
-        return ctx.gpu.compile("atomics.cu")
+            return ctx.gpu.compile("atomics/atomics.cu", {"BLOCK": point.params["block"]})
+        return ctx.gpu.compile("atomics/atomics.cu")
 
     def measure(self, ctx: RunContext, point: Point) -> Result:
         if point.variant in COUNTERS:

@@ -84,6 +84,7 @@ def transpose_grid(size: int) -> tuple[int, int]:
 
 class Coalescing(Experiment):
     name = "coalescing"
+    kernel_files = ("coalescing/coalescing.cu",)
     order = 60
     lesson = LESSON
     roofline = True
@@ -156,7 +157,7 @@ class Coalescing(Experiment):
     def kernel_for(self, ctx: RunContext, point: Point) -> Any:
         if point.variant == "memcpy":
             return None  # the driver's copy: no kernel of ours
-        return ctx.gpu.compile("coalescing.cu", {"TILE": TILE, "BLOCK_ROWS": BLOCK_ROWS})
+        return ctx.gpu.compile("coalescing/coalescing.cu", {"TILE": TILE, "BLOCK_ROWS": BLOCK_ROWS})
 
     def measure(self, ctx: RunContext, point: Point) -> Result:
         if point.variant == "memcpy":

@@ -563,6 +563,6 @@ LESSON = Lesson(
         "how does the shared tile fix that?",
     ],
     sources={
-        "33": "the padded tile's row: 32 floats + 1 of padding (cuda/coalescing.cu)",
+        "33": "the padded tile's row: 32 floats + 1 of padding (cuda/coalescing/coalescing.cu)",
     },
 )

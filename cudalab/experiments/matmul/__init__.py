@@ -143,6 +143,8 @@ if TYPE_CHECKING:
 
 class Matmul(Experiment):
     name = "matmul"
+    kernel_files = (
+        "matmul/matmul.cu", "matmul/matmul_ladder.cu", "matmul/matmul_pipeline.cu")
     order = 30
     lesson = LESSON
     roofline = True

@@ -29,7 +29,7 @@ from cudalab.resources import CUDA_DIR
 BASE_OPTIONS = ["-O3", "-lineinfo"]  # what GpuSession.compile passes, before the -D flags
 # One build's CPU seconds when the cache has no timing for it: the default grid's mean on
 # this project's 2-core machine (34 builds for sm_90 in 71 s of nvcc CPU time; most take
-# 0.2-0.8 s, matmul_pipeline.cu's 4-24 s).
+# 0.2-0.8 s, matmul/matmul_pipeline.cu's 4-24 s).
 DEFAULT_BUILD_S = 2.0
 # A build the cache already holds: reading its entry and writing the point's record.
 HIT_S = 0.02

@@ -65,7 +65,8 @@ def frame(df: pd.DataFrame) -> pd.DataFrame:
     first = d.groupby(["p_file", "variant"])["p_flags"].transform("first")
     d = d[~d["_same"] | (d["p_flags"] == first)].copy()
     tile = _tile_labels(d)
-    d["label"] = [f"{f.removesuffix('.cu')}:{k}"
+    # the file's own name, without its lesson folder: labels stay short and read as before
+    d["label"] = [f"{str(f).rsplit('/', 1)[-1].removesuffix('.cu')}:{k}"
                   + (f" [{t or fl}]" if (t or fl) and not sm else "")
                   for f, k, fl, t, sm in zip(d["p_file"], d["variant"], d["p_flags"], tile,
                                              d["_same"])]

@@ -84,6 +84,7 @@ def timeline_rows(marks: list[list[float]]) -> list[list[Any]]:
 
 class Streams(Experiment):
     name = "streams"
+    kernel_files = ("streams/streams.cu",)
     order = 50
     lesson = LESSON
     noise = {v: ("every sample is a pipeline of pinned copies over PCIe, which crosses the "
@@ -159,7 +160,7 @@ class Streams(Experiment):
 
     # -- measuring ---------------------------------------------------------------------
     def kernel_for(self, ctx: RunContext, point: Point) -> Any:
-        return ctx.gpu.compile("streams.cu")
+        return ctx.gpu.compile("streams/streams.cu")
 
     def _buffers(self, ctx: RunContext, n: int) -> dict[str, Any]:
         cuda = ctx.gpu.cuda

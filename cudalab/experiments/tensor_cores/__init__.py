@@ -53,6 +53,7 @@ def mkn(size: Any) -> tuple[int, int, int]:
 
 class TensorCores(Experiment):
     name = "tensor_cores"
+    kernel_files = ("tensor_cores/tensor_core_mma.cu", "tensor_cores/tensor_core_wmma.cu")
     order = 32
     vs_device_peak = False  # the FP32 CUDA-core peak is not these points' ceiling
     # each point carries its precision's dense peak (m_peak_precision_gflops): the roofline
@@ -120,7 +121,7 @@ class TensorCores(Experiment):
             p = Point(self.name, "mma", {"m": 0, "n": 0, "precision": "fp16", **t})
             for prec in RUNS["mma"]:
                 # sm_80+ code (empty below), launched with the shared memory opt-in
-                out.append(base.CompileVariant("tensor_core_mma.cu", f"tc_mma_{prec}",
+                out.append(base.CompileVariant("tensor_cores/tensor_core_mma.cu", f"tc_mma_{prec}",
                                                kernels.kernel_defines(p), dict(t),
                                                kernels.mma_smem_bytes(t), optin=True,
                                                min_sm=80))

@@ -1,9 +1,10 @@
 """The hand-written tensor-core kernels: which precisions each runs, their tile
 configurations, the rules a configuration must keep, and how each is built and launched.
 
-  wmma   cuda/tensor_core_wmma.cu   nvcuda::wmma fragments, 128 x 128 block tiles, one
+  wmma   cuda/tensor_cores/tensor_core_wmma.cu   nvcuda::wmma fragments, 128 x 128 block tiles, one
                                     shared-memory stage (fp16, bf16, tf32)
-  mma    cuda/tensor_core_mma.cu    mma.sync.m16n8k16 from ldmatrix, cp.async STAGES deep,
+  mma    cuda/tensor_cores/tensor_core_mma.cu
+                                 mma.sync.m16n8k16 from ldmatrix, cp.async STAGES deep,
                                     tiles set by -D (fp16, bf16)
 """
 
@@ -72,7 +73,8 @@ def check_mma_tile(t: dict[str, Any]) -> list[str]:
 
 
 def kernel_source(point: Point) -> str:
-    return "tensor_core_mma.cu" if point.variant == "mma" else "tensor_core_wmma.cu"
+    name = "tensor_core_mma.cu" if point.variant == "mma" else "tensor_core_wmma.cu"
+    return f"tensor_cores/{name}"
 
 
 def kernel_name(point: Point) -> str:

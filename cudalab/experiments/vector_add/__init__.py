@@ -28,6 +28,7 @@ MAX_N = 1 << 28  # three float32 vectors of 1 GiB each
 
 class VectorAdd(Experiment):
     name = "vector_add"
+    kernel_files = ("vector_add/vector_add.cu",)
     order = 20
     lesson = LESSON
     roofline = True
@@ -61,7 +62,7 @@ class VectorAdd(Experiment):
 
     # -- measuring ---------------------------------------------------------------------
     def kernel_for(self, ctx: RunContext, point: Point) -> Any:
-        return ctx.gpu.compile("vector_add.cu")
+        return ctx.gpu.compile("vector_add/vector_add.cu")
 
     def measure(self, ctx: RunContext, point: Point) -> Result:
         n, t = point.params["n"], point.params["threads"]
