@@ -189,6 +189,11 @@ class TryThis(NamedTuple):
     claim: Claim | None = None
 
 
+# Try-this (and questions) per lesson: fewer than two leaves the reader nothing to compare,
+# more than three do not fit the lesson's handout page beside its figure.
+TRY_THIS_COUNT = (2, 3)
+
+
 @dataclass(frozen=True)
 class Lesson:
     """What the report says about one experiment: declared once, in its folder's lesson.py.
@@ -200,7 +205,9 @@ class Lesson:
     questions for the reader; sources: each number the prose states (caption, figure
     captions, Try-this, questions) with where it comes from, since prose never states a
     measured number (tests/test_claims.py holds it to that); slide_figure: (figure name,
-    axes index) of the slide and the handout page, None: the first figure drawn."""
+    axes index) of the slide and the handout page, None: the first figure drawn; pages: the
+    printed pages its handout section takes (the print test allows the handout the sum).
+    A lesson has TRY_THIS_COUNT[0] to TRY_THIS_COUNT[1] Try-this and as many questions."""
 
     title: str
     caption: str
@@ -212,6 +219,7 @@ class Lesson:
     sources: Mapping[str, str] = field(default_factory=dict)
     slide_figure: tuple[str, int] | None = None
     course_facts: Mapping[str, Explanation] = field(default_factory=dict)
+    pages: int = 1
 
 
 # -- flips: the data changes the mutation test applies ---------------------------------------
