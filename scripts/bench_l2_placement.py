@@ -25,7 +25,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 STRIDE = 128  # one node per cache line, as the default grid
 STEPS = 16384  # timed loads per launch, as the default grid

@@ -77,3 +77,13 @@ def test_the_workflow_uses_no_snakemake_internals_and_no_script_wrappers():
     # the rules' old wrappers are gone (scripts/ keeps the benchmarks)
     assert not {"measure.py", "aggregate.py", "figures.py", "report.py"} & {
         p.name for p in (ROOT / "scripts").glob("*.py")}
+
+
+def test_no_script_or_tool_edits_sys_path():
+    """Scripts and tools import the installed cudalab (pip install -e . in a checkout), never
+    a path they put in front of it."""
+    files = sorted([*(ROOT / "scripts").rglob("*.py"), *(ROOT / "tools").rglob("*.py")])
+    assert files
+    edits = [str(p.relative_to(ROOT)) for p in files
+             if re.search(r"\bsys\.path\s*(\.insert|\.append|\[|\+=|=)", p.read_text())]
+    assert not edits, f"scripts that edit sys.path: {edits}"

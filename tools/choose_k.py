@@ -21,10 +21,9 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from cudalab import compare, compare_calibration, compare_text, result_folders
 
-from cudalab import compare, compare_calibration, compare_text, result_folders  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def main(argv: list[str] | None = None) -> int:

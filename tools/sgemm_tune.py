@@ -275,7 +275,6 @@ def measure(out_json: Path | None, n: int = 4096) -> None:
 
     import yaml
 
-    sys.path.insert(0, str(ROOT))
     from cudalab.experiments import matmul as mm
 
     tiles = yaml.safe_load((ROOT / "config.yaml").read_text())["experiments"]["matmul"][
