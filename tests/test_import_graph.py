@@ -115,3 +115,15 @@ def test_the_graph_sees_imports_inside_functions_and_finds_a_cycle():
     assert "cudalab.profiler" in graph["cudalab.runner"]
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_exercises_reach_a_lesson_only_through_the_kernel_slot_interface():
+    """exercises/ imports no module of a lesson's folder (cudalab.experiments.<lesson>...):
+    a slot's reference, check, timing and build come through cudalab.kernel_slot, the
+    lesson's registry entry (cudalab.experiments) and the framework's build helpers."""
+    graph = import_graph(type_checking=True)
+    lessons = {m for m in graph if m.startswith("cudalab.experiments.")
+               and (PACKAGE_DIR / "experiments" / m.split(".")[2]).is_dir()}
+    wired = sorted(f"{mod} -> {dep}" for mod, deps in graph.items()
+                   if mod.startswith("cudalab.exercises") for dep in deps & lessons)
+    assert lessons and not wired, "exercises importing a lesson's modules: " + "; ".join(wired)

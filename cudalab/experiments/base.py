@@ -236,6 +236,64 @@ def size_schema(length: int, minimum: int, maximum: int, description: str) -> di
             "description": description}
 
 
+def verify_then_time(
+    ctx: RunContext,
+    launch: Callable[[], Any],
+    check: Callable[..., Check],
+    *,
+    output: tuple[Any, np.ndarray] | None = None,
+    fill: int = NAN_BITS,
+    timer: Timer | None = None,
+    sync: Callable[[], None] | None = None,
+    asynchronous: bool = False,
+    batchable: bool = True,
+    settings: Settings | None = None,
+    check_each_trial: bool | None = None,
+) -> tuple[Check, Timing]:
+    """Correct first, then timed: the one sequence every GPU experiment uses.
+
+    With `output` (the device buffer and the host array the D2H copy overwrites whole):
+    poison it with `fill` (a 32-bit word: NaN bits for floats, 0 for counters and sums;
+    a byte for 1-byte outputs; 8-byte outputs get all-ones words, a NaN), launch once,
+    wait (sync, default the context), copy it back, check(host array). Without:
+    check() runs its own verification (a round trip, a traced run) and must do so
+    before returning. Then launch() is timed with the harness (timer: CUDA events on
+    the default stream unless given). `asynchronous`: launch() only enqueues GPU work
+    (kernel launches, async copies), nothing that synchronises or allocates; the
+    harness may then queue launches ahead. `settings`: this point's own harness settings
+    (they travel with its timing), else the job's.
+
+    Trials after a point's first (ctx.harness.trial) still poison, launch once and copy
+    the output back (the host array holds this trial's output, and the moved buffers
+    run), but take the first trial's Check instead of calling check(host): same kernel,
+    same inputs, the buffers' contents copied. Without `output`, check() runs every
+    trial (its own verification may prime what is timed). `check_each_trial` True: run
+    check every trial (it records what the caller reads); False: take the first
+    trial's without `output` too (check() does nothing the timing needs)."""
+    gpu = ctx.gpu
+    if output is not None:
+        cuda = gpu.cuda
+        device, host = output
+        if host.itemsize == 4:
+            cuda.memset_d32(device, fill, host.size)
+        elif host.itemsize == 1:
+            cuda.memset_d8(device, fill, host.size)
+        elif host.itemsize == 8:  # all-ones words: every double a NaN (fill is 32-bit)
+            cuda.memset_d32(device, POISON_64_WORD, 2 * host.size)
+        else:
+            raise ValueError(f"cannot poison a {host.dtype} output: 1-, 4- or 8-byte "
+                             "elements")
+        launch()
+        (sync or gpu.synchronize)()
+        cuda.memcpy_dtoh(host, device)
+        result = _trial_check(ctx, check, (host,), check_each_trial is not True)
+    else:
+        result = _trial_check(ctx, check, (), check_each_trial is False)
+    timing = ctx.harness.measure(launch, timer or gpu.event_timer(), batchable=batchable,
+                                 asynchronous=asynchronous, settings=settings)
+    return result, timing
+
+
 class Experiment:
     """One lesson's measurement. The framework owns timing, checking and rendering; an
     experiment declares three groups of members, each with a default where one makes sense:
@@ -353,6 +411,9 @@ class Experiment:
     # The lesson's kernel files, paths under cuda/, each in cuda/<name>/ (kernel_sources.py):
     # the files it compiles, and the only ones of that folder.
     kernel_files: tuple[str, ...] = ()
+    # The kernel slot the lesson offers the exercises (a cudalab.kernel_slot.KernelSlot, in
+    # its folder's slot.py), None where it offers none.
+    slot: Any = None
     # Whether GB/s and GFLOP/s of this experiment's GPU points are shown as % of the device's
     # theoretical DRAM bandwidth and FP32 peak (results: pct_peak_gbps, pct_peak_gflops).
     # False where the bytes do not go through device memory alone (PCIe copies).
@@ -384,63 +445,9 @@ class Experiment:
         props = self.schema.get("properties", {})
         return {k: copy.deepcopy(v["default"]) for k, v in props.items() if "default" in v}
 
-    def verify_then_time(
-        self,
-        ctx: RunContext,
-        launch: Callable[[], Any],
-        check: Callable[..., Check],
-        *,
-        output: tuple[Any, np.ndarray] | None = None,
-        fill: int = NAN_BITS,
-        timer: Timer | None = None,
-        sync: Callable[[], None] | None = None,
-        asynchronous: bool = False,
-        batchable: bool = True,
-        settings: Settings | None = None,
-        check_each_trial: bool | None = None,
-    ) -> tuple[Check, Timing]:
-        """Correct first, then timed: the one sequence every GPU experiment uses.
-
-        With `output` (the device buffer and the host array the D2H copy overwrites whole):
-        poison it with `fill` (a 32-bit word: NaN bits for floats, 0 for counters and sums;
-        a byte for 1-byte outputs; 8-byte outputs get all-ones words, a NaN), launch once,
-        wait (sync, default the context), copy it back, check(host array). Without:
-        check() runs its own verification (a round trip, a traced run) and must do so
-        before returning. Then launch() is timed with the harness (timer: CUDA events on
-        the default stream unless given). `asynchronous`: launch() only enqueues GPU work
-        (kernel launches, async copies), nothing that synchronises or allocates; the
-        harness may then queue launches ahead. `settings`: this point's own harness settings
-        (they travel with its timing), else the job's.
-
-        Trials after a point's first (ctx.harness.trial) still poison, launch once and copy
-        the output back (the host array holds this trial's output, and the moved buffers
-        run), but take the first trial's Check instead of calling check(host): same kernel,
-        same inputs, the buffers' contents copied. Without `output`, check() runs every
-        trial (its own verification may prime what is timed). `check_each_trial` True: run
-        check every trial (it records what the caller reads); False: take the first
-        trial's without `output` too (check() does nothing the timing needs)."""
-        gpu = ctx.gpu
-        if output is not None:
-            cuda = gpu.cuda
-            device, host = output
-            if host.itemsize == 4:
-                cuda.memset_d32(device, fill, host.size)
-            elif host.itemsize == 1:
-                cuda.memset_d8(device, fill, host.size)
-            elif host.itemsize == 8:  # all-ones words: every double a NaN (fill is 32-bit)
-                cuda.memset_d32(device, POISON_64_WORD, 2 * host.size)
-            else:
-                raise ValueError(f"cannot poison a {host.dtype} output: 1-, 4- or 8-byte "
-                                 "elements")
-            launch()
-            (sync or gpu.synchronize)()
-            cuda.memcpy_dtoh(host, device)
-            result = _trial_check(ctx, check, (host,), check_each_trial is not True)
-        else:
-            result = _trial_check(ctx, check, (), check_each_trial is False)
-        timing = ctx.harness.measure(launch, timer or gpu.event_timer(), batchable=batchable,
-                                     asynchronous=asynchronous, settings=settings)
-        return result, timing
+    # correct first, then timed: the framework's sequence (a function: it needs no
+    # experiment, and the exercises' slots call it through cudalab.kernel_slot)
+    verify_then_time = staticmethod(verify_then_time)
 
     @staticmethod
     def ok(df: pd.DataFrame) -> pd.DataFrame:

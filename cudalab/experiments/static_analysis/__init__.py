@@ -47,21 +47,23 @@ from cudalab.experiments.base import Check, Experiment, Point, Result, block_sch
 from cudalab.experiments.static_analysis import archs as targets
 from cudalab.experiments.static_analysis import estimate, lesson
 from cudalab.experiments.static_analysis.archs import _sm
-from cudalab.experiments.static_analysis.builds import (  # noqa: F401 - the parser's home
-    BASE_OPTIONS,
+from cudalab.experiments.static_analysis.builds import (  # noqa: F401 - re-exported
     Builder,
     CompileError,
     compile_report,
-    find_kernel,
-    flag_tokens,
-    nvcc_options,
-    parse_maxntid,
-    parse_ptxas,
     run_in_background,
 )
 from cudalab.experiments.static_analysis.lesson import LESSON, TILE_PARAMS, _tile_labels  # noqa: F401
 from cudalab.gpu import Kernel, nvcc_banner
 from cudalab.kernel_sources import built_kernels, relative
+from cudalab.ptxas_info import (  # noqa: F401 - the lesson's parsers, re-exported
+    BASE_OPTIONS,
+    find_kernel,
+    flag_tokens,
+    nvcc_options,
+    parse_maxntid,
+    parse_ptxas,
+)
 from cudalab.resources import CUDA_DIR
 from cudalab.toolkit import find_nvcc  # re-exported: callers use sa.find_nvcc
 
