@@ -161,6 +161,10 @@ def cmd_measure(a: argparse.Namespace) -> int:
 
 def cmd_aggregate(a: argparse.Namespace) -> int:
     from cudalab import results, roofline
+    from cudalab.experiments import device_experiments
+
+    # the roofline reads which experiments' points are on device from the lessons, as data
+    roofline.declare_device_experiments(device_experiments())
 
     # Only this run's records (this grid, this run's GPUs): robust hook, see select_records.
     raw = Path(a.results) / "raw"

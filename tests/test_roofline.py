@@ -448,3 +448,19 @@ def test_the_roofline_draws_the_roofs_of_the_precisions_plotted():
         assert not any("tensor" in lb for lb in labels)
     finally:
         _close(fig)
+
+
+def test_the_roofline_takes_the_lessons_declarations_as_data(monkeypatch):
+    """Which experiments' points sit under the device's roofs is what the lessons declare
+    (vs_device_peak, precision_roofs), given to the roofline; without them it says so."""
+    from cudalab.experiments import device_experiments
+
+    assert set(roofline.device_experiments()) == set(device_experiments())
+    assert "transfer" not in roofline.device_experiments()  # PCIe: its own link, no roof
+    monkeypatch.setattr(roofline, "_device_experiments", None)
+    with pytest.raises(roofline.RooflineError, match="no lesson has declared its roofs"):
+        roofline.on_device("matmul", "cuda_event")
+    roofline.declare_device_experiments(["matmul"])
+    assert roofline.on_device("matmul", "cuda_event")
+    assert not roofline.on_device("coalescing", "cuda_event")
+    assert not roofline.on_device("matmul", "perf_counter")  # a CPU point

@@ -55,9 +55,14 @@ def discover() -> dict[str, Experiment]:
     for exp in sorted(found, key=lambda e: (e.order, e.name)):
         REGISTRY[exp.name] = exp
     # the roofline reads these declarations as data rather than reading the registry
-    roofline.declare_device_experiments(
-        n for n, e in REGISTRY.items() if e.vs_device_peak or e.precision_roofs)
+    roofline.declare_device_experiments(device_experiments())
     return REGISTRY
+
+
+def device_experiments() -> list[str]:
+    """The lessons whose points are judged against the device's roofs: compared with its
+    peaks (vs_device_peak) or with the peak of their own precision (precision_roofs)."""
+    return [n for n, e in REGISTRY.items() if e.vs_device_peak or e.precision_roofs]
 
 
 discover()
