@@ -28,7 +28,7 @@ from typing import Any
 
 import pandas as pd
 
-from cudalab import compare, gpu_slots, results, safe_text
+from cudalab import compare, gpu_slots, result_folders, results, safe_text
 from cudalab import config as cfg
 from cudalab.gpu import PLANT_ENV
 from cudalab.gpu_slots import Gpu
@@ -114,7 +114,7 @@ def nvml_health(gpus: list[Gpu], nvml: Any = None) -> dict[str, dict[str, Any]]:
     return out
 
 
-def median_run(runs: list[compare.Run], label: str) -> compare.Run:
+def median_run(runs: list[result_folders.Run], label: str) -> result_folders.Run:
     """A run whose every point is the median of these runs' (time, spread, trial spread)."""
     pts = pd.concat([r.points for r in runs], ignore_index=True)
     pts = pts[pts["status"] == "ok"]
@@ -126,16 +126,16 @@ def median_run(runs: list[compare.Run], label: str) -> compare.Run:
         trial_spread=("trial_spread", "median"), floor_s=("floor_s", "max"),
         blocks=("blocks", "first"), sm_count=("sm_count", "first")).reset_index()
     agg["gpu"] = runs[0].gpu if runs else ""
-    return compare.Run(label, Path("."), agg["gpu"].iloc[0] if len(agg) else "",
-                       agg.reindex(columns=compare.POINT_COLS))
+    return result_folders.Run(label, Path("."), agg["gpu"].iloc[0] if len(agg) else "",
+                       agg.reindex(columns=result_folders.POINT_COLS))
 
 
-def load(folders: dict[int, Path], gpus: dict[int, Gpu]) -> dict[int, compare.Run]:
-    return {i: compare.Run(f"GPU {i}", f, gpus[i].name, compare.load_points(f))
+def load(folders: dict[int, Path], gpus: dict[int, Gpu]) -> dict[int, result_folders.Run]:
+    return {i: result_folders.Run(f"GPU {i}", f, gpus[i].name, result_folders.load_points(f))
             for i, f in folders.items()}
 
 
-def judge(runs: dict[int, compare.Run]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def judge(runs: dict[int, result_folders.Run]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(one row per GPU, every point's comparison): each GPU against the others' median."""
     rows, frames = [], []
     for i, run in runs.items():

@@ -33,6 +33,7 @@ import pandas as pd
 
 from cudalab import devicespec
 from cudalab.harness import Harness, Settings, Timing
+from cudalab.kernel_sources import CEILINGS_SOURCE
 from cudalab.results import number
 
 MEASURED_KEYS = ("ceil_dram_gbps", "ceil_dram_memcpy_gbps", "ceil_l2_gbps", "ceil_smem_gbps",
@@ -45,7 +46,7 @@ KEYS = MEASURED_KEYS + THEORETICAL_KEYS
 SETTINGS = Settings(warmup=3, min_samples=10, max_samples=200, target_cv=0.01, budget_s=0.2,
                     min_sample_s=1e-4, cold_l2=False)
 
-SOURCE = "ceilings.cu"
+SOURCE = CEILINGS_SOURCE
 COPY_UNROLL = 4
 SMEM_THREADS = 256
 FMA_CHAINS = 8

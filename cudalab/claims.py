@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from cudalab import roofline
+from cudalab import roofline, run_ceilings
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.base import NOT_MEASURED, Experiment, not_measured_evidence
 from cudalab.experiments.lesson import Claim, ClaimResult, State, no_data
 
 if TYPE_CHECKING:
-    from cudalab.roofline import Ceilings
+    from cudalab.run_ceilings import Ceilings
 
 
 def evaluate(name: str, df: pd.DataFrame) -> list[ClaimResult]:
@@ -30,7 +30,7 @@ def evaluate(name: str, df: pd.DataFrame) -> list[ClaimResult]:
     sub = full[full["experiment"] == name]
     if sub.empty or name not in REGISTRY:
         return []
-    return judge(REGISTRY[name], sub, roofline.ceilings_of(full))
+    return judge(REGISTRY[name], sub, run_ceilings.ceilings_of(full))
 
 
 def judge(exp: Experiment, rows: pd.DataFrame, ceilings: Ceilings) -> list[ClaimResult]:
@@ -75,7 +75,7 @@ def evaluate_claim(name: str, claim: Claim, df: pd.DataFrame) -> ClaimResult | N
     sub = full[full["experiment"] == name]
     if sub.empty:
         return None
-    return _judge_one(REGISTRY[name], claim, sub, roofline.ceilings_of(full))
+    return _judge_one(REGISTRY[name], claim, sub, run_ceilings.ceilings_of(full))
 
 
 JUDGED = (State.SEEN, State.NOT_SEEN)
@@ -127,7 +127,7 @@ def course_fact(name: str, key: str, df: pd.DataFrame) -> str | None:
                        f"{sorted(exp.lesson.course_facts) if exp else []}")
     full = roofline.annotate(df)
     try:
-        return fact(full, roofline.ceilings_of(full))
+        return fact(full, run_ceilings.ceilings_of(full))
     except KeyError:  # a table without a column the fact reads (an older run)
         return None
 

@@ -162,6 +162,10 @@ def cmd_measure(a: argparse.Namespace) -> int:
 
 def cmd_aggregate(a: argparse.Namespace) -> int:
     from cudalab import results, roofline
+    from cudalab.experiments import device_experiments
+
+    # the roofline reads which experiments' points are on device from the lessons, as data
+    roofline.declare_device_experiments(device_experiments())
 
     # Only this run's records (this grid, this run's GPUs): robust hook, see select_records.
     raw = Path(a.results) / "raw"
@@ -211,7 +215,7 @@ def cmd_run_figures(a: argparse.Namespace) -> int:
 
 def cmd_compare_figures(a: argparse.Namespace) -> int:
     from cudalab import roofline, run_figures
-    from cudalab.compare import CompareError
+    from cudalab.result_folders import CompareError
 
     config = _config(run_config_path(a.config, Path(a.table).parent))
     try:
@@ -239,7 +243,7 @@ def run_config_path(given: str | None, run_folder: Path) -> str:
 
 def cmd_report(a: argparse.Namespace) -> int:
     from cudalab import report, roofline
-    from cudalab.compare import CompareError
+    from cudalab.result_folders import CompareError
 
     config = _config(run_config_path(a.config, Path(a.results)))
     df = roofline.load_table(Path(a.table))
@@ -268,12 +272,12 @@ def cmd_slides(a: argparse.Namespace) -> int:
 
 
 def cmd_compare(a: argparse.Namespace) -> int:
-    from cudalab import compare
+    from cudalab import compare_text, result_folders
 
     try:
-        return compare.run_command(a.runs, a.baseline, a.threshold, a.csv, a.fail_on_slower,
+        return compare_text.run_command(a.runs, a.baseline, a.threshold, a.csv, a.fail_on_slower,
                                    a.detail_runs, a.course)
-    except compare.CompareError as exc:
+    except result_folders.CompareError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from cudalab import roofline
+from cudalab import roofline, run_ceilings
 from cudalab.experiments import REGISTRY
 
 
@@ -17,7 +17,7 @@ def explain(name: str, df: pd.DataFrame) -> list[str]:
     """The sentences of one experiment's lessons on this run's data. df: the whole table
     (its ceilings and L2 size), or the experiment's rows."""
     full = roofline.annotate(df)
-    c = roofline.ceilings_of(full)
+    c = run_ceilings.ceilings_of(full)
     sub = full[full["experiment"] == name]
     if sub.empty or name not in REGISTRY:
         return []

@@ -19,6 +19,7 @@ from functools import cached_property
 from typing import Any
 
 from cudalab.harness import QUEUED_MAX_BATCH, HoldTimeout
+from cudalab.kernel_sources import HOLD_SOURCE
 from cudalab.resources import CUDA_DIR
 
 # How long the hold kernel waits for the host before it lets the queued launches run: far
@@ -177,7 +178,7 @@ class GpuSession:
         try:
             flag = cuda.pagelocked_zeros(2, np.int32, mem_flags=cuda.host_alloc_flags.DEVICEMAP)
             dptr = np.intp(flag.base.get_device_pointer())
-            func = self.compile("hold.cu").function("hold")
+            func = self.compile(HOLD_SOURCE).function("hold")
         except Exception as exc:  # noqa: BLE001 - pycuda's own error types
             return None, f"host-mapped flag or hold kernel unavailable: {exc}"
         func.prepare("Pq")
@@ -274,7 +275,7 @@ class EventTimer:
 
 class QueuedEventTimer:
     """Events around `reps` launches that are all queued before the first one runs: a hold
-    kernel (cuda/hold.cu) blocks the default stream, the start event, the launches and the
+    kernel (cuda/common/hold.cu) blocks the default stream, the start event, the launches and the
     stop event are enqueued behind it, then the host releases it through a host-mapped flag.
     The GPU then runs the batch back to back, so the host's launch cost stays out (nvbench's
     blocking kernel). A hold that timed out (the host blocked) raises HoldTimeout."""

@@ -12,8 +12,18 @@ from typing import Any
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from cudalab import claims, explain, fmt, results, roofline, run_figures, timing_report
-from cudalab.compare import report_context as compare_context
+from cudalab import (
+    claims,
+    explain,
+    fmt,
+    results,
+    roofline,
+    roofline_figure,
+    run_ceilings,
+    run_figures,
+    timing_report,
+)
+from cudalab.compare_report import report_context as compare_context
 from cudalab.embed import data_uri
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.lesson import State
@@ -209,7 +219,7 @@ def _section(name: str, exp: Any, sub: pd.DataFrame, figures_dir: Path, max_rows
         "throttle_note": throttle_note(sub),
         # facts computed from this run's data, where GB/s came from
         "explanations": explain.explain(name, df),
-        "memory_note": roofline.hot_cold_note(sub, roofline.ceilings_of(df)),
+        "memory_note": roofline.hot_cold_note(sub, run_ceilings.ceilings_of(df)),
         "distrust": roofline.distrust(sub),
         "roofline": _roofline_figure(rooflines, name),
     }
@@ -254,9 +264,9 @@ def roofline_context(df: pd.DataFrame, rooflines: dict[str, dict[str, str]]
                      ) -> dict[str, Any]:
     """The report's roofline section: the run's figure, the ceilings measured beside the
     theoretical ones, and every measurement to distrust with why."""
-    c = roofline.ceilings_of(df)
-    return {"figure": _roofline_figure(rooflines, roofline.RUN_FIGURE),
-            "ceilings": roofline.ceilings_rows(c), "measured": c.measured,
+    c = run_ceilings.ceilings_of(df)
+    return {"figure": _roofline_figure(rooflines, roofline_figure.RUN_FIGURE),
+            "ceilings": run_ceilings.ceilings_rows(c), "measured": c.measured,
             "distrust": roofline.distrust(df)}
 
 
@@ -311,7 +321,7 @@ def render(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any], out: Pat
     ctx = build_context(df, figures_dir, config, drawn["telemetry"], raw_href,
                         drawn["telemetry_summary"], drawn["rooflines"])
     # course table + baselines: the comparison table and its figures as the figures step
-    # wrote them (run_figures.draw_comparisons), rendered here (compare.report_context)
+    # wrote them (run_figures.draw_comparisons), rendered here (compare_report.report_context)
     ctx.update(compare_context(df, config, run_figures.comparison_table(figures_dir, config),
                                drawn["comparisons"]))
     for s in ctx["sections"]:  # each lesson's handout page shows its course numbers

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from cudalab import figures, results, roofline, telemetry_report
+from cudalab import figures, results, roofline, roofline_figure, telemetry_report
 from cudalab.embed import data_uri
 from cudalab.experiments import REGISTRY
 
@@ -31,15 +31,15 @@ def draw_rooflines(df: pd.DataFrame, out_dir: Path) -> dict[str, dict[str, str]]
     figures.setup_style()
     df = roofline.annotate(df)
     out = {}
-    for name in (roofline.RUN_FIGURE, *(n for n, e in REGISTRY.items() if e.roofline)):
-        exp = None if name == roofline.RUN_FIGURE else name
+    for name in (roofline_figure.RUN_FIGURE, *(n for n, e in REGISTRY.items() if e.roofline)):
+        exp = None if name == roofline_figure.RUN_FIGURE else name
         if exp is not None and not (df["experiment"] == exp).any():
             continue
-        fig = roofline.draw(df, exp)
+        fig = roofline_figure.draw(df, exp)
         if fig is None:
             continue
         png = figures.save(fig, Path(out_dir) / name)[0]
-        out[name] = {"png": str(png), "caption": roofline.caption(df, exp)}
+        out[name] = {"png": str(png), "caption": roofline_figure.caption(df, exp)}
     return out
 
 
@@ -66,16 +66,16 @@ def draw_comparisons(df: pd.DataFrame, config: dict[str, Any], figures_dir: Path
     models' folders) once: the table (COMPARISON_CSV, which the report renders) and one
     time-ratio figure per experiment with a timed ratio, into figures_dir/_compare (made,
     with its index and an empty table, even with no baseline); returns how many figures."""
-    from cudalab import compare
+    from cudalab import compare, compare_report
 
     out_dir = Path(figures_dir) / COMPARE_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
-    cmp = compare.baseline_comparison(df, config) if len(df) else None
+    cmp = compare_report.baseline_comparison(df, config) if len(df) else None
     compare.write_comparison(cmp, out_dir / COMPARISON_CSV)
     index = {}
     if cmp is not None:
-        for exp in compare.timed_experiments(cmp):
-            fig = compare.ratio_figure(cmp[cmp["experiment"] == exp], exp)
+        for exp in compare_report.timed_experiments(cmp):
+            fig = compare_report.ratio_figure(cmp[cmp["experiment"] == exp], exp)
             png = figures.save(fig, out_dir / exp)[0]
             index[exp] = _relative({"png": str(png)}, out_dir)
     _write_index(out_dir, index)
@@ -112,13 +112,13 @@ def _embedded(entry: dict[str, Any], folder: Path) -> dict[str, Any]:
 def comparison_table(figures_dir: Path, config: dict[str, Any]) -> pd.DataFrame | None:
     """The comparison table the figures step wrote (None where it compared nothing). Its
     absence is an error only where the config names baselines."""
-    from cudalab import compare
+    from cudalab import compare, compare_report, result_folders
 
     path = Path(figures_dir) / COMPARE_DIR / COMPARISON_CSV
     if path.exists():
         return compare.read_comparison(path)
-    if compare.baseline_folders(config):
-        raise compare.CompareError(
+    if compare_report.baseline_folders(config):
+        raise result_folders.CompareError(
             f"{path} is missing: the run has baselines (report.baselines or a sweep's other "
             "models), and the figures step compares with them before the report "
             "(cudalab compare-figures)")

@@ -11,9 +11,6 @@ versions for GPU points, host, CPU and numpy for CPU points.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import inspect
-import json
 import math
 import os
 import sys
@@ -29,62 +26,21 @@ import numpy as np
 from cudalab import devicespec, gpu_slots, results, trials
 from cudalab.config import block_hash
 from cudalab.experiments import REGISTRY
-from cudalab.experiments.base import Experiment, Point, Result, RunContext, Skipped
+from cudalab.experiments.base import Experiment, Point, RunContext, Skipped
 from cudalab.gpu_errors import CUDA_KINDS, gpu_error_kind
 from cudalab.gpu_slots import Claim
 from cudalab.harness import Harness, Settings
-from cudalab.provenance import job_provenance, now_iso, nvidia_driver_version, source_hash
+from cudalab.point_record import cache_key, code_hash, record_body, summary_line, throttle_check_of
+from cudalab.provenance import job_provenance, now_iso, nvidia_driver_version
 
 if TYPE_CHECKING:
     from cudalab.ceilings import Ceilings
     from cudalab.gpu import GpuSession
-    from cudalab.telemetry import NvmlClockObserver
+    from cudalab.nvml_clocks import NvmlClockObserver
 
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-GPU_KEY = ("gpu_uuid", "driver_version", "cuda_version", "pycuda_version", "nvcc_version")
-CPU_KEY = ("host", "cpu_model", "numpy_version", "cpu_threads")
-
-
-def block_settings(block: dict[str, Any]) -> dict[str, Any]:
-    """The scalar keys of an experiment block (tolerance, end_to_end, ...): they change how a
-    point is measured or judged. Lists are the grid axes: adding a size keeps the other
-    points cached."""
-    return {k: v for k, v in sorted(block.items())
-            if k != "enabled" and not isinstance(v, (list, tuple))}
-
-
-def code_hash(exp: Any) -> str:
-    """Hash of the code that measures a point of `exp`."""
-    from cudalab import gpu as gpu_module  # imports no pycuda
-    from cudalab import harness
-    from cudalab.experiments import base
-
-    files = [inspect.getsourcefile(type(exp)), base.__file__, harness.__file__,
-             gpu_module.__file__, trials.__file__]
-    return source_hash([Path(f) for f in files if f])
-
-
-def cache_key(point: Point, settings: Settings, env: dict[str, Any], kernel: Any,
-              block: dict[str, Any] | None = None, code: str = "") -> str:
-    parts = {
-        "experiment": point.experiment,
-        "variant": point.variant,
-        "params": point.params,
-        "harness": settings.as_dict(),
-        "kernel_hash": getattr(kernel, "source_hash", ""),
-        "nvcc_options": getattr(kernel, "options", []),
-        "settings": block_settings(block or {}),
-        "code": code,
-    }
-    if point.gpu:
-        parts |= {k: env.get(k) for k in GPU_KEY}
-    else:
-        parts |= {k: env.get(k) for k in CPU_KEY}
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
 class TelemetrySource(Protocol):
@@ -330,7 +286,8 @@ def _open_gpu(job: Job) -> None:
 
 
 def _open_telemetry(job: Job) -> None:
-    from cudalab.telemetry import NvidiaSmiSampler, NvmlClockObserver
+    from cudalab.nvml_clocks import NvmlClockObserver
+    from cudalab.telemetry import NvidiaSmiSampler
 
     gpu, tcfg = job.gpu, job.config["telemetry"]
     assert gpu is not None
@@ -421,7 +378,7 @@ def _profile(job: Job, ctx: RunContext) -> None:
     if not profiling(job.config) or job.gpu is None:
         return
     from cudalab import profiler
-    from cudalab.experiments.base import free_all
+    from cudalab.experiments.job_cache import free_all
 
     for value in ctx.cache.values():  # the profiled child needs the GPU's memory
         free_all(value)
@@ -489,7 +446,7 @@ def _one_point(job: Job, ctx: RunContext, point: Point,
         return _write(path, rec), f"skipped ({exc})"
     except Exception as exc:  # noqa: BLE001 - OOM, launch failure, ...
         return _failed(job, point, path, rec, exc)
-    rec |= record_body(result, job.env, key, _throttle_check(point, job.nvml),
+    rec |= record_body(result, job.env, key, throttle_check_of(point, job.nvml),
                        peaks if point.gpu else {}, gpu_point=point.gpu,
                        no_check_reason=job.exp.no_check_reason)
     if rec.get("timing") and len(trial_list) > 1:
@@ -500,7 +457,7 @@ def _one_point(job: Job, ctx: RunContext, point: Point,
     _write(path, rec)
     job.phases.append({"point_id": point.point_id, "t_start": t0, "t_end": rec["t_end"],
                        "n_throttled": (rec.get("timing") or {}).get("n_throttled")})
-    return rec, _summary(rec)
+    return rec, summary_line(rec)
 
 
 def _failed(job: Job, point: Point, path: Path, rec: dict[str, Any],
@@ -572,94 +529,10 @@ def _telemetry_hook(src: TelemetrySource, hook: str) -> None:
             src.unavailable = f"{hook} failed: {type(exc).__name__}: {exc}"
 
 
-def _throttle_check(point: Point, nvml: NvmlClockObserver | None) -> str:
-    """'ok' if NVML watched this point's samples for throttling, else why not."""
-    if not point.gpu:
-        return "not applicable (CPU point)"
-    if nvml is None:
-        return "not checked: telemetry.nvml is false"
-    return "ok" if nvml.active else f"not checked: {nvml.unavailable}"
-
-
-def _unchecked(timing: dict[str, Any], why: str) -> dict[str, Any]:
-    """No throttle observer ran: n_throttled is unknown (None), not 0."""
-    return timing | {"n_throttled": None, "throttle_check": why}
-
-
-def judge(result: Result, gpu_point: bool = False, no_check_reason: str = "") -> tuple[str, str]:
-    """(status, reason) of a measured point. A timed GPU result needs a correctness check
-    unless its experiment (or the result) says why none applies: an experiment that forgets
-    its check must not pass silently."""
-    check = result.check
-    if result.timing is None and check is None:
-        return "failed", "no measurement"
-    why_none = result.no_check_reason or no_check_reason
-    if gpu_point and result.timing is not None and check is None and not why_none:
-        return "failed", ("refused: a timed GPU result without a correctness check (the "
-                          "experiment declares no no_check_reason)")
-    if check is not None and not check.passed:
-        return "wrong", (f"{check.metric} = {check.error:.3g} exceeds tolerance "
-                         f"{check.tolerance:.3g}" + (f"; {check.detail}" if check.detail else ""))
-    return "ok", ""
-
-
-def record_body(result: Result, env: dict[str, Any], key: str,
-                throttle_check: str = "ok", peaks: dict[str, float] | None = None, *,
-                gpu_point: bool = False, no_check_reason: str = "") -> dict[str, Any]:
-    """The measured part of a record. `peaks` (the device's theoretical DRAM bandwidth and
-    FP32 rate) goes with the declared work, so the table can give % of peak."""
-    prov = dict(env)
-    prov["timestamp"] = now_iso()  # when this point was measured (env's: when the job began)
-    if result.kernel is not None:
-        prov["nvcc_options"] = " ".join(result.kernel.options)
-        prov["kernel_hash"] = result.kernel.source_hash
-    status, reason = judge(result, gpu_point, no_check_reason)
-    timing = result.timing.as_dict() if result.timing else None
-    phases = {k: v.as_dict() for k, v in result.phases.items()}
-    if throttle_check != "ok":
-        timing = _unchecked(timing, throttle_check) if timing else None
-        phases = {k: _unchecked(v, throttle_check) for k, v in phases.items()}
-    return {
-        "status": status, "reason": reason, "cache_key": key,
-        "timing": timing,
-        "phases": phases,
-        "work": {"flops": result.flops, "bytes": result.bytes,
-                 "working_set": result.working_set, **(peaks or {})},
-        "check": result.check.as_dict() if result.check else None,
-        "metrics": result.metrics, "extra": result.extra, "provenance": prov,
-        "launch": result.launch.as_dict() if result.launch is not None else None,
-    }
-
-
-def _summary(rec: dict[str, Any]) -> str:
-    t = rec.get("timing") or {}
-    parts = []
-    if t:
-        parts.append(f"{_si(t['median'])}s (n={t['n']}, cv {100 * t['cv']:.1f}%)")
-    work = rec["work"]
-    if t and work["flops"] and not math.isnan(work["flops"]):
-        parts.append(f"{work['flops'] / t['median'] / 1e9:.1f} GFLOP/s")
-    elif t and work["bytes"] and not math.isnan(work["bytes"]):
-        parts.append(f"{work['bytes'] / t['median'] / 1e9:.1f} GB/s")
-    if rec.get("check"):
-        c = rec["check"]
-        parts.append(("ok" if c["passed"] else "WRONG") + f" err {c['error']:.1e}")
-    if t.get("n_throttled"):
-        parts.append(f"{t['n_throttled']} throttled")
-    return ", ".join(parts) or rec["status"]
-
-
 def _eta(t0: float, done: int, left: int) -> str:
     if done == 0 or left == 0:
         return ""
     return f"  [~{(time.time() - t0) / done * left:.0f} s left]"
-
-
-def _si(x: float) -> str:
-    for unit, scale in (("", 1), ("m", 1e-3), ("u", 1e-6), ("n", 1e-9)):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g} {unit}"
-    return f"{x:.3g} "
 
 
 def _nvidia_smi_index(gpu: Any) -> str:

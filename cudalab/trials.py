@@ -33,11 +33,12 @@ from typing import Any
 import numpy as np
 
 from cudalab import compare
-from cudalab.experiments.base import JobCache, Result
+from cudalab.experiments.base import Result
+from cudalab.experiments.job_cache import JobCache
 from cudalab.gpu_errors import gpu_error_kind
 from cudalab.harness import Harness, Settings, Trial
+from cudalab.kernel_sources import FLOOR_SOURCE
 
-FLOOR_SOURCE = "floor.cu"  # in cuda/: the empty and the tiny kernel
 FLOOR_TINY_N = 256  # elements the tiny kernel updates: one block, one cache line per warp
 FLOOR_MIN_TRIALS = 3
 

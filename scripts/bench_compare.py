@@ -74,14 +74,14 @@ def main() -> int:
 
     import pandas as pd
 
-    from cudalab import compare, results
+    from cudalab import compare_report, results
     from cudalab import config as cfg
 
     df = results.read_table(REFERENCE / "results.csv")
     config = cfg.validate({"run_name": "reference", "experiments": {"matmul": {}},
                            "report": {"baselines": [str(f) for f in folders]}})
     t0 = time.perf_counter()
-    ctx = compare.report_context(df, config, compare.baseline_comparison(df, config))
+    ctx = compare_report.report_context(df, config, compare_report.baseline_comparison(df, config))
     t_rep = time.perf_counter() - t0
     n = pd.DataFrame(ctx["comparison"]["summary"])[["faster", "slower", "same"]].sum()
     print(f"report comparison blocks with {a.runs} baselines: {t_rep:.1f} s "

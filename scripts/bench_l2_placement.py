@@ -25,7 +25,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 STRIDE = 128  # one node per cache line, as the default grid
 STEPS = 16384  # timed loads per launch, as the default grid
@@ -45,7 +44,7 @@ def measure(sizes: list[int], allocations: int, seed: int = 1) -> list[str]:
     from cudalab.gpu import open_session
 
     gpu = open_session(0)
-    kernel = gpu.compile("latency.cu")
+    kernel = gpu.compile("latency/latency.cu")
     rng = np.random.default_rng(seed)
     lines = [f"{gpu.info['gpu_name']}: global_cg chase, {STEPS} loads per launch, "
              f"{allocations} allocations per working set, one process"]

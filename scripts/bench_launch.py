@@ -37,7 +37,6 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 PROBES = ["vector_add_50000", "vector_add_1048576", "matmul_tiled_160x240x320_t16"]
 NCU_UNITS = {"nsecond": 1e-9, "ns": 1e-9, "usecond": 1e-6, "us": 1e-6, "msecond": 1e-3,
@@ -63,7 +62,7 @@ def setup(session: Any, name: str) -> Probe:
         n = int(name.rsplit("_", 1)[1])
         bufs = [cuda.to_device(rng.random(n, dtype=np.float32)) for _ in range(2)]
         bufs.append(cuda.mem_alloc(4 * n))
-        func = session.compile("vector_add.cu").function("vector_add")
+        func = session.compile("vector_add/vector_add.cu").function("vector_add")
         func.prepare("PPPi")
         grid, block = ((n + 255) // 256, 1), (256, 1, 1)
         args = (*bufs, np.int32(n))
@@ -77,7 +76,7 @@ def setup(session: Any, name: str) -> Probe:
         point = Point("matmul", "tiled", {"m": m, "k": k, "n": n, "tile": 16})
         bufs = [cuda.to_device(rng.random(s, dtype=np.float32)) for s in ((m, k), (k, n))]
         bufs.append(cuda.mem_alloc(4 * m * n))
-        func = session.compile("matmul.cu", kernel_defines(point)).function("matmul_tiled")
+        func = session.compile("matmul/matmul.cu", kernel_defines(point)).function("matmul_tiled")
         func.prepare("PPPiii")
         grid, block = launch_geometry(point)
         args = (*bufs, np.int32(m), np.int32(n), np.int32(k))

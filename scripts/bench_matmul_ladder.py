@@ -23,12 +23,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from cudalab import config as cfg
+from cudalab.experiments import matmul as mm
+from cudalab.experiments.base import Skipped
 
-from cudalab import config as cfg  # noqa: E402
-from cudalab.experiments import matmul as mm  # noqa: E402
-from cudalab.experiments.base import Skipped  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 DEFAULT_SIZES = ["4096", "1000", "4100"]
 STEPS = list(mm.LADDER)  # naive ... warptile, cublas

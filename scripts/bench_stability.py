@@ -40,11 +40,10 @@ from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from cudalab import config as cfg
+from cudalab import results, timing_report
 
-from cudalab import config as cfg  # noqa: E402
-from cudalab import results, timing_report  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 TARGETS = {"agree_5pct": 95.0, "agree_2pct": 80.0, "converged": 95.0, "overhead_s": 0.3}
 SPLIT_S = 100e-6  # short points (launch noise) are reported apart

@@ -26,7 +26,7 @@ class SimGpu:
     device `kernel_s`; the device runs work in order, each item no earlier than the host
     issued it. While the stream is held (hold()), work queues; the hold ends when the host
     sets flag[0] (the host-mapped release word) or `timeout_s` after it began, and then
-    flag[1] says it timed out, as cuda/hold.cu does."""
+    flag[1] says it timed out, as cuda/common/hold.cu does."""
 
     def __init__(self, launch_s: float, kernel_s: float, timeout_s: float = float("inf")):
         self.launch_s, self.kernel_s, self.timeout_s = launch_s, kernel_s, timeout_s

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cudalab import accept, compare
+from cudalab import accept, result_folders
 from cudalab.gpu_slots import TEST_GPUS_ENV, Gpu
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,7 +23,7 @@ GPUS = {i: Gpu(i, f"GPU-0000000{i}-aaaa", f"00000000:1{i}:00.0", "NVIDIA H100")
 
 
 def run_of(i: int, times: dict[str, float], spread: float = 0.005, seed: int = 0
-           ) -> compare.Run:
+           ) -> result_folders.Run:
     """A run of kernel points with these median times (s), trial spread `spread`."""
     rng = np.random.default_rng(seed + i)
     rows = [{"experiment": "vector_add", "point_id": pid, "variant": "gpu", "gpu": "H100",
@@ -31,8 +31,8 @@ def run_of(i: int, times: dict[str, float], spread: float = 0.005, seed: int = 0
              "noise": spread, "n_samples": 50, "method": "events", "trial_spread": spread,
              "floor_s": 1e-7, "blocks": 100000.0, "sm_count": 132.0}
             for pid, t in times.items()]
-    return compare.Run(f"GPU {i}", Path("."), "H100",
-                       pd.DataFrame(rows).reindex(columns=compare.POINT_COLS))
+    return result_folders.Run(f"GPU {i}", Path("."), "H100",
+                       pd.DataFrame(rows).reindex(columns=result_folders.POINT_COLS))
 
 
 TIMES = {f"p{k}": 1e-3 * (k + 1) for k in range(6)}

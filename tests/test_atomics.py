@@ -118,7 +118,7 @@ def test_racy_counter_passes_any_count_the_race_can_produce(counted, ok):
 
 def test_counter_kernel_is_really_racy():
     """The racy kernel must read and write through a volatile pointer (no atomic)."""
-    src = (ROOT / "cuda" / "atomics.cu").read_text()
+    src = (ROOT / "cuda" / "atomics/atomics.cu").read_text()
     body = src[src.index("void counter_racy"):]
     body = body[:body.index("}") + 1]
     assert "volatile unsigned int* counter" in body
@@ -377,7 +377,7 @@ def test_every_variant_names_a_kernel_of_the_source():
 
     from cudalab.experiments.atomics import KERNELS
 
-    src = (ROOT / "cuda" / "atomics.cu").read_text()
+    src = (ROOT / "cuda" / "atomics/atomics.cu").read_text()
     names = set(re.findall(r'extern "C" __global__ void (\w+)\(', src))
     assert set(KERNELS) == set(COUNTERS + SUMS) and set(KERNELS.values()) == names
 
@@ -388,7 +388,7 @@ def test_source_compiles_for_every_block(block, tmp_path):
     import subprocess
 
     out = subprocess.run(["nvcc", "-O3", f"-DBLOCK={block}", "-Xptxas", "-v", "-c",
-                          str(ROOT / "cuda" / "atomics.cu"), "-o", str(tmp_path / "a.o")],
+                          str(ROOT / "cuda" / "atomics/atomics.cu"), "-o", str(tmp_path / "a.o")],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert f"{4 * block} bytes smem" in out.stderr  # the tree's shared array

@@ -157,7 +157,7 @@ def test_damaged_entries_are_misses_and_the_folder_is_bounded(tmp_path):
 # -- parallel builds give what one build at a time gives ---------------------------------------
 @needs_nvcc
 def test_prefetched_targets_give_the_rows_of_separate_builds(tmp_path):
-    wanted = [("occupancy.cu", "LIVE=32", a) for a in ("sm_75", "sm_80", "sm_90")]
+    wanted = [("occupancy/occupancy.cu", "LIVE=32", a) for a in ("sm_75", "sm_80", "sm_90")]
     b = builds.Builder(NVCC, 120, build_cache.BuildCache(None))
     b.prefetch(wanted)
     for need in wanted:
@@ -241,7 +241,9 @@ def test_job_estimate_and_the_plan_line(monkeypatch):
     from cudalab.experiments import REGISTRY
 
     monkeypatch.setenv(build_cache.ENV, "off")  # nothing measured: the documented defaults
-    config = cfg.validate({"experiments": {"static_analysis": {"files": ["vector_add.cu"]}}})
+    config = cfg.validate(
+        {"experiments": {"static_analysis": {
+                                "files": ["vector_add/vector_add.cu"]}}})
     pts = REGISTRY["static_analysis"].grid(config)
     assert len(pts) == 1  # one kernel x sm_90 (auto without a GPU)
     idle = estimate.JOB_START_S + builds.DEFAULT_BUILD_S + estimate.POINT_S
@@ -264,7 +266,8 @@ def test_the_job_records_whether_a_row_came_from_the_cache(tmp_path):
     from cudalab.runner import run_experiment
 
     config = cfg.validate({"telemetry": {"nvidia_smi": False, "nvml": False},
-                           "experiments": {"static_analysis": {"files": ["vector_add.cu"]}}})
+                           "experiments": {"static_analysis": {
+                                "files": ["vector_add/vector_add.cu"]}}})
     run_experiment(config, "static_analysis", tmp_path / "first")
     run_experiment(config, "static_analysis", tmp_path / "second")
     first, second = (results.build_table(list(results.iter_records(tmp_path / r / "raw")))
@@ -308,7 +311,8 @@ def test_a_hung_nvcc_is_stopped_at_the_timeout(tmp_path):
     fake.chmod(0o755)
     start = time.monotonic()
     with pytest.raises(sa.CompileError, match="longer than 1 s"):
-        sa.compile_report(str(fake), CUDA_DIR / "vector_add.cu", "", "sm_90", timeout_s=1)
+        sa.compile_report(str(fake), CUDA_DIR / "vector_add/vector_add.cu", "", "sm_90",
+                          timeout_s=1)
     assert time.monotonic() - start < 20
 
 

@@ -1,5 +1,5 @@
 """CPU tests of the measured ceilings: sizes and CPU references (against literal emulations
-of the kernels in cuda/ceilings.cu), measure() on an emulated GPU (checks catch wrong
+of the kernels in cuda/common/ceilings.cu), measure() on an emulated GPU (checks catch wrong
 kernels, buffers are freed), the runner's plumbing (work, manifest, switch, failures), the
 table's derived columns (memory level, % of ceiling, suspect) on SYNTHETIC records, old
 tables, results/ceilings.csv, and nvcc on the kernel file.
@@ -66,7 +66,7 @@ def test_l2_buffers_fill_half_the_l2():
 # -- copy_f4: rotation and check ------------------------------------------------------------
 def emulate_copy_f4(inp: np.ndarray, reps: int, shift: int, threads: int = 64,
                     blocks: int = 3, unroll: int = ceilings.COPY_UNROLL) -> np.ndarray:
-    """copy_f4 as written in cuda/ceilings.cu, thread by thread (float4 = 4 uint32 words)."""
+    """copy_f4 as written in cuda/common/ceilings.cu, thread by thread (float4 = 4 uint32 words)."""
     src = inp.view(np.uint32).reshape(-1, 4)
     out = np.full_like(src, ceilings.POISON)
     n4, stride = len(src), threads * blocks
@@ -305,7 +305,7 @@ def test_measure_on_an_emulated_gpu_fills_every_key(emulated):
                                              ceilings.best_rate(
                                                  c.detail["dram_copy_f4"]["bytes"],
                                                  _timing(c.detail["dram_copy_f4"])))
-    assert gpu.compiled == [("ceilings.cu", ceilings.DEFINES)]
+    assert gpu.compiled == [("common/ceilings.cu", ceilings.DEFINES)]
     assert all(a.freed for a in gpu.cuda.allocs), "a device buffer was not freed"
     # 8 x L2 per DRAM buffer, a quarter of the L2 per L2 buffer; grid = SMs x 8 blocks
     assert c.detail["dram_copy_f4"]["working_set_bytes"] == 16 * MiB
@@ -385,7 +385,7 @@ def test_a_compile_failure_makes_every_ceiling_nan():
     assert all(math.isnan(c.values[k]) for k in ceilings.MEASURED_KEYS)
     assert c.values["l2_bytes"] == MiB  # the theoretical keys stay
     assert all("did not compile" in c.notes[k] for k in ceilings.MEASURED_KEYS)
-    assert "ceil_fp32_gflops: ceilings.cu did not compile" in c.note
+    assert "ceil_fp32_gflops: common/ceilings.cu did not compile" in c.note
 
 
 # -- the runner -------------------------------------------------------------------------------

@@ -102,8 +102,18 @@ AWAITING_A_RUN = {("tensor_cores", k) for k in (
     "wgmma_ws_over_mma")}
 
 
+def no_gpu_reference_yet(refs: dict[str, pd.DataFrame], name: str) -> bool:
+    """No committed reference holds a row of this lesson: a lesson added since the last GPU
+    run. Its claims are flipped once a reference with it is committed; until then the test
+    says so (a skip naming the lesson) rather than failing the new lesson."""
+    return not any((df["experiment"] == name).any() for df in refs.values())
+
+
 @pytest.mark.parametrize(("name", "key"), _cases())
 def test_the_flip_turns_the_verdict_over(refs, name, key):
+    if no_gpu_reference_yet(refs, name):
+        pytest.skip(f"lesson {name} has no GPU reference yet: its claim {key} is flipped "
+                    "once a reference run with it is committed")
     claim = _claim(name, key)
     turned = []
     for label, df in refs.items():

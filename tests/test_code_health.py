@@ -13,6 +13,7 @@ from cudalab.experiments import REGISTRY
 PACKAGE = Path(cudalab.__file__).resolve().parent
 ROOT = PACKAGE.parent
 MAX_LINES = 80
+MAX_MODULE_LINES = 600  # a module that serves several stages is split by stage
 
 
 def _functions(path: Path):
@@ -27,6 +28,14 @@ def test_no_function_in_the_package_is_longer_than_80_lines():
             for p in sorted(PACKAGE.rglob("*.py")) for name, line, n in _functions(p)
             if n > MAX_LINES]
     assert not long, "functions longer than 80 lines: " + "; ".join(long)
+
+
+def test_no_module_of_the_package_or_its_tools_is_longer_than_600_lines():
+    files = [*PACKAGE.rglob("*.py"), *(ROOT / "scripts").rglob("*.py"),
+             *(ROOT / "tools").rglob("*.py")]
+    long = [f"{p.relative_to(ROOT)} ({n} lines)" for p in sorted(files)
+            if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES]
+    assert not long, "modules longer than 600 lines: " + "; ".join(long)
 
 
 def test_the_length_check_sees_long_functions(tmp_path):
@@ -68,3 +77,13 @@ def test_the_workflow_uses_no_snakemake_internals_and_no_script_wrappers():
     # the rules' old wrappers are gone (scripts/ keeps the benchmarks)
     assert not {"measure.py", "aggregate.py", "figures.py", "report.py"} & {
         p.name for p in (ROOT / "scripts").glob("*.py")}
+
+
+def test_no_script_or_tool_edits_sys_path():
+    """Scripts and tools import the installed cudalab (pip install -e . in a checkout), never
+    a path they put in front of it."""
+    files = sorted([*(ROOT / "scripts").rglob("*.py"), *(ROOT / "tools").rglob("*.py")])
+    assert files
+    edits = [str(p.relative_to(ROOT)) for p in files
+             if re.search(r"\bsys\.path\s*(\.insert|\.append|\[|\+=|=)", p.read_text())]
+    assert not edits, f"scripts that edit sys.path: {edits}"

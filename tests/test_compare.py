@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cudalab import cli, compare, results
+from cudalab import cli, compare, compare_calibration, compare_text, result_folders, results
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "reports" / "reference" / "NVIDIA-H100-80GB-HBM3"
@@ -50,8 +50,8 @@ def verdict_of(cmp, point: str) -> str:
 
 
 def run_pair(base: Path, other: Path, **kw):
-    [b] = compare.load_runs(base, "baseline")
-    return compare.compare_runs(b, compare.load_runs(other), **kw)
+    [b] = result_folders.load_runs(base, "baseline")
+    return compare.compare_runs(b, result_folders.load_runs(other), **kw)
 
 
 def test_run_against_itself_is_same_everywhere(base):
@@ -64,7 +64,7 @@ def test_run_against_itself_is_same_everywhere(base):
 
 
 def test_quiet_point_has_little_noise(base):
-    [b] = compare.load_runs(base)
+    [b] = result_folders.load_runs(base)
     row = b.points[b.points["point_id"] == QUIET].iloc[0]
     assert row["noise"] < 0.02 and row["n_samples"] >= 5  # a later trial's minimum
 
@@ -115,7 +115,7 @@ def test_times_taken_by_another_method_get_no_ratio_and_no_speed_verdict(base, t
     assert row["this_s"] == pytest.approx(5 * row["baseline_s"])
     s = compare.summary(cmp).iloc[0]
     assert s["other method"] == 1 and s["slower"] == 0 and s["worst_ratio"] < 1.05
-    assert "other method (cuda_event_queued / cuda_event)" in compare.format_text(cmp)
+    assert "other method (cuda_event_queued / cuda_event)" in compare_text.format_text(cmp)
 
 
 def test_points_on_one_side_are_listed(base, tmp_path):
@@ -158,8 +158,8 @@ def test_results_csv_alone_is_enough(tmp_path):
     only_csv = tmp_path / "csv"
     only_csv.mkdir()
     shutil.copy(REFERENCE / "results.csv", only_csv / "results.csv")
-    [b] = compare.load_runs(REFERENCE)
-    [c] = compare.load_runs(only_csv)
+    [b] = result_folders.load_runs(REFERENCE)
+    [c] = result_folders.load_runs(only_csv)
     assert len(c.points) == len(b.points) == len(pd.read_csv(REFERENCE / "results.csv"))
     cmp = compare.compare_runs(b, [c])
     assert set(cmp["verdict"]) == {"same", "untimed"}
@@ -180,7 +180,7 @@ def test_a_folder_with_two_gpus_is_two_runs(base, tmp_path):
                 t["median"] *= factor
             p.write_text(json.dumps(rec))
     shutil.copytree(base / "raw" / "static_analysis", sweep / "raw" / "static_analysis")
-    runs = compare.load_runs(sweep)
+    runs = result_folders.load_runs(sweep)
     assert [r.gpu for r in runs] == ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]
     assert all("static_analysis" in set(r.points["experiment"]) for r in runs)
     cmp = compare.compare_runs(runs[0], runs[1:])
@@ -241,7 +241,7 @@ def test_a_sweep_results_folder_is_one_run_per_model(base, tmp_path):
     make_run(results / "gpu" / "a100")
     make_run(results / "gpu" / "h100")
     edit_record(results / "gpu" / "h100", "matmul", QUIET, scale(0.5))
-    runs = compare.load_runs(results)
+    runs = result_folders.load_runs(results)
     assert [r.label for r in runs] == [str(results / "gpu" / m) for m in ("a100", "h100")]
     cmp = compare.compare_runs(runs[0], runs[1:])
     assert verdict_of(cmp, QUIET) == "faster"
@@ -261,15 +261,15 @@ def test_course_beside_several_runs(base, tmp_path, capsys):
 
 
 def _points(rows: list[tuple], spread: float = math.nan, floor_s: float = math.nan
-            ) -> compare.Run:
+            ) -> result_folders.Run:
     """A run of (experiment, point, time, timer[, trial spread]) rows; `spread` and
     `floor_s` for every row that gives none (NaN: measured without trials)."""
     df = pd.DataFrame([{"experiment": r[0], "point_id": r[1], "variant": r[1].split("-")[0],
                         "gpu": "G", "status": "ok", "median_s": r[2], "noise": 0.002,
                         "n_samples": 10, "method": r[3],
                         "trial_spread": r[4] if len(r) > 4 else spread, "floor_s": floor_s}
-                       for r in rows], columns=compare.POINT_COLS)
-    return compare.Run("x", Path("x"), "G", df)
+                       for r in rows], columns=result_folders.POINT_COLS)
+    return result_folders.Run("x", Path("x"), "G", df)
 
 
 KERNEL, EVENTS, HOST = "cuda_event_queued", "cuda_event", "perf_counter"
@@ -283,13 +283,13 @@ def test_what_an_older_baseline_lacks_is_said():
     run = _points([("k", "a-1", 1e-4, KERNEL), ("k", "a-2", 1e-4, KERNEL),
                    ("k", "a-3", 1e-4, KERNEL), ("lat", "chase-1", 1e-5, KERNEL),
                    ("lat", "chase-2", 1e-5, KERNEL)], spread=0.01, floor_s=1e-7)
-    [line] = compare.baseline_gaps(compare.compare_pair(base, run))
+    [line] = compare_text.baseline_gaps(compare.compare_pair(base, run))
     assert line == ("x lacks what this run has: the experiments lat (2 points); 1 points of "
                     "the experiments both measured; trials at 2 of its 2 timed points "
                     "(judged by the class floors there)")
     same = _points([("k", "a-1", 1e-4, KERNEL)], spread=0.01, floor_s=1e-7)
-    assert compare.baseline_gaps(compare.compare_pair(same, same)) == []
-    assert line in compare.format_text(compare.compare_pair(base, run))
+    assert compare_text.baseline_gaps(compare.compare_pair(same, same)) == []
+    assert line in compare_text.format_text(compare.compare_pair(base, run))
 
 
 def test_without_trials_the_class_floors_judge():
@@ -318,7 +318,7 @@ def test_without_trials_the_class_floors_judge():
     assert cmp.loc["pageable-a", "class"] == "host-synchronous"
     assert cmp.loc["pageable-b", "verdict"] == "same"
     assert not cmp["trials"].any()
-    text = compare.format_text(cmp.reset_index())
+    text = compare_text.format_text(cmp.reset_index())
     grouped = text[text.index("by class"):]
     assert "kernel: 1 (1 slower" in grouped and "host: 1 (1 unstable" in grouped
     assert "host-synchronous: 1 (1 unstable" in grouped
@@ -363,7 +363,7 @@ def test_with_trials_the_spread_and_the_floor_judge():
                                    _points([("k", "short-a", 2.3e-6, KERNEL, 0.01)]),
                                    rule=rule).iloc[0]
     assert nofloor["verdict"] == "same" and nofloor["bar_from"] == "class floor"
-    assert "have a side measured without trials" not in compare.format_text(cmp.reset_index())
+    assert "have a side measured without trials" not in compare_text.format_text(cmp.reset_index())
 
 
 def test_unstable_never_fails_the_gate(tmp_path, capsys):
@@ -385,15 +385,15 @@ def test_unstable_never_fails_the_gate(tmp_path, capsys):
     capsys.readouterr()
 
 
-def _grid_points(rows: list[tuple[str, float, float]], sm_count: float = 132) -> compare.Run:
+def _grid_points(rows: list[tuple[str, float, float]], sm_count: float = 132) -> result_folders.Run:
     """Kernel points (point, time, blocks of its launch) timed in trials that agree within
     0.2 %, on a job with a 20 ns floor and `sm_count` SMs."""
     df = pd.DataFrame([{"experiment": "matmul", "point_id": pid, "variant": "warptile",
                         "gpu": "G", "status": "ok", "median_s": t, "noise": 0.002,
                         "n_samples": 10, "method": KERNEL, "trial_spread": 0.002,
                         "floor_s": 20e-9, "blocks": blocks, "sm_count": sm_count}
-                       for pid, t, blocks in rows], columns=compare.POINT_COLS)
-    return compare.Run("x", Path("x"), "G", df)
+                       for pid, t, blocks in rows], columns=result_folders.POINT_COLS)
+    return result_folders.Run("x", Path("x"), "G", df)
 
 
 def test_a_kernel_with_fewer_blocks_than_sms_is_small_grid():
@@ -416,7 +416,7 @@ def test_a_kernel_with_fewer_blocks_than_sms_is_small_grid():
     no_sms = compare.compare_pair(_grid_points([("six", 44.5e-6, 6)], math.nan),
                                   _grid_points([("six", 48.46e-6, 6)], math.nan)).iloc[0]
     assert no_sms["class"] == "kernel" and no_sms["verdict"] == "slower"
-    text = compare.format_text(compare.compare_pair(base, run))
+    text = compare_text.format_text(compare.compare_pair(base, run))
     assert "small-grid: 1 (1 slower" in text and "kernel: 2 (2 slower" in text
 
 
@@ -440,18 +440,18 @@ def test_launch_blocks_and_sm_count_come_from_the_records(tmp_path, capsys):
     old = [str(write(tmp_path / n, t, False)) for n, t in (("c", 44.5e-6), ("d", 48.46e-6))]
     assert cli.main(["compare", *new, "--fail-on-slower"]) == 0
     assert cli.main(["compare", *old, "--fail-on-slower"]) == 1
-    pts = compare.load_points(Path(new[0]))
+    pts = result_folders.load_points(Path(new[0]))
     assert pts.loc[0, "blocks"] == 6 and pts.loc[0, "sm_count"] == 132
     capsys.readouterr()
 
 
-def _trial_run(rows: list[tuple[str, str, float]], name: str) -> compare.Run:
+def _trial_run(rows: list[tuple[str, str, float]], name: str) -> result_folders.Run:
     """Kernel points timed in trials that agree within 2 %, on a job with a 20 ns floor."""
     df = pd.DataFrame([{"experiment": e, "point_id": pid, "variant": "v", "gpu": "G",
                         "status": "ok", "median_s": t, "noise": 0.002, "n_samples": 10,
                         "method": KERNEL, "trial_spread": 0.02, "floor_s": 20e-9}
-                       for e, pid, t in rows], columns=compare.POINT_COLS)
-    return compare.Run(name, Path(name), "G", df)
+                       for e, pid, t in rows], columns=result_folders.POINT_COLS)
+    return result_folders.Run(name, Path(name), "G", df)
 
 
 def _choose_k_runs():
@@ -467,7 +467,8 @@ def _choose_k_runs():
 
 def test_choose_k_finds_the_k_that_passes_unchanged_code_and_catches_the_plant():
     base, same, planted = _choose_k_runs()
-    table = compare.choose_k(base, same, planted, ks=(0.0, 1.0, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0))
+    ks = (0.0, 1.0, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0)
+    table = compare_calibration.choose_k(base, same, planted, ks=ks)
     t = table[~table["class_floors_always"]].set_index("k")
     # 6 % against a bar of max(5 %, k x 2.8 %): not 'same' up to k = 2, same from 2.5
     assert t.loc[2.0, "not_same"] == 3 and t.loc[2.0, "slower"] == 3 and not t.loc[2.0, "ok"]
@@ -476,13 +477,14 @@ def test_choose_k_finds_the_k_that_passes_unchanged_code_and_catches_the_plant()
     assert (t["planted"] == 10).all() and t.loc[5.0, "caught"] == 10 and t.loc[5.0, "ok"]
     assert t.loc[6.0, "caught"] == 0 and not t.loc[6.0, "ok"]
     assert t.loc[0.0, "other_slower"] == 0 and t.loc[0.0, "planted_exit"] == 1
-    rule, why = compare.recommend_k(table)
+    rule, why = compare_calibration.recommend_k(table)
     assert rule == compare.Rule(4.0, False) and "from 2.5 to 5" in why
 
 
 def test_choose_k_without_a_candidate_says_what_is_closest():
     base, same, _ = _choose_k_runs()
-    rule, why = compare.recommend_k(compare.choose_k(base, same, ks=(0.0, 1.0)))
+    table = compare_calibration.choose_k(base, same, ks=(0.0, 1.0))
+    rule, why = compare_calibration.recommend_k(table)
     assert rule is None and "the fewest not 'same' is 3.0 %" in why
 
 

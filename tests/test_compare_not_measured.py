@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cudalab import cli, compare, results
+from cudalab import cli, compare, result_folders, results
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "reports" / "reference" / "NVIDIA-H100-80GB-HBM3"
@@ -45,8 +45,8 @@ def gpu_less(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_a_gpu_less_folder_is_read_and_its_points_are_not_measured(gpu_less: Path) -> None:
-    [base] = compare.load_runs(REFERENCE, "baseline")
-    [run] = compare.load_runs(gpu_less)
+    [base] = result_folders.load_runs(REFERENCE, "baseline")
+    [run] = result_folders.load_runs(gpu_less)
     assert run.gpu == ""  # no point ran on a GPU
     cmp = compare.compare_runs(base, [run])
     nm = cmp[cmp["verdict"] == "not measured"]
@@ -67,8 +67,8 @@ def test_not_measured_never_gates_fail_on_slower(gpu_less: Path, capsys) -> None
     assert "older schema" not in out and "not measured" in out
     assert f"{QUIET}" in out  # listed point by point
     assert "never slower or faster" in out
-    s = compare.summary(compare.compare_runs(compare.load_runs(REFERENCE)[0],
-                                             compare.load_runs(gpu_less))).iloc[0]
+    s = compare.summary(compare.compare_runs(result_folders.load_runs(REFERENCE)[0],
+                                             result_folders.load_runs(gpu_less))).iloc[0]
     assert s["not measured"] > 100 and s["slower"] == 0 and s["faster"] == 0
 
 
@@ -82,8 +82,8 @@ def test_either_side_not_measured(gpu_less: Path, tmp_path: Path, capsys) -> Non
     rec = json.loads(cpu.read_text())
     rec["timing"]["samples_s"] = [3 * s for s in rec["timing"]["samples_s"]]
     cpu.write_text(json.dumps(rec))
-    [base] = compare.load_runs(gpu_less, "baseline")
-    cmp = compare.compare_runs(base, compare.load_runs(run))
+    [base] = result_folders.load_runs(gpu_less, "baseline")
+    cmp = compare.compare_runs(base, result_folders.load_runs(run))
     mm = cmp[cmp["experiment"] == "matmul"]
     assert (mm.loc[mm["variant"] != "cpu", "verdict"] == "not measured").all()
     assert (cmp.loc[cmp["point_id"] == cpu.stem, "verdict"] == "unstable").all()
@@ -96,9 +96,9 @@ def test_a_results_csv_with_not_measured_rows(gpu_less: Path, tmp_path: Path) ->
     only_csv = tmp_path / "csv"
     df = results.build_table(results.iter_records(gpu_less / "raw"))
     results.write_table(df, only_csv / "results.csv")
-    [base] = compare.load_runs(REFERENCE, "baseline")
-    cmp = compare.compare_runs(base, compare.load_runs(only_csv))
-    a = compare.compare_runs(base, compare.load_runs(gpu_less))
+    [base] = result_folders.load_runs(REFERENCE, "baseline")
+    cmp = compare.compare_runs(base, result_folders.load_runs(only_csv))
+    a = compare.compare_runs(base, result_folders.load_runs(gpu_less))
     pd.testing.assert_series_equal(cmp["verdict"].value_counts().sort_index(),
                                    a["verdict"].value_counts().sort_index())
 

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from cudalab import cli, compare, report, results, run_figures
+from cudalab import cli, compare, compare_report, report, result_folders, results, run_figures
 from cudalab import config as cfg
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,7 +52,7 @@ def _render(df, config, tmp_path) -> str:
 
 def _context(df, config) -> dict:
     """The comparison blocks' context from a comparison made here (the figures step's)."""
-    return compare.report_context(df, config, compare.baseline_comparison(df, config))
+    return compare_report.report_context(df, config, compare_report.baseline_comparison(df, config))
 
 
 @pytest.mark.slow
@@ -78,7 +78,7 @@ def test_baselines_in_the_report(h100, slower_copy, tmp_path):
     in_copy = h100["experiment"].isin(["matmul", "device_query", "vector_add"])
     assert summary[str(slower_copy)]["only this"] == int((~in_copy).sum())
     # the report compares nothing itself: without the figures step's table it stops
-    with pytest.raises(compare.CompareError, match=r"_compare/comparison.csv is missing"):
+    with pytest.raises(result_folders.CompareError, match=r"_compare/comparison.csv is missing"):
         _render(h100, config, tmp_path)
     assert run_figures.draw_comparisons(h100, config, tmp_path / "figures") == 11
     html = _render(h100, config, tmp_path)
@@ -127,11 +127,11 @@ def test_the_points_that_moved_are_grouped_by_class_with_their_reason(h100, slow
 def test_the_comparison_is_written_once_and_read_back_as_it_was(h100, slower_copy, tmp_path):
     """The figures step writes the table; the report renders exactly what it compared."""
     config = _config(baselines=[str(slower_copy), str(H200)])
-    cmp = compare.baseline_comparison(h100, config)
+    cmp = compare_report.baseline_comparison(h100, config)
     run_figures.draw_comparisons(h100, config, tmp_path)
     back = run_figures.comparison_table(tmp_path, config)
     pd.testing.assert_frame_equal(back, cmp)  # NaN and "" kept apart, floats exact
-    assert compare.report_context(h100, config, back) == _context(h100, config)
+    assert compare_report.report_context(h100, config, back) == _context(h100, config)
     # baselines dropped: the step writes an empty table, and no stale one is shown
     run_figures.draw_comparisons(h100, _config(), tmp_path)
     assert run_figures.comparison_table(tmp_path, _config()) is None
@@ -204,8 +204,8 @@ def test_two_real_gpu_runs_compare_point_by_point(tmp_path):
     differ (the swizzled rung is analysed at the tiles the run launches since 27411e5), the
     H200's larger DRAM bandwidth shows as faster memory-bound kernels, and the H200 report's
     comparison block is built with the H100 as its baseline."""
-    [base] = compare.load_runs(REFERENCE)
-    [h200] = compare.load_runs(H200)
+    [base] = result_folders.load_runs(REFERENCE)
+    [h200] = result_folders.load_runs(H200)
     cmp = compare.compare_runs(base, [h200])
     unmatched = cmp[cmp["verdict"].isin(["only this", "only baseline", "not ok"])]
     assert set(unmatched["experiment"]) <= {"static_analysis"}

@@ -47,7 +47,7 @@ def _plant(bindir: Path, marker: Path, version: str | None = "12.4.1") -> Path:
 def _config(folder: Path, nvcc: Path, archs: list[str]) -> Path:
     path = folder / "planted.yaml"
     path.write_text(f"experiments:\n  static_analysis:\n    nvcc: {nvcc}\n"
-                    f"    archs: {json.dumps(archs)}\n    files: [vector_add.cu]\n")
+                    f"    archs: {json.dumps(archs)}\n    files: [vector_add/vector_add.cu]\n")
     return path
 
 
@@ -118,9 +118,9 @@ def test_a_job_refuses_a_toolkit_in_a_world_writable_folder(tmp_path):
     the path and why, and the toolkit never runs."""
     marker = tmp_path / "ran"
     nvcc = _plant(tmp_path / "cuda" / "bin", marker)  # under /tmp: world-writable, sticky
-    block = {"nvcc": str(nvcc), "archs": ["sm_90"], "files": ["vector_add.cu"],
+    block = {"nvcc": str(nvcc), "archs": ["sm_90"], "files": ["vector_add/vector_add.cu"],
              "variants": {}, "dynamic_smem_bytes": {}, "timeout_s": 30}
-    point = Point("static_analysis", "vec_add", {"file": "vector_add.cu", "flags": "",
+    point = Point("static_analysis", "vec_add", {"file": "vector_add/vector_add.cu", "flags": "",
                                                  "arch": "sm_90"}, gpu=False)
     with pytest.raises(sa.CompileError, match=r"refusing to run .*/nvcc: .* is writable by "
                        r"every user .*sticky bit does not help"):
@@ -238,7 +238,7 @@ def test_a_static_analysis_record_names_the_toolkit_and_its_check(tmp_path):
     from cudalab.runner import run_experiment
 
     config = cfg.validate({"experiments": {"static_analysis": {
-        "files": ["vector_add.cu"], "archs": ["sm_90"]}}})
+        "files": ["vector_add/vector_add.cu"], "archs": ["sm_90"]}}})
     run_experiment(config, "static_analysis", tmp_path)
     records = [json.loads(p.read_text()) for p in
                (tmp_path / "raw" / "static_analysis").glob("*.json")
@@ -266,7 +266,8 @@ def test_validate_and_plan_start_only_nvidia_smi_and_sinfo(tmp_path, monkeypatch
     guards.nvidia_smi_memory.cache_clear()
     cfg = tmp_path / "every.yaml"
     cfg.write_text(
-        "experiments:\n  static_analysis: {nvcc: nvcc, archs: [sm_90], files: [vector_add.cu]}\n"
+        "experiments:\n  static_analysis: {nvcc: nvcc, archs: [sm_90],\n"
+        "    files: [vector_add/vector_add.cu]}\n"
         "  vector_add: {}\n  matmul: {sizes: [64]}\n"
         "profile: {ncu: true}\nslurm: {modules: [cuda/12.4], gpu_model: a100}\n"
         f"exercises: {{submissions: {tmp_path}}}\n")

@@ -17,9 +17,10 @@ from cudalab.exercises.source import (
     read_submission,
     valid_name,
 )
+from cudalab.experiments.base import Point
 from cudalab.experiments.matmul.build import launch_geometry
 
-needs_nvcc = pytest.mark.skipif(build.sa.find_nvcc() is None, reason="nvcc not installed")
+needs_nvcc = pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not installed")
 EXERCISES = list(catalog.EXERCISES.values())
 
 
@@ -46,10 +47,10 @@ def test_starters_and_the_course_kernels_compile_into_the_slot(ex):
 
 
 @pytest.mark.parametrize("text", [
-    '#include "/work/cuda/matmul.cu"', '  #  include <stdio.h>', '#/**/include "x.cu"',
+    '#include "/work/cuda/matmul/matmul.cu"', '  #  include <stdio.h>', '#/**/include "x.cu"',
     '#\\\ninclude "x.cu"', "#embed \"secret\"", '#line 1 "other.cu"',
     "#if __has_include(\"../alice.cu\")\n#endif", "#include_next <x>",
-    '%:include "/work/cuda/matmul.cu"', '\f#\finclude "x.cu"', '\v#\vinclude "x.cu"',
+    '%:include "/work/cuda/matmul/matmul.cu"', '\f#\finclude "x.cu"', '\v#\vinclude "x.cu"',
     'int x;\r#include "x.cu"', '??=include "x.cu"'])
 def test_directives_that_read_other_files_are_refused(text, tmp_path):
     assert forbidden(text)
@@ -68,7 +69,7 @@ def test_the_compiler_may_open_no_file_but_cuda_and_system_headers(line):
     # preprocessor opens decides, however the directive is spelled
     ex = catalog.get("vector_add")
     starter = (catalog.EXERCISE_DIR / ex.starter).read_text()
-    text = line.format(matmul=catalog.CUDA_DIR / "matmul.cu") + "\n" + starter
+    text = line.format(matmul=catalog.CUDA_DIR / "matmul/matmul.cu") + "\n" + starter
     b = build.compile_submission(text, ex, "alice.cu")
     assert b.refused and not b.ok and not b.cubin, b
     assert "alice.cu" in b.refused
@@ -167,7 +168,7 @@ def test_compile_errors_and_slot_errors_name_what_is_wrong():
 def test_the_grid_rules_are_the_experiments_own():
     tiled = catalog.get("tiled_matmul")
     assert slots.geometry(tiled, (100, 7, 33)) == launch_geometry(
-        slots.Point("matmul", "tiled", {"m": 100, "k": 7, "n": 33, "tile": 16}))
+        Point("matmul", "tiled", {"m": 100, "k": 7, "n": 33, "tile": 16}))
     assert slots.geometry(catalog.get("register_matmul"), (65, 1, 129)) == ((3, 2), (16, 16, 1))
     assert slots.geometry(catalog.get("vector_add"), (1000, 256)) == ((4, 1), (256, 1, 1))
     assert slots.geometry(catalog.get("transpose"), (33, 65)) == ((3, 2), (32, 8, 1))
@@ -467,7 +468,7 @@ def test_the_host_makes_the_same_inputs_as_the_device_generator(tmp_path):
             "s * 2654435761u + 1, c); unsigned u; memcpy(&u, &v, 4); printf(\"%u\\n\", u); } }")
     (tmp_path / "gen.cu").write_text(fresh.SOURCE.replace("extern", "#include <cstring>\n"
                                                           "extern", 1) + main)
-    subprocess.run([build.sa.find_nvcc(), "gen.cu", "-o", "gen"], cwd=tmp_path, check=True,
+    subprocess.run([build.find_nvcc(), "gen.cu", "-o", "gen"], cwd=tmp_path, check=True,
                    capture_output=True, timeout=300)
     got = [int(x) for x in subprocess.run(["./gen"], cwd=tmp_path, capture_output=True,
                                           text=True, check=True).stdout.split()]

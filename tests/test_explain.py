@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cudalab import claims, explain, fmt, results, roofline
+from cudalab import claims, explain, fmt, results, roofline, run_ceilings
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.coalescing import lesson as coalescing_lesson
 from cudalab.experiments.fast_math import lesson as fast_math_lesson
@@ -92,9 +92,9 @@ def test_theoretical_ceiling_is_named_when_nothing_was_measured():
 
 def test_bank_conflicts_only_with_profiler_counts():
     plain = roofline.annotate(matmul())
-    assert matmul_lesson.matmul_bank_conflicts(plain, roofline.ceilings_of(plain)) is None
+    assert matmul_lesson.matmul_bank_conflicts(plain, run_ceilings.ceilings_of(plain)) is None
     df = roofline.annotate(matmul(conflicts=True))
-    s = matmul_lesson.matmul_bank_conflicts(df, roofline.ceilings_of(df))
+    s = matmul_lesson.matmul_bank_conflicts(df, run_ceilings.ceilings_of(df))
     assert s == ("Shared-memory bank conflicts counted by Nsight Compute at 4096³: tile 32: "
                  f"{fmt.integer(9e6)} conflicting vs 0 padded; tile 16: {fmt.integer(4e6)} "
                  "conflicting vs 0 padded.")
@@ -102,10 +102,10 @@ def test_bank_conflicts_only_with_profiler_counts():
 
 def test_best_matmul_against_the_roof_of_its_dtype():
     df = roofline.annotate(matmul())
-    s = matmul_lesson.matmul_best_fp32(df, roofline.ceilings_of(df))
+    s = matmul_lesson.matmul_best_fp32(df, run_ceilings.ceilings_of(df))
     assert "cuBLAS SGEMM, reaches 50.0 TFLOP/s: 83 % of the measured FP32 ceiling" in s
     assert "at 683 FLOP/byte" in s  # 2n^3 / 12n^2 = n / 6
-    assert matmul_lesson.matmul_best_fp64(df, roofline.ceilings_of(df)) is None  # no float64
+    assert matmul_lesson.matmul_best_fp64(df, run_ceilings.ceilings_of(df)) is None  # no float64
 
 
 def occupancy(ncu: bool) -> pd.DataFrame:
@@ -121,9 +121,9 @@ def occupancy(ncu: bool) -> pd.DataFrame:
 
 def test_occupancy_achieved_vs_theoretical():
     plain = roofline.annotate(occupancy(ncu=False))
-    assert occupancy_lesson.occupancy_achieved(plain, roofline.ceilings_of(plain)) is None
+    assert occupancy_lesson.occupancy_achieved(plain, run_ceilings.ceilings_of(plain)) is None
     df = roofline.annotate(occupancy(ncu=True))
-    s = occupancy_lesson.occupancy_achieved(df, roofline.ceilings_of(df))
+    s = occupancy_lesson.occupancy_achieved(df, run_ceilings.ceilings_of(df))
     assert "vec_mul: achieved 70–95 % of theoretical over 5 block sizes" in s
     assert "least at 1024 threads (52 % of 75 %)" in s
     assert "1 points stay below 80% of their theoretical occupancy" in s
@@ -131,7 +131,7 @@ def test_occupancy_achieved_vs_theoretical():
 
 def test_occupancy_knee_and_what_occupancy_does_not_explain():
     df = roofline.annotate(occupancy(ncu=False))
-    s = occupancy_lesson.occupancy_knee(df, roofline.ceilings_of(df))
+    s = occupancy_lesson.occupancy_knee(df, run_ceilings.ceilings_of(df))
     assert (f"within 10% of its best {fmt.bandwidth(2600)} from 75 % theoretical occupancy "
             "up") in s
     assert f"below that it drops to {fmt.bandwidth(600)}" in s
@@ -153,19 +153,19 @@ def coalescing() -> pd.DataFrame:
 
 def test_coalescing_share_of_the_copy_ceiling_leaves_out_l2_points():
     df = roofline.annotate(coalescing())
-    s = coalescing_lesson.coalescing_vs_ceiling(df, roofline.ceilings_of(df))
+    s = coalescing_lesson.coalescing_vs_ceiling(df, run_ceilings.ceilings_of(df))
     assert s == (f"Against the measured DRAM ceiling {fmt.bandwidth(3000)} (DRAM-resident "
                  "points): copy 80 %, stride 10–77 %, transpose_padded 90 %.")
 
 
 def test_transpose_above_the_dram_ceiling_is_called_l2_resident():
     df = roofline.annotate(coalescing())
-    s = coalescing_lesson.coalescing_transpose_l2(df, roofline.ceilings_of(df))
+    s = coalescing_lesson.coalescing_transpose_l2(df, run_ceilings.ceilings_of(df))
     assert (f"transpose_padded at 2048² ({fmt.bandwidth(3800)}, working set 32 MiB, "
             "L2-resident)") in s
     assert "fits the 50 MiB L2" in s and "8192" not in s
     below = df[df["p_size"] != 2048]
-    assert coalescing_lesson.coalescing_transpose_l2(below, roofline.ceilings_of(df)) is None
+    assert coalescing_lesson.coalescing_transpose_l2(below, run_ceilings.ceilings_of(df)) is None
 
 
 def test_vector_add_share_and_l2_sizes():
@@ -173,7 +173,7 @@ def test_vector_add_share_and_l2_sizes():
         pt("vector_add", "gpu", 805e6 / 2.7e12, 2.0 ** 26, 805e6, p_n=2 ** 26, p_threads=256),
         pt("vector_add", "gpu", 805e6 / 0.6e12, 2.0 ** 26, 805e6, p_n=2 ** 26, p_threads=32),
         pt("vector_add", "gpu", 12e6 / 3.2e12, 1e6, 12e6, p_n=10 ** 6, p_threads=256)]))
-    s = vector_add_lesson.vector_add_share(df, roofline.ceilings_of(df))
+    s = vector_add_lesson.vector_add_share(df, run_ceilings.ceilings_of(df))
     assert s.startswith(f"At n = {fmt.integer(2 ** 26)} (768 MiB moved, dram) the best block "
                         f"size, 256 threads, reaches {fmt.bandwidth(2700)} = 90 % of the "
                         "measured DRAM ceiling")
@@ -189,7 +189,7 @@ def test_sobel_caches_either_way(shared_gbps, says):
         pt("sobel", "global", 1 / 600, p_width=8192),
         pt("sobel", "shared", 1 / shared_gbps, p_width=8192),
         pt("sobel", "shared", 1 / 2000, p_width=512)]))
-    said = sobel_lesson.sobel_caches(df, roofline.ceilings_of(df))
+    said = sobel_lesson.sobel_caches(df, run_ceilings.ceilings_of(df))
     assert says in said
     assert ("Nsight Compute" in said) == (shared_gbps < 600), said
 
@@ -199,7 +199,7 @@ def test_fast_math_sides_of_the_ridge():
             for it, fl in ((1, 3.2e8), (256, 8.2e10)) for v, t in (("precise", 1e-3),
                                                                  ("fast_math", 5e-4))]
     df = roofline.annotate(table(rows))
-    s = fast_math_lesson.fast_math_ridge(df, roofline.ceilings_of(df))
+    s = fast_math_lesson.fast_math_ridge(df, run_ceilings.ceilings_of(df))
     assert s.startswith("The measured ridge point is at 20 FLOP/byte")
     assert "1 iteration(s) sit left of it" in s and "256 iterations right of it" in s
 

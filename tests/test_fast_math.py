@@ -453,7 +453,8 @@ def test_smoke_grid_through_the_runner_on_a_fake_gpu(tmp_path, monkeypatch):
     assert (df["status"] == "ok").all(), df[["point_id", "reason"]].to_string()
     assert len(df) == len(EXP.points(validate(dict(EXP.smoke))))
     builds = {k.source_file: None for k in gpu.kernels.values()}
-    assert builds == {"fast_math.cu": None, "floor.cu": None}  # floor.cu: the job's floor
+    # common/floor.cu: the job's floor
+    assert builds == {"fast_math/fast_math.cu": None, "common/floor.cu": None}
     opts = {(tuple(k.options), tuple(k.defines)) for k in gpu.kernels.values()}
     assert opts == {(("-O3",), ()), (("-O3", "--use_fast_math"), ()),
                     (("-O3",), ("USE_INTRINSICS",))}
@@ -508,7 +509,7 @@ def test_the_three_builds_use_the_functions_they_claim(flags, want, unwanted, tm
 
     ptx = tmp_path / "f.ptx"
     out = subprocess.run(["nvcc", "-O3", *flags, "-ptx",
-                          str(ROOT / "cuda" / "fast_math.cu"), "-o", str(ptx)],
+                          str(ROOT / "cuda" / "fast_math/fast_math.cu"), "-o", str(ptx)],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     text = ptx.read_text()

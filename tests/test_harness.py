@@ -268,7 +268,7 @@ def test_harness_settings_travel_with_every_timing():
 
 
 def test_hold_kernel_compiles_and_takes_the_flag_and_timeout(tmp_path):
-    """cuda/hold.cu as GpuSession.compile builds it (real nvcc; no GPU needed): one kernel,
+    """cuda/common/hold.cu as GpuSession.compile builds it (real nvcc; no GPU needed): one kernel,
     extern "C" `hold(volatile int *, long long)`, which prepare("Pq") matches."""
     import shutil
     import subprocess
@@ -279,7 +279,7 @@ def test_hold_kernel_compiles_and_takes_the_flag_and_timeout(tmp_path):
     if not nvcc:
         pytest.skip("nvcc not on PATH")
     ptx = tmp_path / "hold.ptx"
-    subprocess.run([nvcc, "-O3", "-arch=sm_90", "--ptx", str(CUDA_DIR / "hold.cu"), "-o",
+    subprocess.run([nvcc, "-O3", "-arch=sm_90", "--ptx", str(CUDA_DIR / "common/hold.cu"), "-o",
                     str(ptx)], check=True, capture_output=True)
     text = ptx.read_text()
     assert ".visible .entry hold(" in text

@@ -537,7 +537,7 @@ NVCC = shutil.which("nvcc")
 @pytest.mark.parametrize("arch", ["sm_75", "sm_80", "sm_90"])
 def test_kernels_compile_without_spills(arch, tmp_path):
     out = subprocess.run([NVCC, "-O3", "-lineinfo", f"-arch={arch}", "-cubin", "-Xptxas", "-v",
-                          str(ROOT / "cuda" / "latency.cu"), "-o", str(tmp_path / "l.cubin")],
+                          str(ROOT / "cuda/latency/latency.cu"), "-o", str(tmp_path / "l.cubin")],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     for k in ("chase_global", "chase_global_cg", "chase_shared", "chase_constant"):
@@ -554,7 +554,7 @@ def test_each_kernel_chases_with_the_load_it_claims_between_the_clocks(tmp_path)
     cache operator, and sit between two clock64 / globaltimer readings."""
     ptx = tmp_path / "l.ptx"
     out = subprocess.run([NVCC, "-O3", "-arch=sm_90", "-ptx", str(ROOT / "cuda" /
-                          "latency.cu"), "-o", str(ptx)], capture_output=True, text=True)
+                          "latency/latency.cu"), "-o", str(ptx)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     text = ptx.read_text()
     bodies = dict(_entries(text))
@@ -589,7 +589,7 @@ def test_a_chain_too_large_for_its_memory_frees_what_was_allocated():
 
     gpu = _fake_gpu()
     gpu.global_sizes["latency_constant_chain"] = 1024
-    kernel = gpu.compile("latency.cu")
+    kernel = gpu.compile("latency/latency.cu")
     chain = ChainData(make_chain(16, np.random.default_rng(0)), 128)  # 2 KiB
     with pytest.raises(ValueError, match="does not fit the 1024-byte __constant__ array"):
         Chaser(gpu, kernel, "constant", chain, 1024, capacity=4)
@@ -600,7 +600,7 @@ def test_timed_records_are_the_last_launches_less_throttled_ones():
     from cudalab.experiments.latency import Chaser
 
     gpu = _fake_gpu()
-    kernel = gpu.compile("latency.cu")
+    kernel = gpu.compile("latency/latency.cu")
     chain = ChainData(make_chain(8, np.random.default_rng(0)), 128)
     chaser = Chaser(gpu, kernel, "shared", chain, 1024, capacity=3)
     for warm in (8, 0, 0, 0, 0):  # the ring keeps the last three
@@ -640,7 +640,7 @@ def test_every_byte_the_chaser_copies_back_was_written_first(variant):
     cuda.memcpy_htod = lambda dest, src: (mark(dest, np.asarray(src).nbytes), htod(dest, src))
     cuda.memset_d32 = lambda dest, v, n: (mark(dest, 4 * n), memset(dest, v, n))
     chain = ChainData(make_chain(16, np.random.default_rng(0)), 128)
-    chaser = Chaser(gpu, gpu.compile("latency.cu"), variant, chain, 64, capacity=8)
+    chaser = Chaser(gpu, gpu.compile("latency/latency.cu"), variant, chain, 64, capacity=8)
     assert written and all(m.all() for m in written.values()), {
         k: int((~m).sum()) for k, m in written.items()}
     chaser.launch(0)  # one of eight slots written by a launch: the other seven read as 0

@@ -29,7 +29,7 @@ from cudalab.harness import Harness, Settings, WallTimer
 
 ROOT = Path(__file__).resolve().parent.parent
 EXP = REGISTRY["matmul"]
-CU = (ROOT / "cuda" / "matmul.cu").read_text()
+CU = (ROOT / "cuda" / "matmul/matmul.cu").read_text()
 
 
 def _err(block: dict) -> str:
@@ -113,7 +113,7 @@ def test_defaults_and_smoke_grid_are_valid():
 
 
 def test_kernel_constants_match_the_python_rules():
-    """The shared-memory formula and the 1024-thread rule mirror cuda/matmul.cu."""
+    """The shared-memory formula and the 1024-thread rule mirror cuda/matmul/matmul.cu."""
     assert int(re.search(r"#define APAD (\d+)", CU).group(1)) == mm.APAD
     assert "__shared__ __align__(16) float As[BK][BM + APAD];" in CU
     assert "__shared__ __align__(16) float Bs[BK][BN];" in CU
@@ -189,7 +189,7 @@ def test_defines_and_launch_geometry_cover_the_output():
 
 
 # -- numpy transcriptions of the kernels ---------------------------------------------------
-# Line for line with cuda/matmul.cu (keep them in step). Shared arrays start as NaN, so a
+# Line for line with cuda/matmul/matmul.cu (keep them in step). Shared arrays start as NaN, so a
 # read of an element no thread wrote shows up in C; asserts flag shared-memory indices
 # outside the declared arrays; `writes` counts the stores to every element of C.
 def emulate_register(A, B, BM, BN, BK, RM, RN, APAD=mm.APAD):
@@ -265,10 +265,10 @@ def emulate_transposed_b(A, B, TILE, pitch):
     return C, writes
 
 
-LADDER_CU = (ROOT / "cuda" / "matmul_ladder.cu").read_text()
+LADDER_CU = (ROOT / "cuda/matmul/matmul_ladder.cu").read_text()
 
 
-# cuda/matmul_ladder.cu, ATile / BTile: float4 e = tid + l * NT (e < V) covers each float4 of
+# cuda/matmul/matmul_ladder.cu, ATile / BTile: float4 e = tid + l * NT (e < V) covers each float4 of
 # the tile once, so the emulation walks e directly. The fast path must stay inside the
 # matrices and 16-byte aligned; the guarded path zero-fills.
 def _load_a_t(A, BM, BK, r0, k0, APAD=mm.APAD):
@@ -796,8 +796,8 @@ class FakeGpu:
 
     def compile(self, source, defines):
         ladder = any(k in defines for k in ("TM", "WM"))
-        want = "matmul_pipeline.cu" if "WTM" in defines else "matmul_ladder.cu" if ladder \
-            else "matmul.cu"
+        want = "matmul/" + ("matmul_pipeline.cu" if "WTM" in defines
+                            else "matmul_ladder.cu" if ladder else "matmul.cu")
         assert source == want
         return FakeKernel(defines)
 
@@ -1089,7 +1089,7 @@ def test_ladder_kernel_constants_match_the_python_rules():
 def test_ladder_defines_and_launch_geometry():
     dims = {"m": 1000, "k": 4100, "n": 37}
     v = Point("matmul", "dbuf", dims | {"rt": 8, "bt": 128, "bk": 16})
-    assert mm.kernel_source(v) == "matmul_ladder.cu"
+    assert mm.kernel_source(v) == "matmul/matmul_ladder.cu"
     assert mm.kernel_defines(v) == {"BM": 128, "BN": 128, "BK": 16, "TM": 8, "TN": 8}
     assert mm.launch_geometry(v) == ((1, 8), (256, 1, 1))
     w = Point("matmul", "warptile", dims | mm.DEFAULT_WARP_TILES[2])
@@ -1097,7 +1097,7 @@ def test_ladder_defines_and_launch_geometry():
                                     "WNITER": 2, "TM": 8, "TN": 4, "NTHREADS": 256}
     assert mm.launch_geometry(w) == ((1, 8), (256, 1, 1))
     f64 = Point("matmul", "tiled", dims | {"tile": 32, "dtype": "float64"})
-    assert mm.kernel_source(f64) == "matmul.cu"
+    assert mm.kernel_source(f64) == "matmul/matmul.cu"
     assert mm.kernel_defines(f64) == {"TILE": 32, "REAL": "double"}
     assert mm.kernel_defines(Point("matmul", "naive", dims | {"tile": 16, "dtype": "float64"})
                              ) == {"REAL": "double"}
@@ -1243,11 +1243,11 @@ def test_compile_variants_cover_every_ladder_kernel_and_tile():
     assert len(by["matmul_vec4"]) == len(by["matmul_dbuf"]) == len(mm.DEFAULT_VEC4_TILES)
     assert len(by["matmul_warptile"]) == len(mm.DEFAULT_WARP_TILES)
     assert {cv.file for k in ("matmul_vec4", "matmul_dbuf", "matmul_warptile")
-            for cv in by[k]} == {"matmul_ladder.cu"}
+            for cv in by[k]} == {"matmul/matmul_ladder.cu"}
     assert by["matmul_warptile"][0].defines["NTHREADS"] == 128
     for k in ("matmul_pipelined", "matmul_swizzled"):
         assert [cv.params for cv in by[k]] == mm.DEFAULT_PIPE_TILES
-        assert {cv.file for cv in by[k]} == {"matmul_pipeline.cu"}
+        assert {cv.file for cv in by[k]} == {"matmul/matmul_pipeline.cu"}
     assert by["matmul_swizzled"][1].defines == {"BM": 64, "BN": 128, "BK": 16, "WM": 32,
                                                 "WN": 64, "WTM": 4, "STAGES": 4,
                                                 "NTHREADS": 128, "KORDER": 2}
@@ -1401,7 +1401,7 @@ def test_dbuf_uses_cp_async_from_sm_80(arch, async_copy, tmp_path):
 
     out = tmp_path / "dbuf.ptx"
     subprocess.run([NVCC, "-ptx", f"-arch={arch}", "-O3", "-DBM=128", "-DBN=128", "-DBK=8",
-                    "-DTM=8", "-DTN=8", "-o", str(out), str(ROOT / "cuda" / "matmul_ladder.cu")],
+                    "-DTM=8", "-DTN=8", "-o", str(out), str(ROOT / "cuda/matmul/matmul_ladder.cu")],
                    check=True, capture_output=True)
     ptx = out.read_text()
     dbuf = ptx[ptx.index(".entry matmul_dbuf"):]
@@ -1427,7 +1427,8 @@ def test_python_warp_tile_rules_match_the_kernel_s_static_asserts(tile):
     defines = mm.kernel_defines(Point("matmul", "warptile", dict(tile)))
     python_ok = not [m for m in mm.check_warp_tile(tile) if "outputs per thread" not in m]
     try:
-        sa.compile_report(NVCC, ROOT / "cuda" / "matmul_ladder.cu", _flags(defines), "sm_90", 300)
+        sa.compile_report(NVCC, ROOT / "cuda/matmul/matmul_ladder.cu", _flags(defines),
+                          "sm_90", 300)
         compiled = True
     except CompileFailure:
         compiled = False

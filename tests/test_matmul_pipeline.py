@@ -1,4 +1,4 @@
-"""The ladder's cp.async rungs (cuda/matmul_pipeline.cu: matmul_pipelined, matmul_swizzled)
+"""The ladder's cp.async rungs (cuda/matmul/matmul_pipeline.cu: matmul_pipelined, matmul_swizzled)
 on the CPU: a numpy transcription of their index arithmetic (tile loads, the A swizzle, the
 thread ownership, the guarded epilogue) on odd sizes, the shared-memory bank groups one
 LDS.128 of A touches with and without the swizzle, the tile rules and their schema.
@@ -19,7 +19,7 @@ from cudalab.experiments import matmul as mm
 from cudalab.experiments.base import Point
 
 ROOT = Path(__file__).resolve().parent.parent
-PIPE_CU = (ROOT / "cuda" / "matmul_pipeline.cu").read_text()
+PIPE_CU = (ROOT / "cuda" / "matmul/matmul_pipeline.cu").read_text()
 
 
 def _d(t: dict[str, int]) -> dict[str, int]:
@@ -220,7 +220,7 @@ def test_kernel_source_matches_the_python_rules():
 def test_defines_launch_geometry_and_points():
     dims = {"m": 1000, "k": 4100, "n": 37}
     p = Point("matmul", "pipelined", dims | mm._pt(128, 128, 16, 64, 32, 8, 3, 256))
-    assert mm.kernel_source(p) == "matmul_pipeline.cu"
+    assert mm.kernel_source(p) == "matmul/matmul_pipeline.cu"
     assert mm.kernel_defines(p) == {"BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32,
                                     "WTM": 8, "STAGES": 3, "NTHREADS": 256}
     assert mm.launch_geometry(p) == ((1, 8), (256, 1, 1))

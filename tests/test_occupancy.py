@@ -436,7 +436,7 @@ def test_dynamic_shared_memory_of_each_variant():
 
 # -- the kernels' arithmetic, transcribed ------------------------------------------------------
 def _smem_kernel_numpy(a, b, bs):
-    """cuda/occupancy.cu vec_mul_smem, block by block: s[t] = a[i] (0 past n), then
+    """cuda/occupancy/occupancy.cu vec_mul_smem, block by block: s[t] = a[i] (0 past n), then
     c[i] = s[(t + 1) % bs] * b[i]."""
     n = a.size
     c = np.empty(n, np.float64)
@@ -463,7 +463,8 @@ def test_kernels_are_declared_in_the_source():
     from cudalab.experiments.static_analysis import kernel_names
     from cudalab.gpu import CUDA_DIR
 
-    assert set(kernel_names((CUDA_DIR / "occupancy.cu").read_text())) == set(oexp.VARIANTS)
+    src = (CUDA_DIR / "occupancy/occupancy.cu").read_text()
+    assert set(kernel_names(src)) == set(oexp.VARIANTS)
 
 
 # -- claims and figures on a synthetic table -------------------------------------------------
@@ -596,7 +597,7 @@ def test_figures_and_claims_on_an_empty_or_failed_table(tmp_path):
 
 # -- measure() end to end on a fake GPU --------------------------------------------------------
 # The real thing runs in tests/gpu. Here pycuda's few calls the experiment makes are emulated
-# with numpy (the kernels' semantics as cuda/occupancy.cu states them) and the driver's
+# with numpy (the kernels' semantics as cuda/occupancy/occupancy.cu states them) and the driver's
 # occupancy answers come from the calculator, so the whole measure() path - inputs, launch
 # geometry, poisoning, checks, metrics, the not-launchable branch - runs on the CPU.
 class _Alloc:
@@ -665,7 +666,7 @@ class _FakeFunction:
 class _FakeKernel:
     def __init__(self, defines):
         self.options = ["-O3", "-lineinfo"] + [f"-D{k}={v}" for k, v in defines.items()]
-        self.source_file = "occupancy.cu"
+        self.source_file = "occupancy/occupancy.cu"
         self.source_hash = "fake"
         self.functions = {}
 

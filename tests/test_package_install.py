@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from cudalab import resources
+from cudalab import kernel_sources, resources
 
 pytestmark = pytest.mark.slow  # a venv and a package build
 CHECKOUT = Path(__file__).resolve().parent.parent
@@ -38,6 +38,8 @@ print(json.dumps({
     "package": cudalab.__file__,
     "cuda_dir": str(cudalab.gpu.CUDA_DIR),
     "kernels": [str(p) for p in static_analysis.kernel_files([])],
+    "shipped": sorted(p.relative_to(cudalab.gpu.CUDA_DIR).as_posix()
+                      for p in cudalab.gpu.CUDA_DIR.rglob("*.cu")),
     "static_analysis_cuda_dir": str(static_analysis.CUDA_DIR),
     "templates": str(cudalab.report.TEMPLATES),
     "schema": str(cudalab.config.SCHEMA_PATH),
@@ -133,11 +135,15 @@ def test_installed_package_carries_kernels_templates_and_schema(installed: Path,
         assert not _under(found[key], CHECKOUT), f"{key}: {found[key]} is the checkout's"
     assert Path(found["cuda_dir"]).is_dir() and Path(found["templates"]).is_dir()
     # every kernel of the checkout is shipped, and static analysis compiles the shipped copies
-    checkout_kernels = sorted(p.name for p in (CHECKOUT / "cuda").glob("*.cu"))
-    assert sorted(Path(k).name for k in found["kernels"]) == checkout_kernels
+    cuda = CHECKOUT / "cuda"
+    assert found["shipped"] == sorted(p.relative_to(cuda).as_posix() for p in cuda.rglob("*.cu"))
+    built = sorted(p.relative_to(cuda).as_posix() for p in kernel_sources.built_kernels(cuda))
+    shipped_dir = Path(found["cuda_dir"])
+    assert sorted(Path(k).relative_to(shipped_dir).as_posix() for k in found["kernels"]) == built
     assert all(_under(k, venv) for k in found["kernels"])
     for k in found["kernels"]:
-        assert Path(k).read_bytes() == (CHECKOUT / "cuda" / Path(k).name).read_bytes()
+        rel = Path(k).relative_to(shipped_dir)
+        assert Path(k).read_bytes() == (cuda / rel).read_bytes()
     templates = sorted(p.name for p in Path(found["templates"]).iterdir())
     assert templates == sorted(p.name for p in (CHECKOUT / "reports" / "templates").iterdir())
     assert Path(found["schema"]).is_file()

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from cudalab import config as cfg
-from cudalab import doctor, profiler, results, runner
+from cudalab import doctor, ncu_csv, profiler, results, runner
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.base import Check, Experiment, Point, Result
 from cudalab.harness import PROFILE_TIMER, Harness, Settings, WallTimer
@@ -57,7 +57,7 @@ RAW_CSV = "\n".join([
 
 # -- reading the CSV ----------------------------------------------------------------------
 def test_raw_csv_rows_keep_launch_order_names_grids_and_values():
-    rows = profiler.parse_raw_csv(RAW_CSV)
+    rows = ncu_csv.parse_raw_csv(RAW_CSV)
     assert [r.name.split("(")[0] for r in rows] == [
         "cudalab_marker", "matmul_tiled", "cudalab_marker", "void gemm<float, 128>",
         "splitk_reduce"]
@@ -72,15 +72,15 @@ def test_raw_csv_rows_keep_launch_order_names_grids_and_values():
 
 
 def test_parse_number_reads_separators_and_refuses_text():
-    assert profiler.parse_number("1,024") == 1024.0
-    assert profiler.parse_number(" 93.71 ") == 93.71
-    assert math.isnan(profiler.parse_number("n/a")) and math.isnan(profiler.parse_number(""))
+    assert ncu_csv.parse_number("1,024") == 1024.0
+    assert ncu_csv.parse_number(" 93.71 ") == 93.71
+    assert math.isnan(ncu_csv.parse_number("n/a")) and math.isnan(ncu_csv.parse_number(""))
 
 
 def test_columns_that_are_no_metric_are_not_read_as_counters():
     text = ('"ID","Kernel Name","Grid Size","CC","Estimated Speedup","dram__bytes.sum"\n'
             '"","","","","","byte"\n"0","k","(4, 1, 1)","9.0","12.5","2,048"\n')
-    (row,) = profiler.parse_raw_csv(text)
+    (row,) = ncu_csv.parse_raw_csv(text)
     assert (row.values, row.units, row.grid_x) == ({"dram__bytes.sum": 2048.0},
                                                    {"dram__bytes.sum": "byte"}, 4)
 
@@ -88,51 +88,51 @@ def test_columns_that_are_no_metric_are_not_read_as_counters():
 def test_output_without_a_table_has_no_rows():
     perm = ("==PROF== Connected to process 1\n==ERROR== ERR_NVGPUCTRPERM - The user does not "
             "have permission to access NVIDIA GPU Performance Counters on the target device 0.")
-    assert profiler.parse_raw_csv(perm) == [] and profiler.parse_raw_csv("") == []
+    assert ncu_csv.parse_raw_csv(perm) == [] and ncu_csv.parse_raw_csv("") == []
 
 
 # -- grouping by the marker ---------------------------------------------------------------
-def _row(name: str, grid: int, t_ns: float = 1000.0, **values: float) -> profiler.KernelRow:
-    return profiler.KernelRow(name, grid, {"gpu__time_duration.sum": t_ns, **values},
+def _row(name: str, grid: int, t_ns: float = 1000.0, **values: float) -> ncu_csv.KernelRow:
+    return ncu_csv.KernelRow(name, grid, {"gpu__time_duration.sum": t_ns, **values},
                               {"gpu__time_duration.sum": "nsecond"})
 
 
 def test_kernels_up_to_the_next_marker_belong_to_the_marker_point():
-    groups = profiler.group_by_marker(profiler.parse_raw_csv(RAW_CSV), n_points=2)
+    groups = ncu_csv.group_by_marker(ncu_csv.parse_raw_csv(RAW_CSV), n_points=2)
     assert [k.name for k in groups[0]] == ["matmul_tiled"]
     assert [k.grid_x for k in groups[1]] == [1024, 64]
 
 
 def test_grouping_merges_a_point_that_opened_its_range_twice_and_drops_strays():
-    m = profiler.MARKER_KERNEL
+    m = ncu_csv.MARKER_KERNEL
     rows = [_row("stray_before_any_marker", 1), _row(m, 1), _row("a", 1), _row(m, 1),
             _row("a_again", 1), _row(m, 3), _row("c", 1), _row(m, 9), _row("out_of_range", 1),
             _row(m, 2)]
-    groups = profiler.group_by_marker(rows, n_points=3)
+    groups = ncu_csv.group_by_marker(rows, n_points=3)
     assert {i: [k.name for k in ks] for i, ks in groups.items()} == {
         0: ["a", "a_again"], 2: ["c"], 1: []}
-    runs = profiler.group_runs(rows, n_points=3)
+    runs = ncu_csv.group_runs(rows, n_points=3)
     assert {i: [[k.name for k in run] for run in rs] for i, rs in runs.items()} == {
         0: [["a"], ["a_again"]], 2: [["c"]], 1: [[]]}
 
 
 def test_the_time_pass_keeps_the_median_run_of_summed_kernels():
-    def k(t_ns: float) -> profiler.KernelRow:
-        return profiler.KernelRow("k", 1, {profiler.TIME_METRIC: t_ns},
-                                  {profiler.TIME_METRIC: "nsecond"})
+    def k(t_ns: float) -> ncu_csv.KernelRow:
+        return ncu_csv.KernelRow("k", 1, {ncu_csv.TIME_METRIC: t_ns},
+                                  {ncu_csv.TIME_METRIC: "nsecond"})
 
     runs = [[k(1000), k(500)], [k(2000), k(900)], [k(1100), k(450)], []]
-    v = profiler.time_pass_values(runs)
+    v = ncu_csv.time_pass_values(runs)
     # per run 1.5, 2.9, 1.55 us (an empty run launched nothing and is no time)
     assert v == {"ncu_time_us": pytest.approx(1.55), "ncu_time_runs": 3}
-    nothing = profiler.time_pass_values([])
+    nothing = ncu_csv.time_pass_values([])
     assert math.isnan(nothing["ncu_time_us"]) and nothing["ncu_time_runs"] == 0
 
 
 # -- one point's counters -----------------------------------------------------------------
 def test_the_longest_kernel_gives_the_counters_and_the_times_add_up():
-    groups = profiler.group_by_marker(profiler.parse_raw_csv(RAW_CSV), n_points=2)
-    c = profiler.point_counters(groups[1], DEFAULTS)
+    groups = ncu_csv.group_by_marker(ncu_csv.parse_raw_csv(RAW_CSV), n_points=2)
+    c = ncu_csv.point_counters(groups[1], DEFAULTS)
     assert c["ncu_kernel"] == "void gemm<float, 128>"  # 1204 us beats 3.8 us
     assert c["ncu_kernels"] == 2
     assert c["ncu_replay_time_us"] == pytest.approx(1204.224 + 3.776)
@@ -140,7 +140,7 @@ def test_the_longest_kernel_gives_the_counters_and_the_times_add_up():
     assert math.isnan(c["ncu_l2_hit_rate_pct"])
     # stall reasons: selected is no stall, the largest first, one decimal
     assert c["ncu_top_stall"] == "barrier 7.2, long_scoreboard 0.4"
-    single = profiler.point_counters(groups[0], DEFAULTS)
+    single = ncu_csv.point_counters(groups[0], DEFAULTS)
     assert single["ncu_replay_time_us"] == pytest.approx(8.0645)
     assert (single["ncu_l2_hit_rate_pct"], single["ncu_kernel"]) == (93.71, "matmul_tiled")
     assert single["ncu_top_stall"] == "long_scoreboard 3.0, barrier 1.5"
@@ -151,7 +151,7 @@ def test_bank_conflicts_add_loads_and_stores_and_unknown_metrics_get_a_column_na
               "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum")
     extra = "sm__inst_executed.avg.per_cycle_active"
     row = _row("k", 1, **{ld: 1024.0, st: 3.0, extra: 1.5, "device__attribute_chip": 384.0})
-    c = profiler.point_counters([row], [ld, st, extra, profiler.TIME_METRIC])
+    c = ncu_csv.point_counters([row], [ld, st, extra, ncu_csv.TIME_METRIC])
     assert (c["ncu_smem_bank_conflicts_ld"], c["ncu_smem_bank_conflicts_st"]) == (1024.0, 3.0)
     assert c["ncu_smem_bank_conflicts"] == 1027.0
     assert c["ncu_sm_inst_executed_avg_per_cycle_active"] == 1.5
@@ -159,12 +159,12 @@ def test_bank_conflicts_add_loads_and_stores_and_unknown_metrics_get_a_column_na
 
 
 def test_the_real_h100_output_gives_each_point_its_kernel_and_only_the_asked_counters():
-    rows = profiler.parse_raw_csv(H100_CSV.read_text())
+    rows = ncu_csv.parse_raw_csv(H100_CSV.read_text())
     assert len(rows[0].values) > 200  # the raw page prints every device__/launch__ attribute
-    groups = profiler.group_by_marker(rows, n_points=3)
+    groups = ncu_csv.group_by_marker(rows, n_points=3)
     assert {i: [k.name for k in ks] for i, ks in groups.items()} == {
         0: ["vadd"], 1: ["vadd", "scale"], 2: ["vadd"]}
-    c = [profiler.point_counters(groups[i], profiler.metric_list(DEFAULTS)) for i in range(3)]
+    c = [ncu_csv.point_counters(groups[i], profiler.metric_list(DEFAULTS)) for i in range(3)]
     assert [x["ncu_replay_time_us"] for x in c] == pytest.approx([6.304, 6.304 + 7.680, 6.144])
     assert [x["ncu_kernel"] for x in c] == ["vadd", "scale", "vadd"]  # scale: 7.7 > 6.3 us
     assert c[1] == pytest.approx({
@@ -182,7 +182,7 @@ def test_top_stalls_keeps_three_and_skips_zeros():
     values = {STALL.format(r): v for r, v in
               [("wait", 1.0), ("barrier", 5.0), ("long_scoreboard", 4.14), ("mio_throttle", 0.5),
                ("drain", 0.0), ("selected", 9.0)]}
-    assert profiler.top_stalls(values) == "barrier 5.0, long_scoreboard 4.1, wait 1.0"
+    assert ncu_csv.top_stalls(values) == "barrier 5.0, long_scoreboard 4.1, wait 1.0"
 
 
 # -- the harness's profile mode -----------------------------------------------------------
@@ -265,7 +265,7 @@ def test_profile_is_off_by_default_and_config_yaml_lists_the_default_metrics(val
     assert c["profile"] == {"ncu": False, "metrics": defaults, "timeout_s": 600}
     assert cfg.load(ROOT / "config.yaml")["profile"] == c["profile"]
     # every default metric but the stall regex has a short column name
-    assert set(defaults) - set(profiler.SHORT_NAMES) == {
+    assert set(defaults) - set(ncu_csv.SHORT_NAMES) == {
         m for m in defaults if m.startswith("regex:")}
 
 

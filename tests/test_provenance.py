@@ -1,5 +1,5 @@
 """Provenance on every row, and the cache: a measurement is reused only when everything that
-affects it matches (runner.cache_key). CPU-only: the CPU matmul through the real runner."""
+affects it matches (point_record.cache_key). CPU-only: the CPU matmul through the real runner."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from cudalab import provenance, results
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.base import Point
 from cudalab.harness import Settings
-from cudalab.runner import GPU_KEY, block_settings, cache_key, code_hash, run_experiment
+from cudalab.point_record import GPU_KEY, block_settings, cache_key, code_hash
+from cudalab.runner import run_experiment
 
 ROOT = Path(__file__).resolve().parent.parent
 

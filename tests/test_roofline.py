@@ -12,7 +12,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cudalab import figcheck, figures, fmt, results, roofline, run_figures
+from cudalab import (
+    figcheck,
+    figures,
+    fmt,
+    results,
+    roofline,
+    roofline_figure,
+    run_ceilings,
+    run_figures,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "reports" / "reference" / "NVIDIA-H100-80GB-HBM3" / "results.csv"
@@ -105,7 +114,7 @@ def test_intensity_is_declared_flops_over_declared_bytes():
 @pytest.mark.parametrize("ceilings", [False, True])
 def test_figure_places_every_point_on_its_panel(ceilings):
     df = synthetic(ceilings)
-    fig = roofline.draw(df)
+    fig = roofline_figure.draw(df)
     try:
         roof, bw = fig.axes[0], fig.axes[1]
         xy = np.vstack([c.get_offsets() for c in roof.collections if len(c.get_offsets())])
@@ -131,7 +140,7 @@ def test_figure_places_every_point_on_its_panel(ceilings):
 
 
 def test_measured_roof_lines_are_solid_theoretical_dashed():
-    fig = roofline.draw(synthetic(ceilings=True))
+    fig = roofline_figure.draw(synthetic(ceilings=True))
     try:
         styles = {ln.get_label(): ln.get_linestyle() for ln in fig.axes[0].get_lines()}
         assert styles["DRAM measured: 3.00 TB/s"] == "-"
@@ -145,7 +154,7 @@ def test_measured_roof_lines_are_solid_theoretical_dashed():
 
 
 def test_lesson_points_are_labelled_best_and_worst():
-    fig = roofline.draw(synthetic(ceilings=True))
+    fig = roofline_figure.draw(synthetic(ceilings=True))
     try:
         texts = [t.get_text() for t in fig.axes[0].texts]
         assert "best matmul: cublas" in texts and "worst matmul: naive" in texts
@@ -162,7 +171,8 @@ def test_labels_never_collide_and_give_up_rather_than_overlap():
     ax.set(xlim=(0, 1), ylim=(0, 1))
     fig.tight_layout()
     fig.canvas.draw()
-    left = roofline.place_labels(ax, [(0.5, 0.5, f"a rather long label {i}") for i in range(12)])
+    labels = [(0.5, 0.5, f"a rather long label {i}") for i in range(12)]
+    left = roofline_figure.place_labels(ax, labels)
     assert left  # the small axes cannot hold twelve: some are left out, none overlap
     assert figcheck.problems(fig) == []
     plt.close(fig)
@@ -170,29 +180,29 @@ def test_labels_never_collide_and_give_up_rather_than_overlap():
 
 def test_copies_only_gives_one_panel_and_nothing_gives_none():
     df = synthetic(ceilings=True)
-    fig = roofline.draw(df, "coalescing")
+    fig = roofline_figure.draw(df, "coalescing")
     try:
         assert len(fig.axes) == 1 and "bandwidth" in fig.axes[0].get_title()
     finally:
         _close(fig)
-    assert roofline.draw(df, "transfer") is None  # PCIe only: no device-memory point
+    assert roofline_figure.draw(df, "transfer") is None  # PCIe only: no device-memory point
 
 
 def test_caption_says_when_ceilings_are_theoretical_only():
     old, new = synthetic(ceilings=False), synthetic(ceilings=True)
-    assert "No ceilings were measured" in roofline.caption(old)
-    assert "Solid lines: ceilings measured" in roofline.caption(new)
-    assert "Red rings: 1 suspect" in roofline.caption(new)
+    assert "No ceilings were measured" in roofline_figure.caption(old)
+    assert "Solid lines: ceilings measured" in roofline_figure.caption(new)
+    assert "Red rings: 1 suspect" in roofline_figure.caption(new)
 
 
 def test_ceilings_of_an_old_table_come_from_the_theoretical_columns():
-    c = roofline.ceilings_of(synthetic(ceilings=False))
+    c = run_ceilings.ceilings_of(synthetic(ceilings=False))
     assert not c.measured
     assert c.dram_peak == 3352.0 and c.fp32_peak == pytest.approx(66900.0)
     assert c.l2_bytes == L2  # from device_query's row
     assert c.bandwidth("dram") == (3352.0, "theoretical")
     assert math.isnan(c.bandwidth("l2")[0])
-    new = roofline.ceilings_of(synthetic(ceilings=True))
+    new = run_ceilings.ceilings_of(synthetic(ceilings=True))
     assert new.bandwidth("dram") == (3000.0, "measured")
     assert new.bandwidth("l2") == (9000.0, "measured")
     assert new.flops() == (60000.0, "measured")
@@ -243,11 +253,12 @@ def test_gflops_above_the_fp32_roof_is_suspect():
 
 def test_hot_cold_note():
     df = synthetic(ceilings=False)
-    note = roofline.hot_cold_note(df[df["experiment"] == "coalescing"], roofline.ceilings_of(df))
+    c = run_ceilings.ceilings_of(df)
+    note = roofline.hot_cold_note(df[df["experiment"] == "coalescing"], c)
     assert note.startswith("Bandwidth measured mixed: 1 of 4 points cold")
     assert "2 of 4 points have a working set that fits the 50 MiB L2" in note
     hot = df[(df["experiment"] == "vector_add")]
-    assert "hot: L2 not flushed" in roofline.hot_cold_note(hot, roofline.ceilings_of(df))
+    assert "hot: L2 not flushed" in roofline.hot_cold_note(hot, run_ceilings.ceilings_of(df))
     assert roofline.hot_cold_note(df[df["experiment"] == "transfer"]) == ""
 
 
@@ -302,7 +313,7 @@ def test_reference_table_without_new_columns():
     bad = roofline.distrust(df)
     assert [b["point_id"] for b in bad] == ["transpose_padded-size2048"]
     assert "32 MiB fits the 50 MiB L2" in bad[0]["why"]
-    fig = roofline.draw(df)
+    fig = roofline_figure.draw(df)
     try:
         assert figcheck.problems(fig) == []
     finally:
@@ -321,7 +332,7 @@ def test_the_figures_step_draws_every_roofline_and_the_report_reads_them(tmp_pat
     assert set(got["rooflines"]) == {"run", "matmul", "vector_add", "coalescing"}
     run = got["rooflines"]["run"]
     assert run["src"].startswith("data:image/png;base64,")
-    assert run["caption"] == roofline.caption(df)
+    assert run["caption"] == roofline_figure.caption(df)
     assert got["telemetry"] == [] and got["telemetry_summary"] == {}
     # a folder the figures step has not drawn into: nothing to show, no error
     assert run_figures.read(tmp_path / "nothing") == {
@@ -345,13 +356,13 @@ def test_each_point_is_judged_against_the_roof_of_its_dtype():
 
 
 def test_ceilings_measured_elsewhere_in_the_run_and_the_shared_memory_formula():
-    c = roofline.ceilings_of(results.read_table(REFERENCE))
+    c = run_ceilings.ceilings_of(results.read_table(REFERENCE))
     # coalescing's memcpy point measured cudaMemcpy D2D: never "not measured"
     assert c.dram_memcpy == pytest.approx(2976.79, abs=0.01)
     assert "memcpy" in c.dram_memcpy_source
     # 32 banks x 4 bytes x 132 SMs x 1.98 GHz
     assert c.smem_peak == pytest.approx(32 * 4 * 132 * 1.98, rel=1e-9)
-    rows = {r["level"].split(" (")[0]: r for r in roofline.ceilings_rows(c)}
+    rows = {r["level"].split(" (")[0]: r for r in run_ceilings.ceilings_rows(c)}
     assert rows["DRAM, cudaMemcpy D2D alone"]["measured"] == fmt.bandwidth(c.dram_memcpy)
     assert rows["shared memory"]["theoretical"] == fmt.bandwidth(c.smem_peak)
     assert rows["FP64 tensor cores"]["theoretical"] == fmt.flop_rate(66908.16)
@@ -360,9 +371,9 @@ def test_ceilings_measured_elsewhere_in_the_run_and_the_shared_memory_formula():
 
 def test_the_roofline_caption_names_its_panels_by_place():
     df = results.read_table(REFERENCE)
-    both = roofline.caption(df)
+    both = roofline_figure.caption(df)
     assert both.startswith("Top:") and "Bottom:" in both and "Left" not in both
-    one = roofline.caption(df, "matmul")
+    one = roofline_figure.caption(df, "matmul")
     assert one.startswith("The figure:") and "Top" not in one and "Right" not in one
 
 
@@ -392,9 +403,9 @@ def test_tensor_core_points_are_judged_against_the_peak_of_their_precision():
     # FP32 on the CUDA cores: the run's measured FP32 ceiling
     assert t.loc["fp32", "roof_name"] == "FP32" and t.loc["fp32", "roof_gflops"] == 60000.0
     assert not t["suspect"].any()  # 400 TFLOP/s is far above FP32, under TF32's peak
-    c = roofline.ceilings_of(df)
+    c = run_ceilings.ceilings_of(df)
     assert (c.tf32_tensor_peak, c.fp16_tensor_peak) == (535000.0, 1070000.0)
-    levels = [r["level"] for r in roofline.ceilings_rows(c)]
+    levels = [r["level"] for r in run_ceilings.ceilings_rows(c)]
     assert any(lv.startswith("TF32 tensor cores") for lv in levels)
     # above its own peak: suspect, and why names the precision's roof
     fast = roofline.annotate(_with_tensor_points("tf32", tflops=600.0))
@@ -406,14 +417,14 @@ def test_tensor_peaks_come_from_the_device_row_where_no_point_carries_them():
     df = synthetic(ceilings=True)
     dev = df["experiment"] == "device_query"
     df.loc[dev, "m_peak_tf32_tensor_gflops"] = 535000.0
-    c = roofline.ceilings_of(df)
+    c = run_ceilings.ceilings_of(df)
     assert c.tf32_tensor_peak == 535000.0 and math.isnan(c.bf16_tensor_peak)
-    assert math.isnan(roofline.Ceilings().tensor("fp16")[0])
+    assert math.isnan(run_ceilings.Ceilings().tensor("fp16")[0])
 
 
 def test_the_roofline_draws_the_roofs_of_the_precisions_plotted():
     df = _with_tensor_points("fp32", "tf32", "fp16", "bf16")
-    fig = roofline.draw(df, "tensor_cores")
+    fig = roofline_figure.draw(df, "tensor_cores")
     try:
         ax = fig.axes[0]
         labels = [t.get_text() for t in ax.get_legend().get_texts()]
@@ -425,15 +436,31 @@ def test_the_roofline_draws_the_roofs_of_the_precisions_plotted():
         assert ax.get_ylim()[1] > 1070000.0
     finally:
         _close(fig)
-    fig = roofline.draw(_with_tensor_points("fp32", "tf32"), "tensor_cores")
+    fig = roofline_figure.draw(_with_tensor_points("fp32", "tf32"), "tensor_cores")
     try:
         labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
         assert not any("FP16" in lb for lb in labels)
     finally:
         _close(fig)
-    fig = roofline.draw(df, "matmul")  # no tensor point drawn: no tensor roof
+    fig = roofline_figure.draw(df, "matmul")  # no tensor point drawn: no tensor roof
     try:
         labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
         assert not any("tensor" in lb for lb in labels)
     finally:
         _close(fig)
+
+
+def test_the_roofline_takes_the_lessons_declarations_as_data(monkeypatch):
+    """Which experiments' points sit under the device's roofs is what the lessons declare
+    (vs_device_peak, precision_roofs), given to the roofline; without them it says so."""
+    from cudalab.experiments import device_experiments
+
+    assert set(roofline.device_experiments()) == set(device_experiments())
+    assert "transfer" not in roofline.device_experiments()  # PCIe: its own link, no roof
+    monkeypatch.setattr(roofline, "_device_experiments", None)
+    with pytest.raises(roofline.RooflineError, match="no lesson has declared its roofs"):
+        roofline.on_device("matmul", "cuda_event")
+    roofline.declare_device_experiments(["matmul"])
+    assert roofline.on_device("matmul", "cuda_event")
+    assert not roofline.on_device("coalescing", "cuda_event")
+    assert not roofline.on_device("matmul", "perf_counter")  # a CPU point

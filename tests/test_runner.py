@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from cudalab import config as cfg
-from cudalab import results, runner
+from cudalab import point_record, results, runner
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.base import Check, Experiment, Point, Result
 from cudalab.harness import Harness, Settings, Timing, WallTimer
@@ -170,18 +170,18 @@ def _timing() -> Timing:
 
 
 def test_a_timed_gpu_result_without_a_check_is_refused():
-    status, reason = runner.judge(Result(_timing(), flops=1.0), gpu_point=True)
+    status, reason = point_record.judge(Result(_timing(), flops=1.0), gpu_point=True)
     assert status == "failed" and "without a correctness check" in reason
 
 
 def test_a_declared_reason_lets_an_unchecked_gpu_result_pass():
-    assert runner.judge(Result(_timing()), True, no_check_reason="timer only") == ("ok", "")
+    assert point_record.judge(Result(_timing()), True, no_check_reason="timer only") == ("ok", "")
     r = Result(_timing(), no_check_reason="copies of uninitialised memory")
-    assert runner.judge(r, gpu_point=True) == ("ok", "")
+    assert point_record.judge(r, gpu_point=True) == ("ok", "")
     # CPU points (a reference itself) and checked results are unaffected
-    assert runner.judge(Result(_timing()), gpu_point=False) == ("ok", "")
+    assert point_record.judge(Result(_timing()), gpu_point=False) == ("ok", "")
     bad = Result(_timing(), check=Check(2.0, 1.0, "abs"))
-    assert runner.judge(bad, gpu_point=True)[0] == "wrong"
+    assert point_record.judge(bad, gpu_point=True)[0] == "wrong"
 
 
 # -- the job cache ---------------------------------------------------------------------------
@@ -194,7 +194,7 @@ class _Alloc:
 
 
 def test_the_job_cache_keeps_one_value_per_slot_and_leaves_other_slots_alone():
-    from cudalab.experiments.base import JobCache
+    from cudalab.experiments.job_cache import JobCache
 
     cache = JobCache()
     kept = cache.keep("driver", lambda: object())
@@ -232,7 +232,7 @@ def test_the_record_carries_the_launch_of_the_timed_kernel():
     from cudalab.experiments.base import Launch
 
     r = Result(_timing(), check=Check(0.0, 1.0, "abs"), launch=Launch((3, 2), (128, 1, 1)))
-    body = runner.record_body(r, {}, "key", gpu_point=True)
+    body = point_record.record_body(r, {}, "key", gpu_point=True)
     assert body["launch"] == {"grid": [3, 2], "block": [128, 1, 1], "blocks": 6,
                               "threads_per_block": 128}
-    assert runner.record_body(Result(_timing()), {}, "key")["launch"] is None
+    assert point_record.record_body(Result(_timing()), {}, "key")["launch"] is None

@@ -93,7 +93,7 @@ def _jailed_toolchain() -> list[str]:
 
 def test_a_read_outside_the_sandbox_fails(planted, work):
     assert planted.read_text()  # readable by anyone outside
-    targets = [planted, Path("/etc/passwd"), Path("/etc/hostname"), ROOT / "cuda" / "matmul.cu",
+    targets = [planted, Path("/etc/passwd"), Path("/etc/hostname"), ROOT / "cuda/matmul/matmul.cu",
                Path.home()]
     script = "; ".join(f"cat {t} 2>/dev/null; test -e {t} && echo FOUND:{t}" for t in targets)
     out = jail.Jail(rw=(str(work),), cwd=str(work)).run(["/bin/sh", "-c", script])

@@ -128,7 +128,7 @@ def test_reference_extremes_and_border():
 
 
 def test_constant_memory_masks_are_the_formula():
-    """sobel_wx[(di+1)*3 + (dj+1)] weighs u[i+di][j+dj] in cuda/sobel.cu."""
+    """sobel_wx[(di+1)*3 + (dj+1)] weighs u[i+di][j+dj] in cuda/sobel/sobel.cu."""
     rng = np.random.default_rng(0)
     u = rng.integers(0, 256, (9, 11)).astype(np.int64)
     i, j = 4, 5
@@ -357,7 +357,7 @@ def test_a_grid_that_misses_pixels_fails_the_check(tmp_path, monkeypatch):
 def test_kernel_and_symbol_names_match_the_source():
     import re
 
-    src = (ROOT / "cuda" / "sobel.cu").read_text()
+    src = (ROOT / "cuda" / "sobel/sobel.cu").read_text()
     names = set(re.findall(r'extern "C" __global__ void (\w+)\(', src))
     assert names == {f"sobel_{v}" for v in ("global", "shared", "constant")}
     assert "__constant__ int sobel_wx[9];" in src and "__constant__ int sobel_wy[9];" in src
@@ -369,7 +369,7 @@ def test_source_compiles_for_every_block_shape(bx, by, tmp_path):
     import subprocess
 
     out = subprocess.run(["nvcc", "-O3", f"-DBX={bx}", f"-DBY={by}", "-Xptxas", "-v", "-c",
-                          str(ROOT / "cuda" / "sobel.cu"), "-o", str(tmp_path / "s.o")],
+                          str(ROOT / "cuda" / "sobel/sobel.cu"), "-o", str(tmp_path / "s.o")],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert f"{(bx + 2) * (by + 2)} bytes smem" in out.stderr  # the tile with its halo

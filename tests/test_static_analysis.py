@@ -60,9 +60,9 @@ def _block(**kw) -> dict:
     ({"archs": []}, ["experiments.static_analysis.archs", "at least 1"]),
     ({"files": ["matmul.cpp"]}, ["experiments.static_analysis.files[0]", "matmul.cpp"]),
     ({"files": ["nope.cu"]}, ["experiments.static_analysis.files:", "'nope.cu'",
-                              "not a file in cuda/", "matmul.cu"]),
-    ({"variants": {"matmul.cu": ["TILE=8; rm -rf /"]}},
-     ["experiments.static_analysis.variants.matmul.cu[0]"]),
+                              "not a file in cuda/", "matmul/matmul.cu"]),
+    ({"variants": {"matmul/matmul.cu": ["TILE=8; rm -rf /"]}},
+     ["experiments.static_analysis.variants.matmul/matmul.cu[0]"]),
     ({"dynamic_smem_bytes": {"vec_mul_smem": -1}},
      ["experiments.static_analysis.dynamic_smem_bytes.vec_mul_smem", "-1", ">= 0"]),
     ({"timeout_s": 1}, ["experiments.static_analysis.timeout_s", ">= 5"]),
@@ -117,8 +117,10 @@ def test_grid_covers_every_file_kernel_variant_and_arch():
     assert pts and not any(p.gpu for p in pts)
     assert len({p.point_id for p in pts}) == len(pts)
     files = {p.params["file"] for p in pts}
-    assert files == {p.name for p in CUDA_DIR.glob("*.cu")}
-    occ_pts = [p for p in pts if p.params["file"] == "occupancy.cu"]
+    want = {p.relative_to(CUDA_DIR).as_posix() for p in CUDA_DIR.glob("*/*.cu")
+            if p.parent.name != "exercises"}
+    assert files == want and "common/hold.cu" in files
+    occ_pts = [p for p in pts if p.params["file"] == "occupancy/occupancy.cu"]
     # occupancy.cu: 2 kernels x 2 declared variants x 2 archs, and the two extern __shared__
     # kernels as the occupancy experiment launches them (Experiment.compile_variants):
     # vec_mul_smem once, matmul_tiled_dyn once per default tile (5), each x 2 archs
@@ -130,7 +132,8 @@ def test_grid_covers_every_file_kernel_variant_and_arch():
            if p.variant == "matmul_tiled_dyn"}
     assert dyn == {(t, 2 * t * t * 4) for t in (8, 12, 16, 24, 32)}
     # the config's variants replace the file's own lines (not an experiment's own)
-    b2 = _block(files=["occupancy.cu"], archs=["sm_90"], variants={"occupancy.cu": ["LIVE=16"]})
+    b2 = _block(files=["occupancy/occupancy.cu"], archs=["sm_90"],
+                variants={"occupancy/occupancy.cu": ["LIVE=16"]})
     assert {p.params["flags"] for p in EXP.points(b2)} == {"LIVE=16", ""}
     assert len(EXP.points(_block(**EXP.smoke))) == 2 * 2 + 1 + 5
 
@@ -138,7 +141,7 @@ def test_grid_covers_every_file_kernel_variant_and_arch():
 def test_the_run_s_occupancy_block_shapes_the_extern_shared_rows():
     config = cfg.validate({"experiments": {"occupancy": {"matmul_tiles": [8, 16],
                                                          "smem_bytes": 8192}}})
-    pts = EXP.points(_block(files=["occupancy.cu"], archs=["sm_90"]), config=config)
+    pts = EXP.points(_block(files=["occupancy/occupancy.cu"], archs=["sm_90"]), config=config)
     got = {(p.variant, p.params.get("tile"), p.params.get("dynamic_smem")) for p in pts
            if p.variant in ("vec_mul_smem", "matmul_tiled_dyn")}
     assert got == {("vec_mul_smem", None, 8192), ("matmul_tiled_dyn", 8, 512),
@@ -162,7 +165,7 @@ def _matmul_flags(tile: dict) -> tuple[str, list[str]]:
 
 def test_matmul_register_is_analysed_once_per_register_tile_of_the_matmul_block():
     config = cfg.validate({"experiments": {
-        "static_analysis": {"files": ["matmul.cu"], "archs": ["sm_80", "sm_90"]},
+        "static_analysis": {"files": ["matmul/matmul.cu"], "archs": ["sm_80", "sm_90"]},
         "matmul": {"register_tiles": TWO_TILES}}})
     block = config["experiments"]["static_analysis"]
     pts = EXP.points(block, config=config)
@@ -190,11 +193,11 @@ def test_matmul_register_is_analysed_once_per_register_tile_of_the_matmul_block(
 def test_register_tiles_fall_back_to_the_matmul_defaults():
     defaults = [dict(t) for t in mm.Matmul.schema["properties"]["register_tiles"]["default"]]
     want = {_matmul_flags(t)[0] for t in defaults}
-    b = _block(files=["matmul.cu"], archs=["sm_90"])
-    absent = cfg.validate({"experiments": {"static_analysis": {"files": ["matmul.cu"],
+    b = _block(files=["matmul/matmul.cu"], archs=["sm_90"])
+    absent = cfg.validate({"experiments": {"static_analysis": {"files": ["matmul/matmul.cu"],
                                                                "archs": ["sm_90"]}}})
     disabled = cfg.validate({"experiments": {
-        "static_analysis": {"files": ["matmul.cu"], "archs": ["sm_90"]},
+        "static_analysis": {"files": ["matmul/matmul.cu"], "archs": ["sm_90"]},
         "matmul": {"enabled": False, "register_tiles": TWO_TILES}}})
     for config in (None, absent, disabled):
         assert {p.params["flags"] for p in _register_points(config, b)} == want
@@ -202,7 +205,7 @@ def test_register_tiles_fall_back_to_the_matmul_defaults():
     from cudalab.cli import plan_lines
 
     enabled = cfg.validate({"experiments": {
-        "static_analysis": {"files": ["matmul.cu"], "archs": ["sm_90"]},
+        "static_analysis": {"files": ["matmul/matmul.cu"], "archs": ["sm_90"]},
         "matmul": {"register_tiles": TWO_TILES[:1]}}})
     line = next(x for x in plan_lines(enabled) if "static_analysis" in x)
     assert " 5 grid points" in line  # 4 kernels under the defaults + 1 register tile
@@ -268,20 +271,21 @@ def test_usage_metrics_by_hand():
 # -- nvcc on the real files -----------------------------------------------------------------
 @needs_nvcc
 def test_compile_report_of_the_occupancy_kernels():
-    r64 = sa.compile_report(NVCC, CUDA_DIR / "occupancy.cu", "LIVE=64", "sm_90")
-    r16 = sa.compile_report(NVCC, CUDA_DIR / "occupancy.cu", "LIVE=16", "sm_90")
+    r64 = sa.compile_report(NVCC, CUDA_DIR / "occupancy/occupancy.cu", "LIVE=64", "sm_90")
+    r16 = sa.compile_report(NVCC, CUDA_DIR / "occupancy/occupancy.cu", "LIVE=16", "sm_90")
     assert set(r64) == {"vec_mul", "vec_mul_regs", "vec_mul_smem", "matmul_tiled_dyn"}
     assert r64["vec_mul_regs"]["registers"] > r16["vec_mul_regs"]["registers"] > \
         r64["vec_mul"]["registers"] > 0
     assert r64["vec_mul_smem"]["barriers"] == 1 and r64["vec_mul"]["smem_static"] == 0
-    spill = sa.compile_report(NVCC, CUDA_DIR / "occupancy.cu", "LIVE=128 --maxrregcount=32",
+    spill = sa.compile_report(NVCC, CUDA_DIR / "occupancy/occupancy.cu",
+                              "LIVE=128 --maxrregcount=32",
                               "sm_80")
     assert spill["vec_mul_regs"]["spill_stores"] > 0 and spill["vec_mul_regs"]["registers"] <= 32
 
 
 @needs_nvcc
 def test_static_shared_memory_of_the_tiled_matmul():
-    r = sa.compile_report(NVCC, CUDA_DIR / "matmul.cu", "TILE=32", "sm_80")
+    r = sa.compile_report(NVCC, CUDA_DIR / "matmul/matmul.cu", "TILE=32", "sm_80")
     assert r["matmul_tiled"]["smem_static"] == 2 * 32 * 32 * 4
 
 
@@ -290,7 +294,7 @@ def test_unsupported_arch_fails_with_a_clear_reason():
     if "sm_70" in sa.supported_archs(NVCC):
         pytest.skip("this nvcc still supports sm_70")
     with pytest.raises(sa.CompileError, match=r"cannot compile for sm_70 \(it supports .*sm_90"):
-        sa.compile_report(NVCC, CUDA_DIR / "vector_add.cu", "", "sm_70")
+        sa.compile_report(NVCC, CUDA_DIR / "vector_add/vector_add.cu", "", "sm_70")
 
 
 @needs_nvcc
@@ -310,7 +314,7 @@ def test_nvcc_runs_in_the_background(tmp_path):
                     "raise SystemExit(1)\n")
     fake.chmod(0o755)
     with pytest.raises(sa.CompileError):
-        sa.compile_report(str(fake), CUDA_DIR / "vector_add.cu", "", "sm_90")
+        sa.compile_report(str(fake), CUDA_DIR / "vector_add/vector_add.cu", "", "sm_90")
     assert int((tmp_path / "policy").read_text()) == os.SCHED_IDLE
     assert os.sched_getscheduler(0) != os.SCHED_IDLE  # only the child
 
@@ -332,7 +336,7 @@ def test_find_nvcc_looks_in_the_toolkit_homes(monkeypatch, tmp_path):
 
 
 def test_missing_nvcc_fails_the_point_naming_nvcc():
-    b = _block(files=["vector_add.cu"], archs=["sm_90"], nvcc="nvcc-no-such-version")
+    b = _block(files=["vector_add/vector_add.cu"], archs=["sm_90"], nvcc="nvcc-no-such-version")
     p = EXP.points(b)[0]
     with pytest.raises(sa.CompileError, match="nvcc not found.*nvcc-no-such-version"):
         EXP.measure(_ctx(b), p)
@@ -340,22 +344,22 @@ def test_missing_nvcc_fails_the_point_naming_nvcc():
 
 @needs_nvcc
 def test_measure_and_kernel_for():
-    b = _block(files=["occupancy.cu"], archs=["sm_90"])
+    b = _block(files=["occupancy/occupancy.cu"], archs=["sm_90"])
     ctx = _ctx(b)
     p = Point("static_analysis", "vec_mul_regs",
-              {"file": "occupancy.cu", "flags": "LIVE=64", "arch": "sm_90"}, gpu=False)
+              {"file": "occupancy/occupancy.cu", "flags": "LIVE=64", "arch": "sm_90"}, gpu=False)
     r = EXP.measure(ctx, p)
     assert r.timing is None and r.check.passed and r.check.metric == "launchable"
     assert r.metrics["registers"] > 40 and r.metrics["cc"] == "9.0"
     k = EXP.kernel_for(ctx, p)
     assert "-DLIVE=64" in k.options and len(k.source_hash) == 16
     k2 = EXP.kernel_for(ctx, Point("static_analysis", "vec_mul_regs",
-                                   {"file": "occupancy.cu", "flags": "LIVE=32",
+                                   {"file": "occupancy/occupancy.cu", "flags": "LIVE=32",
                                     "arch": "sm_90"}, gpu=False))
     assert k2.source_hash != k.source_hash
     # a kernel the flags compile out is skipped, naming what was compiled
     gone = Point("static_analysis", "matmul_register",
-                 {"file": "matmul.cu", "flags": "", "arch": "sm_90"}, gpu=False)
+                 {"file": "matmul/matmul.cu", "flags": "", "arch": "sm_90"}, gpu=False)
     with pytest.raises(Skipped, match="matmul_register is not compiled.*matmul_naive"):
         EXP.measure(ctx, gone)
 
@@ -384,7 +388,7 @@ def test_runner_analyses_every_register_tile_for_every_arch(tmp_path):
     from cudalab.runner import run_experiment
 
     config = cfg.validate({"telemetry": {"nvidia_smi": False, "nvml": False},
-                           "experiments": {"static_analysis": {"files": ["matmul.cu"],
+                           "experiments": {"static_analysis": {"files": ["matmul/matmul.cu"],
                                                                "archs": ["sm_80", "sm_90"]},
                                            "matmul": {"register_tiles": TWO_TILES}}})
     run_experiment(config, "static_analysis", tmp_path)
@@ -433,21 +437,22 @@ def synthetic_records(spill=False, failed=False, register=False):
             "barriers": 0, "local": 0}
     recs = []
     for arch, dr in (("sm_75", 0), ("sm_80", 2), ("sm_90", 4)):
-        recs.append(_rec("vec_mul", "occupancy.cu", "", arch, base | {"registers": 12}))
-        recs.append(_rec("vec_mul_regs", "occupancy.cu", "LIVE=64", arch,
+        recs.append(_rec("vec_mul", "occupancy/occupancy.cu", "", arch, base | {"registers": 12}))
+        recs.append(_rec("vec_mul_regs", "occupancy/occupancy.cu", "LIVE=64", arch,
                          base | {"registers": 72 + dr,
                                  "spill_stores": 16 if spill and arch == "sm_90" else 0}))
-        recs.append(_rec("matmul_tiled", "matmul.cu", "TILE=32", arch,
+        recs.append(_rec("matmul_tiled", "matmul/matmul.cu", "TILE=32", arch,
                          base | {"registers": 32, "smem_static": 8192, "barriers": 1}))
         if register:
             for tile, regs in ((TWO_TILES[0], 40), (TWO_TILES[1], 64 + dr)):
-                recs.append(_rec("matmul_register", "matmul.cu", _matmul_flags(tile)[0], arch,
+                recs.append(_rec("matmul_register", "matmul/matmul.cu",
+                                 _matmul_flags(tile)[0], arch,
                                  base | {"registers": regs, "barriers": 1,
                                          "smem_static": mm.register_smem_bytes(tile["bt"],
                                                                                tile["bk"])},
                                  **tile))
     if failed:
-        recs.append(_rec("sobel_shared", "sobel.cu", "", "sm_90", base, status="failed"))
+        recs.append(_rec("sobel_shared", "sobel/sobel.cu", "", "sm_90", base, status="failed"))
     return recs
 
 
@@ -470,7 +475,7 @@ def test_claims_on_a_synthetic_table():
 
 def test_claims_report_spills_failures_and_kernels_that_cannot_launch():
     recs = synthetic_records(spill=True, failed=True)
-    recs.append(_rec("huge", "sobel.cu", "", "sm_90",
+    recs.append(_rec("huge", "sobel/sobel.cu", "", "sm_90",
                      {"registers": 32, "smem_static": 60 * 1024, "cmem0": 0, "stack": 0,
                       "spill_stores": 0, "spill_loads": 0, "barriers": 0, "local": 0}))
     df = results.build_table(recs)
@@ -486,7 +491,7 @@ def test_claims_report_spills_failures_and_kernels_that_cannot_launch():
 def test_a_variant_that_changes_nothing_is_shown_once():
     base = {"smem_static": 0, "cmem0": 0, "stack": 0, "spill_stores": 0, "spill_loads": 0,
             "barriers": 0, "local": 0}
-    recs = [_rec(k, "occupancy.cu", fl, "sm_90", base | {"registers": r})
+    recs = [_rec(k, "occupancy/occupancy.cu", fl, "sm_90", base | {"registers": r})
             for k, fl, r in (("vec_mul", "LIVE=64", 12), ("vec_mul", "LIVE=32", 12),
                              ("vec_mul_regs", "LIVE=64", 77), ("vec_mul_regs", "LIVE=32", 45))]
     d = EXP._frame(results.build_table(recs))
@@ -557,7 +562,7 @@ def test_launch_bounds_cap_the_block_sizes():
 @needs_nvcc
 def test_register_tiled_matmul_is_bounded_to_its_tile():
     for flags, tile in sa.matmul_register_variants(None):
-        r = sa.compile_report(NVCC, CUDA_DIR / "matmul.cu", flags, "sm_90")
+        r = sa.compile_report(NVCC, CUDA_DIR / "matmul/matmul.cu", flags, "sm_90")
         threads = (tile["bt"] // tile["rt"]) ** 2
         assert r["matmul_register"]["max_threads"] == threads, (flags, r["matmul_register"])
         assert r["matmul_tiled"]["max_threads"] == 0  # no bound declared
@@ -569,12 +574,13 @@ def test_register_tiled_matmul_is_bounded_to_its_tile():
 def test_declared_dynamic_shared_memory_reaches_the_occupancy():
     """vec_mul_smem's extern __shared__ buffer: the occupancy experiment declares what its
     launches ask for; the config's dynamic_smem_bytes still overrides it."""
-    b = _block(files=["occupancy.cu"], archs=["sm_80"])
+    b = _block(files=["occupancy/occupancy.cu"], archs=["sm_80"])
     p = next(p for p in EXP.points(b) if p.variant == "vec_mul_smem")
     m = EXP.measure(_ctx(b), p).metrics
     assert m["dynamic_smem"] == 32 * 1024
     # 164 KiB of shared memory per SM on sm_80 holds 5 blocks of 32 KiB (plus reserves)
     assert m["occupancy_1024"] < 1.0 or m["occupancy_256"] < 1.0
-    b0 = _block(files=["occupancy.cu"], archs=["sm_80"], dynamic_smem_bytes={"vec_mul_smem": 0})
+    b0 = _block(files=["occupancy/occupancy.cu"], archs=["sm_80"],
+                dynamic_smem_bytes={"vec_mul_smem": 0})
     m0 = EXP.measure(_ctx(b0), p).metrics
     assert m0["dynamic_smem"] == 0 and m0["occupancy_256"] >= m["occupancy_256"]

@@ -24,13 +24,11 @@ from cudalab.experiments import REGISTRY
 from cudalab.experiments.base import Experiment, Point, Result
 from cudalab.experiments.lesson import Lesson
 from cudalab.harness import Harness, Settings, WallTimer
+from cudalab.nvml_clocks import NvmlClockObserver, decode_reasons, is_throttled
 from cudalab.telemetry import (
     NvidiaSmiSampler,
-    NvmlClockObserver,
     choose_fields,
-    decode_reasons,
     infer_utc_offset,
-    is_throttled,
     parse_help_query_gpu,
     parse_nvidia_smi_csv,
     smi_device_id,

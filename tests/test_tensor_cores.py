@@ -292,11 +292,11 @@ def test_missing_points_are_not_measured_and_missing_units_not_applicable():
 
 
 def test_facts_come_from_the_table():
-    from cudalab import roofline
+    from cudalab import roofline, run_ceilings
 
     df = results.read_table(RUN1)
     full = roofline.annotate(df)
-    c = roofline.ceilings_of(full)
+    c = run_ceilings.ceilings_of(full)
     peaks, errs, hand = (f(full, c) for f in lesson.EXPLANATIONS[:3])
     assert "TF32 tensor cores 535 TFLOP/s" in peaks and "n = 4" in peaks
     assert "rounding the inputs predicts" in errs and "BF16" in errs

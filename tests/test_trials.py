@@ -13,7 +13,8 @@ import pytest
 from cudalab import config as cfg
 from cudalab import results, runner, trials
 from cudalab.experiments import REGISTRY
-from cudalab.experiments.base import Check, Experiment, JobCache, Point, Result
+from cudalab.experiments.base import Check, Experiment, Point, Result
+from cudalab.experiments.job_cache import JobCache
 from cudalab.harness import Harness, Settings, Timing
 
 
@@ -128,14 +129,14 @@ def test_compare_takes_the_trial_spread_as_between_run_noise():
     spread by 10 % (placement moves it that much)."""
     import pandas as pd
 
-    from cudalab import compare
+    from cudalab import compare, result_folders
 
     def run(t, spread):
         df = pd.DataFrame([{"experiment": "k", "point_id": "p", "variant": "p", "gpu": "G",
                             "status": "ok", "median_s": t, "noise": 0.001, "n_samples": 30,
                             "method": "cuda_event_queued", "trial_spread": spread,
                             "floor_s": 20e-9}])
-        return compare.Run("x", None, "G", df)
+        return result_folders.Run("x", None, "G", df)
 
     tight = compare.compare_pair(run(100e-6, 0.01), run(108e-6, 0.01))
     loose = compare.compare_pair(run(100e-6, 0.10), run(108e-6, 0.02))

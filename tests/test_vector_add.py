@@ -229,7 +229,7 @@ class _FakeVecGpu:
     def compile(self, source):
         from types import SimpleNamespace
 
-        assert source == "vector_add.cu"
+        assert source == "vector_add/vector_add.cu"
         return SimpleNamespace(function=lambda name: _Func())
 
     def attr(self, name):

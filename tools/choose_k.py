@@ -21,10 +21,9 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from cudalab import compare, compare_calibration, compare_text, result_folders
 
-from cudalab import compare  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,25 +34,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--planted-experiment",
                     help="the experiment whose kernel was slowed (default: the one with the "
                          "most kernel points of 10 us or more made 10 %% slower)")
-    ap.add_argument("--ks", type=float, nargs="+", default=list(compare.CANDIDATE_KS))
+    ap.add_argument("--ks", type=float, nargs="+", default=list(compare_calibration.CANDIDATE_KS))
     ap.add_argument("--threshold", type=float, default=compare.DEFAULT_THRESHOLD)
     ap.add_argument("--csv", help="write the table here too")
     a = ap.parse_args(argv)
     try:
-        base = compare.load_runs(a.run_a, "baseline")[0]
-        same = compare.load_runs(a.run_b, "run")[0]
-        planted = compare.load_runs(a.planted, "planted run")[0] if a.planted else None
-    except compare.CompareError as exc:
+        base = result_folders.load_runs(a.run_a, "baseline")[0]
+        same = result_folders.load_runs(a.run_b, "run")[0]
+        planted = result_folders.load_runs(a.planted, "planted run")[0] if a.planted else None
+    except result_folders.CompareError as exc:
         print(f"choose_k: {exc}", file=sys.stderr)
         return 2
-    table = compare.choose_k(base, same, planted, a.planted_experiment, tuple(a.ks),
+    table = compare_calibration.choose_k(base, same, planted, a.planted_experiment, tuple(a.ks),
                              a.threshold)
     cols = [c for c in table.columns if c != "timed"]
     print(f"{base.label} against {same.label}: {table['timed'].iloc[0]} timed points"
           + (f"; planted: {planted.label}" if planted is not None else ""))
-    print(compare.text_table([[_cell(r[c]) for c in cols] for _, r in table.iterrows()],
+    print(compare_text.text_table([[_cell(r[c]) for c in cols] for _, r in table.iterrows()],
                              cols))
-    rule, why = compare.recommend_k(table)
+    rule, why = compare_calibration.recommend_k(table)
     print(f"\n{why}")
     if a.csv:
         table.to_csv(a.csv, index=False)
@@ -65,8 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     cmp = compare.compare_pair(base, same, a.threshold, shown)
     print(f"\nThe unchanged pair with k = {shown.k:g}"
           + (" and the class floors always" if shown.class_floors_always else "") + ":"
-          + "\n".join(compare.by_class(cmp)))
-    if note := compare.no_trials_note(cmp):
+          + "\n".join(compare_text.by_class(cmp)))
+    if note := compare_text.no_trials_note(cmp):
         print(note)
     if rule is None:
         return 1

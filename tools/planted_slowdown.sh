@@ -12,7 +12,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=$(mkdir -p "${1:?usage: tools/planted_slowdown.sh OUT}" && cd "$1" && pwd)
-SRC=cuda/vector_add.cu
+SRC=cuda/vector_add/vector_add.cu
 cp "$SRC" "$OUT/vector_add.cu.orig"
 trap 'cp "$OUT/vector_add.cu.orig" "$SRC"' EXIT
 

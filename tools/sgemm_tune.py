@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""SGEMM tuning of the ladder's cp.async rung (cuda/matmul_pipeline.cu) against cuBLAS SGEMM,
+"""SGEMM tuning of the ladder's cp.async rung (cuda/matmul/matmul_pipeline.cu) against cuBLAS SGEMM,
 both in one process, at 4096.
 
   python tools/sgemm_tune.py build DIR [SWEEP]   # no GPU: nvcc each candidate to DIR/*.cubin
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE = ROOT / "cuda" / "matmul_pipeline.cu"
+SOURCE = ROOT / "cuda" / "matmul/matmul_pipeline.cu"
 KERNEL = "matmul_pipelined"
 TOL = 1e-4  # the matmul experiment's float32 tolerance (rel. Frobenius error)
 ODD_SIZES = [(257, 263, 251), (1000, 1000, 1000), (4100, 4100, 4100), (160, 240, 320),
@@ -275,7 +275,6 @@ def measure(out_json: Path | None, n: int = 4096) -> None:
 
     import yaml
 
-    sys.path.insert(0, str(ROOT))
     from cudalab.experiments import matmul as mm
 
     tiles = yaml.safe_load((ROOT / "config.yaml").read_text())["experiments"]["matmul"][

@@ -1,7 +1,7 @@
 """Compiling a submission: nvcc's diagnostics with file and line, the kernel's signature
 read back from the PTX, and static analysis (registers, shared memory, spills, occupancy at
-the slot's block size) from ptxas -v through the static_analysis experiment's parser and
-cudalab's occupancy calculator.
+the slot's block size) from ptxas -v through the framework's parser (cudalab.ptxas_info)
+and cudalab's occupancy calculator.
 
 The file is compiled alone, in a fresh temporary folder, with no include path, to a cubin
 for one architecture; the judge loads that cubin and compiles none of the submission's
@@ -24,12 +24,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cudalab import jail
+from cudalab import jail, ptxas_info
 from cudalab import occupancy as occ
 from cudalab.exercises import ptx_stores
 from cudalab.exercises.catalog import Exercise
 from cudalab.exercises.toolkit_jail import limit_problem, run_nvcc
-from cudalab.experiments import static_analysis as sa
+from cudalab.toolkit import find_nvcc
 
 DEFAULT_ARCH = "sm_90"
 _SAFE_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\.cu")
@@ -78,7 +78,7 @@ def display_name(path: Path) -> str:
 def nvcc_command(nvcc: str, ex: Exercise, name: str, arch: str, out: str,
                  keep_dir: str) -> list[str]:
     defines = [f"-D{k}={v}" for k, v in sorted(ex.defines.items())]
-    return [nvcc, "-cubin", *sa.BASE_OPTIONS, f"-arch={arch}", "-Xptxas", "-v", "-keep",
+    return [nvcc, "-cubin", *ptxas_info.BASE_OPTIONS, f"-arch={arch}", "-Xptxas", "-v", "-keep",
             "-keep-dir", keep_dir, *defines, name, "-o", out]
 
 
@@ -87,7 +87,7 @@ def compile_submission(text: str, ex: Exercise, name: str = "submission.cu",
                        sandbox: str = "optional") -> Build:
     """Compile `text` for `arch`: the cubin, nvcc's diagnostics, and the slot checks.
     `sandbox` (required|optional|off, cudalab.jail.use): whether nvcc runs in one."""
-    nvcc = nvcc or sa.find_nvcc()
+    nvcc = nvcc or find_nvcc()
     if nvcc is None:
         return Build(False, arch, name, problem="nvcc not found: install the CUDA toolkit "
                      "(or put its bin/ on PATH) to compile exercises")
@@ -209,8 +209,8 @@ def signature_problem(ex: Exercise, ptx: str, log: str) -> str:
     """'' where the slot's kernel is there with the slot's parameters, else what is wrong."""
     params = ptx_params(ptx, ex.kernel)
     if params is None:
-        report = sa.parse_ptxas(log)
-        if sa.find_kernel(report, ex.kernel) is not None:
+        report = ptxas_info.parse_ptxas(log)
+        if ptxas_info.find_kernel(report, ex.kernel) is not None:
             return (f"kernel {ex.kernel} is compiled as C++ (its name is mangled): declare "
                     f"it extern \"C\" as in the starter: {ex.signature}")
         found = ", ".join(sorted(report)) or "none"
@@ -226,8 +226,8 @@ def static_usage(ex: Exercise, log: str, ptx: str, arch: str) -> dict[str, Any]:
     """Registers, shared memory, spills (ptxas) and occupancy at the slot's block size."""
     from cudalab.exercises.slots import block_threads
 
-    usage = sa.find_kernel(sa.parse_ptxas(log), ex.kernel) or {}
-    bound = sa.parse_maxntid(ptx).get(ex.kernel, 0)
+    usage = ptxas_info.find_kernel(ptxas_info.parse_ptxas(log), ex.kernel) or {}
+    bound = ptxas_info.parse_maxntid(ptx).get(ex.kernel, 0)
     threads = block_threads(ex, ex.class_size)
     out: dict[str, Any] = {
         "registers": usage.get("registers", 0), "smem_static": usage.get("smem_static", 0),

@@ -63,7 +63,7 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
                   "grid = ceil(n / threads)",
         defines={}, check_sizes=((1, 256), (50_000, 256), (1_000_003, 32), (1_000_003, 1024)),
         time_size=(1 << 20, 256), class_size=(1 << 24, 256),
-        course=(CourseKernel("course: vector_add", "vector_add.cu", "vector_add"),),
+        course=(CourseKernel("course: vector_add", "vector_add/vector_add.cu", "vector_add"),),
         hint="Time your kernel at 50 000 and at 2^24 elements: the small vector is "
              "launch-bound, the large one reaches most of the DRAM bandwidth. Then try "
              "32-thread blocks: too few warps per SM to hide the memory latency."),
@@ -75,9 +75,9 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
                   "(ceil(N / TILE), ceil(M / TILE)); row-major C[M x N] = A[M x K] B[K x N]",
         defines={"TILE": 16}, check_sizes=_MATMUL_SIZES, time_size=(512, 512, 512),
         class_size=(2048, 2048, 2048),
-        course=(CourseKernel("course: naive", "matmul.cu", "matmul_naive"),
-                CourseKernel("course: tiled", "matmul.cu", "matmul_tiled"),
-                CourseKernel("course: tiled, padded B tile", "matmul.cu",
+        course=(CourseKernel("course: naive", "matmul/matmul.cu", "matmul_naive"),
+                CourseKernel("course: tiled", "matmul/matmul.cu", "matmul_tiled"),
+                CourseKernel("course: tiled, padded B tile", "matmul/matmul.cu",
                              "matmul_tiled_padded")),
         hint="Look for shared-memory bank conflicts. A warp reading down a column of "
              "a TILE x TILE float tile hits one bank TILE times; one float of padding per "
@@ -93,7 +93,7 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
                   "(ceil(N / BN), ceil(M / BM))",
         defines=REGISTER_DEFINES, check_sizes=_MATMUL_SIZES, time_size=(512, 512, 512),
         class_size=(2048, 2048, 2048),
-        course=(CourseKernel("course: register (64/16/4)", "matmul.cu", "matmul_register"),),
+        course=(CourseKernel("course: register (64/16/4)", "matmul/matmul.cu", "matmul_register"),),
         hint="The ladder to cuBLAS. Load the tiles with float4 (128-bit) loads, then "
              "double-buffer the shared slices so the next tile loads while this one "
              "computes; watch registers and occupancy as the tile grows.",
@@ -107,7 +107,7 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
         defines={"TILE": 32, "BLOCK_ROWS": 8},
         check_sizes=((1, 1), (33, 65), (256, 256), (1000, 777)), time_size=(1024, 1024),
         class_size=(4096, 4096),
-        course=tuple(CourseKernel(f"course: {v}", "coalescing.cu", f"transpose_{v}")
+        course=tuple(CourseKernel(f"course: {v}", "coalescing/coalescing.cu", f"transpose_{v}")
                      for v in ("naive", "tiled", "padded")),
         hint="Reads and writes should both be coalesced: stage the tile in shared memory, "
              "then pad its rows by one float so reading a column of it is conflict-free."),
@@ -121,7 +121,7 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
         defines={"BLOCK": 256},
         check_sizes=((1,), (1000,), (100_003,), (1 << 20,)), time_size=(1 << 22,),
         class_size=(1 << 24,),
-        course=(CourseKernel("course: tree reduction", "atomics.cu", "sum_reduce"),),
+        course=(CourseKernel("course: tree reduction", "atomics/atomics.cu", "sum_reduce"),),
         hint="Sequential addressing (stride halves from BLOCK / 2) avoids bank "
              "conflicts and divergent warps; unroll the last warp with __shfl_down_sync."),
     Exercise(
@@ -132,9 +132,9 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
                   "ceil(M / TILE)); row-major, float64",
         defines={"TILE": 16}, check_sizes=_MATMUL_SIZES, time_size=(512, 512, 512),
         class_size=(2048, 2048, 2048),
-        course=(CourseKernel("course: naive (double)", "matmul.cu", "matmul_naive",
+        course=(CourseKernel("course: naive (double)", "matmul/matmul.cu", "matmul_naive",
                              {"REAL": "double"}),
-                CourseKernel("course: tiled (double)", "matmul.cu", "matmul_tiled",
+                CourseKernel("course: tiled (double)", "matmul/matmul.cu", "matmul_tiled",
                              {"REAL": "double"})),
         hint="First the simple version (one thread per element of C), then shared-memory "
              "tiles: each value of A and B is then loaded once per tile, not once per "

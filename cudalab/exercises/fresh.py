@@ -20,9 +20,7 @@ import numpy as np
 
 from cudalab.exercises import slots
 from cudalab.exercises.catalog import Exercise
-from cudalab.experiments import vector_add as vector_add_exp
-from cudalab.experiments.base import Check
-from cudalab.experiments.matmul.kernels import check_product
+from cudalab.kernel_slot import Check
 
 SUBSET = 4096  # elements of a vector add's or a transpose's output checked per sample
 DOT_SUBSET = 256  # elements of a product checked per sample (each a K-long dot product)
@@ -147,34 +145,30 @@ def _subset(ex: Exercise, case: slots.Case, seed: int, out: np.ndarray, launches
     """(flat indices checked, their output values, their reference values, the check)."""
     seeds, centre = input_seeds(seed, len(case.inputs)), centred(ex)
     flat = out.reshape(-1)
-    tol = slots.tolerance(ex)
+    tol, slot = slots.tolerance(ex), slots.slot_of(ex)
     if ex.kind == "reduction":
         x = values(np.arange(case.inputs[0].size), seeds[0], centre)
         ref = float(np.sum(x, dtype=np.float64))
-        c = slots.sum_check(float(flat[0]), launches, ref, float(np.sum(np.abs(x),
-                            dtype=np.float64)), slots.sum_tolerance(ex, x.size))
+        c = slot.check(float(flat[0]), launches, x, tol)
         return np.zeros(1, np.int64), flat[:1], np.array([launches * ref]), c
     idx = np.sort(rng.choice(flat.size, min(flat.size, _subset_size(ex)), replace=False))
     got = flat[idx]
     if ex.kind == "vector_add":
         a = values(idx, seeds[0], centre)
         b = values(idx, seeds[1], centre)
-        return idx, got, a.astype(np.float64) + b, vector_add_exp.check_sum(got, a, b, tol)
+        return idx, got, a.astype(np.float64) + b, slot.check(got, a, b, tol)
     if ex.kind == "transpose":
         rows, cols = case.size
         j, i = np.divmod(idx, rows)  # out is cols x rows: out[j][i] = in[i][j]
         exp = values(i * cols + j, seeds[0], centre)
-        bad = int(np.count_nonzero(got.view(np.uint32) != exp.view(np.uint32)))
-        return idx, got, exp, Check(float(bad), 0.0, "mismatched_elements",
-                                    f"{bad} of {idx.size} checked elements differ"
-                                    if bad else "")
+        return idx, got, exp, slot.check(got, exp)
     m, k, n = case.size
     r, col = np.divmod(idx, n)
     kk = np.arange(k)
     a = values(r[:, None] * k + kk[None, :], seeds[0], centre).astype(np.float64)
     b = values(kk[None, :] * n + col[:, None], seeds[1], centre).astype(np.float64)
     exp = np.einsum("ij,ij->i", a, b)
-    return idx, got, exp, check_product(got, exp, tol)
+    return idx, got, exp, slot.check(got, exp, tol)
 
 
 def _subset_size(ex: Exercise) -> int:

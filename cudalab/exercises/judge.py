@@ -28,9 +28,8 @@ import numpy as np
 from cudalab.exercises import fresh, slots
 from cudalab.exercises.catalog import Exercise, get
 from cudalab.exercises.guard import GuardedTimer, beat, guard_summary
-from cudalab.experiments import REGISTRY
-from cudalab.experiments.base import POISON_64_WORD, Check, RunContext
 from cudalab.harness import Harness, Settings
+from cudalab.kernel_slot import POISON_64_WORD, Check, RunContext, verify_then_time
 
 INPUT_SETS = 3  # input sets of a timed trial (fresh random inputs each)
 SPOT_CHECKS = 3  # timed samples per trial checked at random, besides the last
@@ -140,7 +139,7 @@ def measure(ctx: RunContext, ex: Exercise, slot: Slot, settings: Settings,
     samples: list[tuple[float, float, float, int]] = []
     guarded = GuardedTimer(timer or gpu.event_timer(), synced, samples,
                            lambda: refresh(gpu, ex, slot, ctx.rng, filler), after)
-    result, timing = REGISTRY[ex.experiment].verify_then_time(
+    result, timing = verify_then_time(
         ctx, slot.launch, check, output=(slot.out_d, slot.case.out), fill=slot.case.fill,
         timer=guarded, sync=synced, asynchronous=True, settings=settings)
     synced()
@@ -262,12 +261,12 @@ def hardware_floors(ex: Exercise, case: slots.Case, gpu: Any) -> dict[str, float
 
 def _cublas_trial(ctx: RunContext, ex: Exercise, slot: Slot, settings: Settings,
                   filler: fresh.Filler) -> dict[str, Any]:
-    from cudalab.experiments.matmul.cublas import _cublas_launcher
-
+    ceiling = slots.slot_of(ex).ceiling
+    if ceiling is None:
+        raise LookupError(f"exercise {ex.name}: its slot has no library ceiling")
     m, k, n = slot.case.size
     a_d, b_d = slot.buffers[1], slot.buffers[2]  # the output is buffers[0]
-    launch, timer, sync, _extra = _cublas_launcher(ctx.gpu, a_d, b_d, slot.out_d, m, k, n,
-                                                   ex.dtype)
+    launch, timer, sync, _extra = ceiling(ctx.gpu, a_d, b_d, slot.out_d, m, k, n, ex.dtype)
     counted = slot.launches
 
     def cublas_launch() -> None:

@@ -83,7 +83,7 @@ def toolkit_dirs() -> list[str]:
     with pycuda and runs compute-sanitizer from it), and those CUDA_HOME or CUDA_PATH
     name."""
     from cudalab.exercises.toolkit_jail import toolkit_root
-    from cudalab.experiments.static_analysis import find_nvcc
+    from cudalab.toolkit import find_nvcc
 
     nvcc = find_nvcc()
     named = [os.environ[k] for k in TOOLKIT_ENV if os.path.isdir(os.environ.get(k, ""))]

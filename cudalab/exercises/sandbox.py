@@ -47,7 +47,7 @@ MEMORY_ERROR = re.compile(r"^=+ (Invalid __\w+__ (read|write|atomic)|Invalid (gl
 
 
 def find_sanitizer() -> str | None:
-    from cudalab.experiments.static_analysis import find_nvcc
+    from cudalab.toolkit import find_nvcc
 
     found = shutil.which("compute-sanitizer")
     nvcc = find_nvcc()

@@ -15,6 +15,7 @@ import os
 import pkgutil
 from pathlib import Path
 
+from cudalab import roofline
 from cudalab.experiments.base import Experiment
 from cudalab.experiments.lesson import Lesson
 
@@ -53,7 +54,15 @@ def discover() -> dict[str, Experiment]:
     REGISTRY.clear()
     for exp in sorted(found, key=lambda e: (e.order, e.name)):
         REGISTRY[exp.name] = exp
+    # the roofline reads these declarations as data rather than reading the registry
+    roofline.declare_device_experiments(device_experiments())
     return REGISTRY
+
+
+def device_experiments() -> list[str]:
+    """The lessons whose points are judged against the device's roofs: compared with its
+    peaks (vs_device_peak) or with the peak of their own precision (precision_roofs)."""
+    return [n for n, e in REGISTRY.items() if e.vs_device_peak or e.precision_roofs]
 
 
 discover()

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from cudalab.experiments.job_cache import JobCache
 from cudalab.experiments.lesson import Lesson
 from cudalab.harness import Harness, Settings, Timer, Timing
 
@@ -163,102 +164,6 @@ def not_measured_note(rows: pd.DataFrame) -> str:
     return f"; {n} not measured" if n else ""
 
 
-class JobCache(dict[Any, Any]):
-    """Per-job scratch: inputs, CPU references, host buffers, driver handles.
-
-    keep(key, make): made on first use, kept for the whole job.
-    one_per_slot(slot, key, make): one value per slot at a time. Points are ordered by size,
-    so when a new key comes the slot's previous value (the previous size) is dropped and its
-    device allocations are freed: one size in memory, other slots untouched.
-
-    Trials (cudalab.trials) move a point's device buffers between measurements, so each
-    trial sees another placement (DRAM pages, L2 slices) while the host inputs and CPU
-    references stay: replace_device() moves every cached device allocation, and retire()
-    keeps an allocation a measurement made itself alive until the point's trials end
-    (release_retired), so the next trial's allocations cannot land on it again. Outside a
-    point's trials (`holding` False: one trial, the profiler's child, a script calling
-    measure()) retire() frees at once."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._slots: dict[str, Any] = {}
-        self._retired: list[Any] = []
-        self.holding = False  # set by cudalab.trials while a point's trials run
-
-    def keep(self, key: Any, make: Callable[[], Any]) -> Any:
-        if key not in self:
-            self[key] = make()
-        return self[key]
-
-    def one_per_slot(self, slot: str, key: Any, make: Callable[[], Any]) -> Any:
-        old = self._slots.get(slot)
-        if old == key and key in self:
-            return self[key]
-        if old is not None and old in self:
-            free_all(self.pop(old))
-        self._slots[slot] = key
-        self[key] = make()
-        return self[key]
-
-    def retire(self, *values: Any) -> None:
-        """Free these (device allocations, or objects with free()) when the point's trials
-        end, not now: a later trial's allocations then land elsewhere."""
-        self._retired.extend(values)
-        if not self.holding:
-            self.release_retired()
-
-    def release_retired(self) -> None:
-        retired, self._retired = self._retired, []
-        for v in retired:
-            free_all(v)
-
-    def replace_device(self, cuda: Any) -> tuple[int, int]:
-        """Move every device allocation held in the cache (in dicts, lists and tuples) to a
-        new allocation of the same size: allocate, copy device to device, retire the old one
-        (new before free, so the address changes). Returns (moved, kept in place: no memory
-        for a second copy even after the retired ones were freed)."""
-        counts = [0, 0]
-        for key in list(self):
-            self[key] = _replaced(self[key], cuda, self, counts)
-        return counts[0], counts[1]
-
-
-def is_device_allocation(value: Any) -> bool:
-    """A pycuda DeviceAllocation (by name: pycuda is not imported on CPU-only machines)."""
-    return type(value).__name__ == "DeviceAllocation"
-
-
-def _replaced(value: Any, cuda: Any, cache: JobCache, counts: list[int]) -> Any:
-    """`value` with its device allocations moved (containers rebuilt or updated in place)."""
-    if is_device_allocation(value):
-        return _move(value, cuda, cache, counts)
-    if isinstance(value, dict):
-        for k in list(value):
-            value[k] = _replaced(value[k], cuda, cache, counts)
-    elif isinstance(value, list):
-        value[:] = [_replaced(v, cuda, cache, counts) for v in value]
-    elif isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return tuple(_replaced(v, cuda, cache, counts) for v in value)
-    return value
-
-
-def _move(old: Any, cuda: Any, cache: JobCache, counts: list[int]) -> Any:
-    _, size = cuda.mem_get_address_range(int(old))
-    try:
-        new = cuda.mem_alloc(size)
-    except Exception:  # noqa: BLE001 - out of memory: free what earlier trials left, retry
-        cache.release_retired()
-        try:
-            new = cuda.mem_alloc(size)
-        except Exception:  # noqa: BLE001 - no room for two copies: it stays where it is
-            counts[1] += 1
-            return old
-    cuda.memcpy_dtod(new, old, size)
-    cache.retire(old)
-    counts[0] += 1
-    return new
-
-
 def _trial_check(ctx: RunContext, check: Callable[..., Check], args: tuple[Any, ...],
                  reuse: bool) -> Check:
     """check(*args), or on a later trial the first trial's Check where `reuse` allows."""
@@ -268,19 +173,6 @@ def _trial_check(ctx: RunContext, check: Callable[..., Check], args: tuple[Any, 
     key = (getattr(check, "__code__", type(check)),
            *((a.shape, a.dtype.str) for a in args))
     return trial.check(key, lambda: check(*args))
-
-
-def free_all(value: Any) -> None:
-    """Free the device allocations in a cached value (a dict, tuple or list of them, or
-    one); host arrays and anything already freed are left alone."""
-    items = value.values() if isinstance(value, dict) else (
-        value if isinstance(value, (list, tuple)) else [value])
-    for v in items:
-        if hasattr(v, "free") and not isinstance(v, np.ndarray):
-            try:
-                v.free()
-            except Exception:  # noqa: BLE001 - already freed / context gone
-                pass
 
 
 @dataclass
@@ -342,6 +234,64 @@ def size_schema(length: int, minimum: int, maximum: int, description: str) -> di
     return {"oneOf": [{"type": "integer", "minimum": minimum, "maximum": maximum},
                       int_tuple_schema(length, minimum, maximum)],
             "description": description}
+
+
+def verify_then_time(
+    ctx: RunContext,
+    launch: Callable[[], Any],
+    check: Callable[..., Check],
+    *,
+    output: tuple[Any, np.ndarray] | None = None,
+    fill: int = NAN_BITS,
+    timer: Timer | None = None,
+    sync: Callable[[], None] | None = None,
+    asynchronous: bool = False,
+    batchable: bool = True,
+    settings: Settings | None = None,
+    check_each_trial: bool | None = None,
+) -> tuple[Check, Timing]:
+    """Correct first, then timed: the one sequence every GPU experiment uses.
+
+    With `output` (the device buffer and the host array the D2H copy overwrites whole):
+    poison it with `fill` (a 32-bit word: NaN bits for floats, 0 for counters and sums;
+    a byte for 1-byte outputs; 8-byte outputs get all-ones words, a NaN), launch once,
+    wait (sync, default the context), copy it back, check(host array). Without:
+    check() runs its own verification (a round trip, a traced run) and must do so
+    before returning. Then launch() is timed with the harness (timer: CUDA events on
+    the default stream unless given). `asynchronous`: launch() only enqueues GPU work
+    (kernel launches, async copies), nothing that synchronises or allocates; the
+    harness may then queue launches ahead. `settings`: this point's own harness settings
+    (they travel with its timing), else the job's.
+
+    Trials after a point's first (ctx.harness.trial) still poison, launch once and copy
+    the output back (the host array holds this trial's output, and the moved buffers
+    run), but take the first trial's Check instead of calling check(host): same kernel,
+    same inputs, the buffers' contents copied. Without `output`, check() runs every
+    trial (its own verification may prime what is timed). `check_each_trial` True: run
+    check every trial (it records what the caller reads); False: take the first
+    trial's without `output` too (check() does nothing the timing needs)."""
+    gpu = ctx.gpu
+    if output is not None:
+        cuda = gpu.cuda
+        device, host = output
+        if host.itemsize == 4:
+            cuda.memset_d32(device, fill, host.size)
+        elif host.itemsize == 1:
+            cuda.memset_d8(device, fill, host.size)
+        elif host.itemsize == 8:  # all-ones words: every double a NaN (fill is 32-bit)
+            cuda.memset_d32(device, POISON_64_WORD, 2 * host.size)
+        else:
+            raise ValueError(f"cannot poison a {host.dtype} output: 1-, 4- or 8-byte "
+                             "elements")
+        launch()
+        (sync or gpu.synchronize)()
+        cuda.memcpy_dtoh(host, device)
+        result = _trial_check(ctx, check, (host,), check_each_trial is not True)
+    else:
+        result = _trial_check(ctx, check, (), check_each_trial is False)
+    timing = ctx.harness.measure(launch, timer or gpu.event_timer(), batchable=batchable,
+                                 asynchronous=asynchronous, settings=settings)
+    return result, timing
 
 
 class Experiment:
@@ -461,6 +411,12 @@ class Experiment:
     lesson: Lesson
     # Whether the report section shows a roofline of this experiment's points of its own.
     roofline: bool = False
+    # The lesson's kernel files, paths under cuda/, each in cuda/<name>/ (kernel_sources.py):
+    # the files it compiles, and the only ones of that folder.
+    kernel_files: tuple[str, ...] = ()
+    # The kernel slot the lesson offers the exercises (a cudalab.kernel_slot.KernelSlot, in
+    # its folder's slot.py), None where it offers none.
+    slot: Any = None
     # Whether GB/s and GFLOP/s of this experiment's GPU points are shown as % of the device's
     # theoretical DRAM bandwidth and FP32 peak (results: pct_peak_gbps, pct_peak_gflops).
     # False where the bytes do not go through device memory alone (PCIe copies).
@@ -492,63 +448,9 @@ class Experiment:
         props = self.schema.get("properties", {})
         return {k: copy.deepcopy(v["default"]) for k, v in props.items() if "default" in v}
 
-    def verify_then_time(
-        self,
-        ctx: RunContext,
-        launch: Callable[[], Any],
-        check: Callable[..., Check],
-        *,
-        output: tuple[Any, np.ndarray] | None = None,
-        fill: int = NAN_BITS,
-        timer: Timer | None = None,
-        sync: Callable[[], None] | None = None,
-        asynchronous: bool = False,
-        batchable: bool = True,
-        settings: Settings | None = None,
-        check_each_trial: bool | None = None,
-    ) -> tuple[Check, Timing]:
-        """Correct first, then timed: the one sequence every GPU experiment uses.
-
-        With `output` (the device buffer and the host array the D2H copy overwrites whole):
-        poison it with `fill` (a 32-bit word: NaN bits for floats, 0 for counters and sums;
-        a byte for 1-byte outputs; 8-byte outputs get all-ones words, a NaN), launch once,
-        wait (sync, default the context), copy it back, check(host array). Without:
-        check() runs its own verification (a round trip, a traced run) and must do so
-        before returning. Then launch() is timed with the harness (timer: CUDA events on
-        the default stream unless given). `asynchronous`: launch() only enqueues GPU work
-        (kernel launches, async copies), nothing that synchronises or allocates; the
-        harness may then queue launches ahead. `settings`: this point's own harness settings
-        (they travel with its timing), else the job's.
-
-        Trials after a point's first (ctx.harness.trial) still poison, launch once and copy
-        the output back (the host array holds this trial's output, and the moved buffers
-        run), but take the first trial's Check instead of calling check(host): same kernel,
-        same inputs, the buffers' contents copied. Without `output`, check() runs every
-        trial (its own verification may prime what is timed). `check_each_trial` True: run
-        check every trial (it records what the caller reads); False: take the first
-        trial's without `output` too (check() does nothing the timing needs)."""
-        gpu = ctx.gpu
-        if output is not None:
-            cuda = gpu.cuda
-            device, host = output
-            if host.itemsize == 4:
-                cuda.memset_d32(device, fill, host.size)
-            elif host.itemsize == 1:
-                cuda.memset_d8(device, fill, host.size)
-            elif host.itemsize == 8:  # all-ones words: every double a NaN (fill is 32-bit)
-                cuda.memset_d32(device, POISON_64_WORD, 2 * host.size)
-            else:
-                raise ValueError(f"cannot poison a {host.dtype} output: 1-, 4- or 8-byte "
-                                 "elements")
-            launch()
-            (sync or gpu.synchronize)()
-            cuda.memcpy_dtoh(host, device)
-            result = _trial_check(ctx, check, (host,), check_each_trial is not True)
-        else:
-            result = _trial_check(ctx, check, (), check_each_trial is False)
-        timing = ctx.harness.measure(launch, timer or gpu.event_timer(), batchable=batchable,
-                                     asynchronous=asynchronous, settings=settings)
-        return result, timing
+    # correct first, then timed: the framework's sequence (a function: it needs no
+    # experiment, and the exercises' slots call it through cudalab.kernel_slot)
+    verify_then_time = staticmethod(verify_then_time)
 
     @staticmethod
     def ok(df: pd.DataFrame) -> pd.DataFrame:

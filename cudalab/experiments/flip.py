@@ -15,10 +15,13 @@ def turn(judge: Judge, fail: Flip, hold: Flip) -> Flip:
     """A flip that judges the rows first (with the ceilings they carry), then applies
     fail where the claim is seen and hold where it is not."""
     def flip(d: pd.DataFrame) -> pd.DataFrame:
-        from cudalab import roofline  # the rows' own ceilings, as claims.evaluate finds them
+        from cudalab import (  # the rows' own ceilings, as claims.evaluate finds them
+            roofline,
+            run_ceilings,
+        )
 
         full = roofline.annotate(d)
-        state = Claim("", judge).evaluate(full, roofline.ceilings_of(full)).state
+        state = Claim("", judge).evaluate(full, run_ceilings.ceilings_of(full)).state
         return fail(d) if state is State.SEEN else hold(d)
 
     return flip

@@ -35,7 +35,7 @@ from cudalab import fmt
 from cudalab.experiments.questions import Question, as_question
 
 if TYPE_CHECKING:
-    from cudalab.roofline import Ceilings
+    from cudalab.run_ceilings import Ceilings
 
 # Within this share of its best bandwidth a kernel counts as "at full bandwidth".
 FULL_BANDWIDTH_SHARE = 0.9
@@ -190,6 +190,11 @@ class TryThis(NamedTuple):
     claim: Claim | None = None
 
 
+# Try-this (and questions) per lesson: fewer than two leaves the reader nothing to compare,
+# more than three do not fit the lesson's handout page beside its figure.
+TRY_THIS_COUNT = (2, 3)
+
+
 @dataclass(frozen=True)
 class Lesson:
     """What the report says about one experiment: declared once, in its folder's lesson.py.
@@ -201,7 +206,9 @@ class Lesson:
     questions for the reader; sources: each number the prose states (caption, figure
     captions, Try-this, questions) with where it comes from, since prose never states a
     measured number (tests/test_claims.py holds it to that); slide_figure: (figure name,
-    axes index) of the slide and the handout page, None: the first figure drawn."""
+    axes index) of the slide and the handout page, None: the first figure drawn; pages: the
+    printed pages its handout section takes (the print test allows the handout the sum).
+    A lesson has TRY_THIS_COUNT[0] to TRY_THIS_COUNT[1] Try-this and as many questions."""
 
     title: str
     caption: str
@@ -213,6 +220,7 @@ class Lesson:
     sources: Mapping[str, str] = field(default_factory=dict)
     slide_figure: tuple[str, int] | None = None
     course_facts: Mapping[str, Explanation] = field(default_factory=dict)
+    pages: int = 1
 
     def __post_init__(self) -> None:  # questions: Question(text, answer) (questions.py)
         object.__setattr__(self, "questions", tuple(as_question(q) for q in self.questions))

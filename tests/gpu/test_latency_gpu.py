@@ -102,7 +102,7 @@ def test_a_chain_changed_behind_the_cpus_back_fails_the_check():
     from cudalab.gpu import open_session
 
     gpu = open_session(0)
-    kernel = gpu.compile("latency.cu")
+    kernel = gpu.compile("latency/latency.cu")
     chain = ChainData(make_chain(64, np.random.default_rng(0)), 128)
     chaser = Chaser(gpu, kernel, "global", chain, 1024, capacity=4)
     try:

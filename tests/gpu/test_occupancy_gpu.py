@@ -18,15 +18,15 @@ BLOCKS = list(range(32, 1025, 32)) + [1, 33, 100, 1000]
 DYN = [0, 1000, 4096, 16 * 1024, 32 * 1024, 48 * 1024]
 # (file, defines, kernel)
 KERNELS = [
-    ("occupancy.cu", {}, "vec_mul"),
-    ("occupancy.cu", {"LIVE": 32}, "vec_mul_regs"),
-    ("occupancy.cu", {"LIVE": 64}, "vec_mul_regs"),
-    ("occupancy.cu", {"LIVE": 128}, "vec_mul_regs"),
-    ("occupancy.cu", {}, "vec_mul_smem"),
-    ("occupancy.cu", {}, "matmul_tiled_dyn"),
-    ("matmul.cu", {"TILE": 8}, "matmul_tiled"),
-    ("matmul.cu", {"TILE": 32}, "matmul_tiled"),
-    ("matmul.cu", {}, "matmul_naive"),
+    ("occupancy/occupancy.cu", {}, "vec_mul"),
+    ("occupancy/occupancy.cu", {"LIVE": 32}, "vec_mul_regs"),
+    ("occupancy/occupancy.cu", {"LIVE": 64}, "vec_mul_regs"),
+    ("occupancy/occupancy.cu", {"LIVE": 128}, "vec_mul_regs"),
+    ("occupancy/occupancy.cu", {}, "vec_mul_smem"),
+    ("occupancy/occupancy.cu", {}, "matmul_tiled_dyn"),
+    ("matmul/matmul.cu", {"TILE": 8}, "matmul_tiled"),
+    ("matmul/matmul.cu", {"TILE": 32}, "matmul_tiled"),
+    ("matmul/matmul.cu", {}, "matmul_naive"),
 ]
 
 
@@ -101,13 +101,14 @@ def test_calculator_equals_driver(gpu, drv, cc, file, defines, name):
 
 
 def test_max_threads_per_block_of_a_register_heavy_kernel(gpu, drv, cc):
-    func, fn, regs, static = _kernel(gpu, drv, "occupancy.cu", {"LIVE": 128}, "vec_mul_regs")
+    func, fn, regs, static = _kernel(gpu, drv, "occupancy/occupancy.cu", {"LIVE": 128},
+                                       "vec_mul_regs")
     assert int(func.max_threads_per_block) == occ.max_block_size(cc, regs, static)
 
 
 def test_block_size_dependent_shared_memory(gpu, drv, cc):
     # the B2DSize callback: 8 bytes per thread (like a two-tile matmul)
-    func, fn, regs, static = _kernel(gpu, drv, "occupancy.cu", {}, "vec_mul_smem")
+    func, fn, regs, static = _kernel(gpu, drv, "occupancy/occupancy.cu", {}, "vec_mul_smem")
     _, api = drv.max_potential_block_size(fn, lambda b: 8 * b)
     _, calc = occ.max_potential_block_size(cc, regs, static, lambda b: 8 * b,
                                            func_max_threads=int(func.max_threads_per_block))
@@ -119,12 +120,13 @@ def test_opt_in_to_more_shared_memory(gpu, drv, cc):
     if s.major < 7 or s.smem_per_block_optin <= s.smem_per_block:
         pytest.skip("no opt-in shared memory on this architecture")
     # a separate driver-API copy of the kernel so pycuda's own function keeps its default
-    kernel = gpu.compile("occupancy.cu", {})
+    kernel = gpu.compile("occupancy/occupancy.cu", {})
     from pycuda.compiler import compile as nvcc_compile
 
     from cudalab.gpu import CUDA_DIR
 
-    cubin = nvcc_compile((CUDA_DIR / "occupancy.cu").read_text(), options=list(kernel.options),
+    cubin = nvcc_compile((CUDA_DIR / "occupancy/occupancy.cu").read_text(),
+                         options=list(kernel.options),
                          no_extern_c=True, include_dirs=[str(CUDA_DIR)])
     fn = drv.function(cubin, "vec_mul_smem")
     regs = drv.func_attribute(fn, "NUM_REGS")

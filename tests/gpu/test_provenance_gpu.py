@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cudalab import config as cfg
-from cudalab import results, telemetry, telemetry_report
+from cudalab import nvml_clocks, results, telemetry, telemetry_report
 from cudalab.runner import run_experiment
 
 pytestmark = pytest.mark.gpu
@@ -158,7 +158,7 @@ def test_nvml_observer_reads_the_gpu():
     from cudalab import gpu as gpumod
 
     session = gpumod.open_session(0)
-    obs = telemetry.NvmlClockObserver(0, 0.85, pci_bus_id=session.info["gpu_pci_bus_id"])
+    obs = nvml_clocks.NvmlClockObserver(0, 0.85, pci_bus_id=session.info["gpu_pci_bus_id"])
     assert obs.active, obs.status()
     obs.before_batch()
     info = obs.after_batch()

@@ -84,7 +84,8 @@ def test_a_kernel_fed_the_wrong_precision_fails_the_check():
     b = rng.uniform(-1, 1, (n, n)).astype(np.float32)
     ha, hb = numerics.device_input(a, "fp16"), numerics.device_input(b, "fp16")
     ref = numerics.exact_values(ha, "fp16") @ numerics.exact_values(hb, "fp16")
-    func = gpu.compile("tensor_core_wmma.cu").function("tc_wmma_bf16")  # reads fp16 as bf16
+    # reads fp16 as bf16
+    func = gpu.compile("tensor_cores/tensor_core_wmma.cu").function("tc_wmma_bf16")
     a_d, b_d, c_d = cuda.to_device(ha), cuda.to_device(hb), cuda.mem_alloc(4 * n * n)
     func(a_d, b_d, c_d, np.int32(n), np.int32(n), np.int32(n), block=(256, 1, 1),
          grid=(n // 128, n // 128))
@@ -92,7 +93,7 @@ def test_a_kernel_fed_the_wrong_precision_fails_the_check():
     from cudalab.experiments.base import rel_fro_error
 
     assert not rel_fro_error(c, ref) <= numerics.check_tolerance(n)
-    good = gpu.compile("tensor_core_wmma.cu").function("tc_wmma_fp16")
+    good = gpu.compile("tensor_cores/tensor_core_wmma.cu").function("tc_wmma_fp16")
     good(a_d, b_d, c_d, np.int32(n), np.int32(n), np.int32(n), block=(256, 1, 1),
          grid=(n // 128, n // 128))
     c = cuda.from_device(c_d, (n, n), np.float32)

@@ -12,7 +12,7 @@ import pytest
 
 from cudalab import config as cfg
 from cudalab import results, runner, trials
-from cudalab.experiments.base import JobCache
+from cudalab.experiments.job_cache import JobCache
 from cudalab.harness import Harness, Settings
 
 pytestmark = pytest.mark.gpu

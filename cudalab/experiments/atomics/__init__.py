@@ -26,7 +26,6 @@ The tree reduction's error is far smaller (log2(block) levels, then n / (2 block
 from __future__ import annotations
 
 import html
-import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +35,13 @@ import pandas as pd
 from cudalab import fmt
 from cudalab.experiments import base
 from cudalab.experiments.atomics.lesson import LESSON, racy_runs
+from cudalab.experiments.atomics.slot import (  # noqa: F401 - the sums, re-exported
+    SLOT,
+    U,
+    sum_error,
+    sum_inputs,
+    sum_tolerance,
+)
 from cudalab.experiments.base import Check, Experiment, Point, Result, block_schema
 
 if TYPE_CHECKING:
@@ -44,8 +50,7 @@ if TYPE_CHECKING:
 COUNTERS = ["racy_counter", "atomic_counter"]
 SUMS = ["atomic_sum", "reduce_sum"]
 VARIANTS = COUNTERS + SUMS
-U = 2.0**-24
-# variant -> kernel in cuda/atomics.cu
+# variant -> kernel in cuda/atomics/atomics.cu
 KERNELS = {"racy_counter": "counter_racy", "atomic_counter": "counter_atomic",
            "atomic_sum": "sum_atomic", "reduce_sum": "sum_reduce"}
 RACY_REPEATS = 5  # extra runs of the racy counter: its count changes from run to run
@@ -61,6 +66,8 @@ _launch = base.int_tuple_schema(2, 1, 2**31 - 1, description="[blocks, threads p
 
 class Atomics(Experiment):
     name = "atomics"
+    kernel_files = ("atomics/atomics.cu",)
+    slot = SLOT
     order = 90
     lesson = LESSON
     noise = {"racy_counter": ("how the race unfolds sets how many read-modify-writes collide, "
@@ -126,8 +133,8 @@ class Atomics(Experiment):
     # -- measuring ---------------------------------------------------------------------
     def kernel_for(self, ctx: RunContext, point: Point) -> Any:
         if point.variant == "reduce_sum":
-            return ctx.gpu.compile("atomics.cu", {"BLOCK": point.params["block"]})
-        return ctx.gpu.compile("atomics.cu")
+            return ctx.gpu.compile("atomics/atomics.cu", {"BLOCK": point.params["block"]})
+        return ctx.gpu.compile("atomics/atomics.cu")
 
     def measure(self, ctx: RunContext, point: Point) -> Result:
         if point.variant in COUNTERS:
@@ -322,15 +329,3 @@ def counter_check(variant: str, counted: int, expected: int) -> Check:
                  "expected for the racy counter)")
 
 
-def sum_inputs(rng: np.random.Generator, n: int) -> np.ndarray:
-    return rng.random(n, dtype=np.float32)  # uniform in [0, 1)
-
-
-def sum_error(got: float, ref: float, abs_sum: float) -> float:
-    if not math.isfinite(got):
-        return math.inf
-    return abs(got - ref) / (abs_sum if abs_sum > 0 else 1.0)
-
-
-def sum_tolerance(n: int, factor: float) -> float:
-    return factor * math.sqrt(n) * U

@@ -27,7 +27,7 @@ from cudalab.experiments.lesson import (
 from cudalab.experiments.questions import Question
 
 if TYPE_CHECKING:
-    from cudalab.roofline import Ceilings
+    from cudalab.run_ceilings import Ceilings
 
 SUMS = ("atomic_sum", "reduce_sum")
 WARP = 32

@@ -33,6 +33,7 @@ from cudalab.experiments import base, shared
 from cudalab.experiments.base import Check, Experiment, Point, Result, block_schema
 from cudalab.experiments.coalescing import lesson
 from cudalab.experiments.coalescing.lesson import LESSON, memcpy_gbps_at
+from cudalab.experiments.coalescing.slot import SLOT, mismatches
 from cudalab.experiments.shared import peak_line, peak_of, size_label
 
 if TYPE_CHECKING:
@@ -84,6 +85,8 @@ def transpose_grid(size: int) -> tuple[int, int]:
 
 class Coalescing(Experiment):
     name = "coalescing"
+    kernel_files = ("coalescing/coalescing.cu",)
+    slot = SLOT
     order = 60
     lesson = LESSON
     roofline = True
@@ -156,7 +159,7 @@ class Coalescing(Experiment):
     def kernel_for(self, ctx: RunContext, point: Point) -> Any:
         if point.variant == "memcpy":
             return None  # the driver's copy: no kernel of ours
-        return ctx.gpu.compile("coalescing.cu", {"TILE": TILE, "BLOCK_ROWS": BLOCK_ROWS})
+        return ctx.gpu.compile("coalescing/coalescing.cu", {"TILE": TILE, "BLOCK_ROWS": BLOCK_ROWS})
 
     def measure(self, ctx: RunContext, point: Point) -> Result:
         if point.variant == "memcpy":
@@ -369,8 +372,3 @@ def _gbps(nbytes: float, timing: Any) -> float:
     return nbytes / med / 1e9 if med > 0 else math.nan
 
 
-def mismatches(out: np.ndarray, expected: np.ndarray) -> int:
-    """Elements whose bits differ (NaN poison left in `out` counts as a mismatch)."""
-    o = np.ascontiguousarray(out, dtype=np.float32).view(np.uint32)
-    e = np.ascontiguousarray(expected, dtype=np.float32).view(np.uint32)
-    return int(np.count_nonzero(o != e))

@@ -35,7 +35,7 @@ from cudalab.experiments.lesson import (
 from cudalab.experiments.questions import Question
 
 if TYPE_CHECKING:
-    from cudalab.roofline import Ceilings
+    from cudalab.run_ceilings import Ceilings
 
 # No offset loses more than this share of the best offset's GB/s. Were the extra sector a
 # misaligned warp touches fetched from DRAM, the copy would move 9 sectors where it asks for
@@ -571,6 +571,6 @@ LESSON = Lesson(
             answers.transpose),
     ],
     sources={
-        "33": "the padded tile's row: 32 floats + 1 of padding (cuda/coalescing.cu)",
+        "33": "the padded tile's row: 32 floats + 1 of padding (cuda/coalescing/coalescing.cu)",
     },
 )

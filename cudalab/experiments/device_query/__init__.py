@@ -214,7 +214,7 @@ def pick_clocks(drv_sm_khz: Any, drv_mem_khz: Any, nvml_sm_mhz: Any, nvml_mem_mh
 
 def _nvml_facts(gpu: Any) -> dict[str, Any]:
     try:
-        from cudalab.telemetry import NvmlClockObserver
+        from cudalab.nvml_clocks import NvmlClockObserver
 
         obs = NvmlClockObserver(gpu.index, pci_bus_id=gpu.info.get("gpu_pci_bus_id", ""))
         return obs.device_facts()

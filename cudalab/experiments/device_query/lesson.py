@@ -25,7 +25,7 @@ from cudalab.experiments.lesson import (
 from cudalab.experiments.questions import Question
 
 if TYPE_CHECKING:
-    from cudalab.roofline import Ceilings
+    from cudalab.run_ceilings import Ceilings
 
 
 def _device(d: pd.DataFrame) -> pd.DataFrame:

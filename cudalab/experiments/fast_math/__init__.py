@@ -3,7 +3,7 @@ intrinsics; time and accuracy against a float64 reference of the same arithmetic
 
 Each output is y = (1/N) sum_k f(x * (1 - k/4096)), k < N = `iterations`, with
 f(t) = (1.5 + sin t) exp(-t^2/2) + sqrt(2 + t^2) / (2 + cos t), for x in [-pi, pi]
-(see cuda/fast_math.cu). Parameters of a point: n (elements), iterations, block.
+(see cuda/fast_math/fast_math.cu). Parameters of a point: n (elements), iterations, block.
 
 Accuracy. The error bounds below are derived from the CUDA Programming Guide's tables
 (maximum ulp error of the standard functions; error bounds of the intrinsics, which hold
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 VARIANTS = ["precise", "fast_math", "intrinsics"]
 FAST = ["fast_math", "intrinsics"]
 U = 2.0**-24  # unit roundoff of float32 (half an ulp of 1)
-STEP = 2.0**-12  # t_k = x * (1 - k * STEP), exact scale factors (cuda/fast_math.cu)
+STEP = 2.0**-12  # t_k = x * (1 - k * STEP), exact scale factors (cuda/fast_math/fast_math.cu)
 X_MAX = float(np.nextafter(np.float32(np.pi), np.float32(0)))  # largest float32 < pi
 REL_FLOOR = 0.1  # relative errors divide by max(|ref|, REL_FLOOR); f >= 0.47, so unused
 # Arithmetic per evaluation of f (sin, cos, exp and sqrt counted as one each): the scale
@@ -46,6 +46,7 @@ _pos_int_list = {"type": "array", "minItems": 1, "uniqueItems": True}
 
 class FastMath(Experiment):
     name = "fast_math"
+    kernel_files = ("fast_math/fast_math.cu",)
     order = 80
     lesson = LESSON
     roofline = True
@@ -296,10 +297,10 @@ def guide_bound(variant: str) -> float:
 
 def _compile(ctx: RunContext, variant: str) -> Any:
     if variant == "precise":
-        return ctx.gpu.compile("fast_math.cu")
+        return ctx.gpu.compile("fast_math/fast_math.cu")
     if variant == "fast_math":
-        return ctx.gpu.compile("fast_math.cu", options=["--use_fast_math"])
-    return ctx.gpu.compile("fast_math.cu", {"USE_INTRINSICS": 1})
+        return ctx.gpu.compile("fast_math/fast_math.cu", options=["--use_fast_math"])
+    return ctx.gpu.compile("fast_math/fast_math.cu", {"USE_INTRINSICS": 1})
 
 
 def _launcher(kernel: Any, x_d: Any, y_d: Any, n: int, iterations: int, block: int):

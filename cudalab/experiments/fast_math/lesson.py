@@ -30,7 +30,7 @@ from cudalab.experiments.lesson import (
 from cudalab.experiments.questions import Question
 
 if TYPE_CHECKING:
-    from cudalab.roofline import Ceilings
+    from cudalab.run_ceilings import Ceilings
 
 FAST = ("fast_math", "intrinsics")
 # On the compute-bound point (largest n, most iterations) every fast build is at least this

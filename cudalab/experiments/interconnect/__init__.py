@@ -44,6 +44,7 @@ class Interconnect(Experiment):
     name = "interconnect"
     order = 45  # after the host link (transfer), before streams
     lesson = LESSON
+    kernel_files = (links.READ_REMOTE_FILE,)
     vs_device_peak = False  # the bytes cross a link, not one GPU's DRAM
     all_gpus = True
     noise = {"host_staged": "two copies in turn through the host's memory and root complex, "

@@ -1,6 +1,6 @@
 """Latency of one load per memory level, measured by pointer chasing.
 
-One thread follows a chain of dependent loads j = next[j] (cuda/latency.cu): each address is
+One thread follows a chain of dependent loads j = next[j] (cuda/latency/latency.cu): each address is
 the value the previous load returned, so the loads cannot overlap and the time per step is
 the latency of one load from wherever the chain lives. The chain is a random single cycle
 through nodes `stride` bytes apart (every step a new cache line, no pattern a prefetcher
@@ -46,8 +46,8 @@ from cudalab.experiments.shared import bytes_label
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
 
-SHARED_MAX = 32 * 1024  # SHARED_MAX_BYTES in cuda/latency.cu
-CONSTANT_MAX = 64 * 1024  # CONSTANT_MAX_BYTES in cuda/latency.cu
+SHARED_MAX = 32 * 1024  # SHARED_MAX_BYTES in cuda/latency/latency.cu
+CONSTANT_MAX = 64 * 1024  # CONSTANT_MAX_BYTES in cuda/latency/latency.cu
 MAX_BYTES = 1 << 31
 SHARED_COPY_THREADS = 256  # threads that copy the chain into shared memory
 # A chain of at most this many nodes is walked whole, untimed, at the start of every launch:
@@ -75,6 +75,7 @@ def _pow2_schema(default: int, description: str) -> dict[str, Any]:
 
 class Latency(Experiment):
     name = "latency"
+    kernel_files = ("latency/latency.cu",)
     order = 65
     own_timer = "ns_per_load"  # %globaltimer around the chase, in the kernel
     lesson = LESSON
@@ -128,7 +129,7 @@ class Latency(Experiment):
 
     # -- measuring -------------------------------------------------------------------------
     def kernel_for(self, ctx: RunContext, point: Point) -> Any:
-        return ctx.gpu.compile("latency.cu")
+        return ctx.gpu.compile("latency/latency.cu")
 
     def _chain(self, ctx: RunContext, ws: int, stride: int) -> ChainData:
         return ctx.cache.one_per_slot(

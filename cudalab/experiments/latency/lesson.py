@@ -33,7 +33,7 @@ from cudalab.experiments.questions import Question
 from cudalab.experiments.shared import bytes_label
 
 if TYPE_CHECKING:
-    from cudalab.roofline import Ceilings
+    from cudalab.run_ceilings import Ceilings
 
 VARIANTS = ["global", "global_cg", "shared", "constant"]
 GLOBAL = ("global", "global_cg")

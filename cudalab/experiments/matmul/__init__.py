@@ -135,6 +135,7 @@ from cudalab.experiments.matmul.ladder import (  # noqa: F401
     warp_geometry,
 )
 from cudalab.experiments.matmul.lesson import LESSON
+from cudalab.experiments.matmul.slot import SLOT
 from cudalab.harness import WallTimer
 
 if TYPE_CHECKING:
@@ -143,6 +144,9 @@ if TYPE_CHECKING:
 
 class Matmul(Experiment):
     name = "matmul"
+    kernel_files = (
+        "matmul/matmul.cu", "matmul/matmul_ladder.cu", "matmul/matmul_pipeline.cu")
+    slot = SLOT
     order = 30
     lesson = LESSON
     roofline = True

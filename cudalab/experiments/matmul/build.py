@@ -32,8 +32,8 @@ def _itemsize(point: Point) -> int:
 def kernel_source(point: Point) -> str:
     """The file in cuda/ a point's kernel is compiled from."""
     if point.variant in PIPELINE_KERNELS:
-        return "matmul_pipeline.cu"
-    return "matmul_ladder.cu" if point.variant in LADDER_KERNELS else "matmul.cu"
+        return "matmul/matmul_pipeline.cu"
+    return "matmul/matmul_ladder.cu" if point.variant in LADDER_KERNELS else "matmul/matmul.cu"
 
 
 def kernel_defines(point: Point) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from cudalab.experiments.lesson import col, ok
 from cudalab.experiments.matmul.kernels import COURSE_SIZE
 
 if TYPE_CHECKING:
-    from cudalab.roofline import Ceilings
+    from cudalab.run_ceilings import Ceilings
 
 # The copies of the course's product run "at the pageable rate" within this factor of the
 # transfer lesson's pageable copies of the nearest size, and "well below the pinned rate"

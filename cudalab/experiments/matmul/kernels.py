@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 TILED = ["tiled", "tiled_padded", "tiled_conflict"]  # one kernel each, the same `tiles`
-PIPELINE_KERNELS = ["pipelined", "swizzled"]  # cuda/matmul_pipeline.cu
+PIPELINE_KERNELS = ["pipelined", "swizzled"]  # cuda/matmul/matmul_pipeline.cu
 LADDER_KERNELS = ["vec4", "dbuf", "warptile", *PIPELINE_KERNELS]  # past register tiling
 GPU_VARIANTS = ["naive", *TILED, "register", *LADDER_KERNELS, "cublas"]
 VARIANTS = ["cpu", *GPU_VARIANTS]
@@ -36,7 +36,7 @@ MAX_THREADS = 1024
 MAX_ELEMENTS = 2**31 - 1  # int indices in the kernels: row * K + k must not overflow
 MIN_THREADS = 64  # two full warps: (bt/rt)^2 of 16 or 4 would leave warps half empty
 MAX_STATIC_SMEM = 48 * 1024  # bytes of static __shared__ per block
-APAD = 4  # row padding of the A slice in matmul_register (cuda/matmul.cu: APAD)
+APAD = 4  # row padding of the A slice in matmul_register (cuda/matmul/matmul.cu: APAD)
 DEFAULT_REGISTER_TILES = [
     {"rt": 2, "bt": 32, "bk": 32},
     {"rt": 4, "bt": 64, "bk": 16},
@@ -76,7 +76,7 @@ def register_smem_bytes(bt: int, bk: int) -> int:
 
 def vec4_smem_bytes(bt: int, bk: int, buffers: int = 1) -> int:
     """Static shared memory of matmul_vec4 (1 buffer) and matmul_dbuf (2): per buffer
-    As[BK][BM + APAD] + Bs[BK][BN] floats (cuda/matmul_ladder.cu)."""
+    As[BK][BM + APAD] + Bs[BK][BN] floats (cuda/matmul/matmul_ladder.cu)."""
     return buffers * register_smem_bytes(bt, bk)
 
 

@@ -1,4 +1,4 @@
-"""The ladder past register tiling (cuda/matmul_ladder.cu): the vec4 and warp tiles,
+"""The ladder past register tiling (cuda/matmul/matmul_ladder.cu): the vec4 and warp tiles,
 their checks, the ladder's steps at a size against cuBLAS, its expected effect, table and
 figure.
 """
@@ -50,7 +50,7 @@ DEFAULT_WARP_TILES = [
     _wt(64, 128, 16, 32, 64, 2, 8, 4, 128),
 ]
 
-# pipelined and swizzled (cuda/matmul_pipeline.cu): a warp tile of wtm x (32/wtm) threads,
+# pipelined and swizzled (cuda/matmul/matmul_pipeline.cu): a warp tile of wtm x (32/wtm) threads,
 # `stages` shared-memory stages filled by cp.async. The defaults lead the tile searches on an
 # H100 (reports/reference/NVIDIA-H100-80GB-HBM3/sgemm-ladder-2026-11-25 and
 # sgemm-tune-2026-11-26): 128 threads, 8 x 8 outputs each, 168 registers, three blocks per SM,
@@ -119,7 +119,7 @@ def check_pipe_tile(t: dict[str, int]) -> list[str]:
 
 
 def warp_geometry(t: dict[str, int]) -> dict[str, float]:
-    """Derived numbers of a warp tile (cuda/matmul_ladder.cu): warps, WMITER, sub-tile
+    """Derived numbers of a warp tile (cuda/matmul/matmul_ladder.cu): warps, WMITER, sub-tile
     WSUBM x WSUBN, threads of a warp along n (tcols), outputs per thread, shared bytes.
     Fractions where the tile is inconsistent (check_warp_tile says why)."""
     warps = (t["bm"] / t["wm"]) * (t["bn"] / t["wn"])

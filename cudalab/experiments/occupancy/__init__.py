@@ -1,7 +1,7 @@
 """Occupancy: block size against resident warps, for kernels of different register and
 shared-memory appetite; the project's calculator checked against the CUDA driver.
 
-Variants (kernels of cuda/occupancy.cu), each at every configured block size:
+Variants (kernels of cuda/occupancy/occupancy.cu), each at every configured block size:
   vec_mul           c = a * b, one thread per element (the course kernel)
   vec_mul_regs      the same product with LIVE values kept live: many registers per thread
   vec_mul_smem      the same product staged through `smem_bytes` of dynamic shared memory
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 VEC = ["vec_mul", "vec_mul_regs", "vec_mul_smem"]
 VARIANTS = [*VEC, "matmul_tiled_dyn"]
-SOURCE = "occupancy.cu"
+SOURCE = "occupancy/occupancy.cu"
 ALL_BLOCKS = list(range(32, 1025, 32))
 LABELS = {
     "vec_mul": "vec_mul (few registers)",
@@ -48,11 +48,13 @@ LABELS = {
 
 class Occupancy(Experiment):
     name = "occupancy"
+    kernel_files = ("occupancy/occupancy.cu",)
     order = 25
     lesson = LESSON
     roofline = True
     schema = block_schema({
-            "variants": base.choices_schema(VARIANTS, "kernels of cuda/occupancy.cu to run"),
+            "variants": base.choices_schema(
+                VARIANTS, "kernels of cuda/occupancy/occupancy.cu to run"),
             "block_sizes": {
                 "type": "array", "minItems": 1, "uniqueItems": True,
                 "items": {"type": "integer", "minimum": 32, "maximum": 1024, "multipleOf": 32},

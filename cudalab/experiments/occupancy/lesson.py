@@ -33,7 +33,7 @@ from cudalab.experiments.occupancy import answers, block_cost
 from cudalab.experiments.questions import Question
 
 if TYPE_CHECKING:
-    from cudalab.roofline import Ceilings
+    from cudalab.run_ceilings import Ceilings
 
 VEC = ("vec_mul", "vec_mul_regs", "vec_mul_smem")
 # The memory-bound vector kernels (one product per element, flops = n); vec_mul_regs keeps

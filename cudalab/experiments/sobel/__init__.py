@@ -39,6 +39,7 @@ _shape = base.int_tuple_schema(2, 1, 1024, "[bx, by]: threads along a row x alon
 
 class Sobel(Experiment):
     name = "sobel"
+    kernel_files = ("sobel/sobel.cu",)
     order = 100
     lesson = LESSON
     roofline = True
@@ -87,9 +88,9 @@ class Sobel(Experiment):
     # -- measuring ---------------------------------------------------------------------
     def kernel_for(self, ctx: RunContext, point: Point) -> Any:
         if point.variant == "shared":
-            return ctx.gpu.compile("sobel.cu", {"BX": point.params["bx"],
+            return ctx.gpu.compile("sobel/sobel.cu", {"BX": point.params["bx"],
                                                 "BY": point.params["by"]})
-        return ctx.gpu.compile("sobel.cu")
+        return ctx.gpu.compile("sobel/sobel.cu")
 
     def _inputs(self, ctx: RunContext, h: int, w: int):
         def make():

@@ -32,7 +32,7 @@ from cudalab.experiments.questions import Question
 from cudalab.experiments.sobel import answers
 
 if TYPE_CHECKING:
-    from cudalab.roofline import Ceilings
+    from cudalab.run_ceilings import Ceilings
 
 # "Not slower" and "cost nothing": within this share of the other kernel's speed (run-to-run
 # noise of a few per cent on these sub-millisecond kernels).

@@ -19,7 +19,7 @@ Every experiment is asked how it compiles and launches its kernels
 (Experiment.compile_variants): a kernel it declares is analysed exactly so instead, e.g.
 matmul.cu's matmul_register once per register tile of the run's matmul block (the matmul
 defaults where that block is absent or disabled), its rows carrying the tile (rt, bt, bk)
-next to the flags; occupancy.cu's extern __shared__ kernels with the dynamic shared memory
+next to the flags; occupancy/occupancy.cu's extern __shared__ kernels with the dynamic shared memory
 their launches ask for. Any other kernel the flags compile out is recorded as skipped.
 
 Dynamic shared memory is a launch parameter nvcc cannot see: what an experiment declares is
@@ -47,20 +47,23 @@ from cudalab.experiments.base import Check, Experiment, Point, Result, block_sch
 from cudalab.experiments.static_analysis import archs as targets
 from cudalab.experiments.static_analysis import estimate, lesson
 from cudalab.experiments.static_analysis.archs import _sm
-from cudalab.experiments.static_analysis.builds import (  # noqa: F401 - the parser's home
-    BASE_OPTIONS,
+from cudalab.experiments.static_analysis.builds import (  # noqa: F401 - re-exported
     Builder,
     CompileError,
     compile_report,
+    run_in_background,
+)
+from cudalab.experiments.static_analysis.lesson import LESSON, TILE_PARAMS, _tile_labels  # noqa: F401
+from cudalab.gpu import Kernel, nvcc_banner
+from cudalab.kernel_sources import built_kernels, relative
+from cudalab.ptxas_info import (  # noqa: F401 - the lesson's parsers, re-exported
+    BASE_OPTIONS,
     find_kernel,
     flag_tokens,
     nvcc_options,
     parse_maxntid,
     parse_ptxas,
-    run_in_background,
 )
-from cudalab.experiments.static_analysis.lesson import LESSON, TILE_PARAMS, _tile_labels  # noqa: F401
-from cudalab.gpu import Kernel, nvcc_banner
 from cudalab.resources import CUDA_DIR
 from cudalab.toolkit import find_nvcc  # re-exported: callers use sa.find_nvcc
 
@@ -74,8 +77,9 @@ SUMMARY_BLOCKS = (128, 256, 512, 1024)
 
 _KERNEL_RE = re.compile(
     r"__global__\s+(?:void\s+)?(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:void\s+)?(\w+)\s*\(")
-_CU_FILE = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\.cu"
-_CU_ALLOWED = "a file name of cuda/ ending in .cu (letters, digits, _ . -)"
+_CU_FILE = r"(?:[A-Za-z0-9][A-Za-z0-9_-]{0,63}/)?[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\.cu"
+_CU_ALLOWED = ("a kernel file under cuda/, <folder>/<file>.cu (letters, digits, _ - in the "
+               "folder; letters, digits, _ . - in the file)")
 _VARIANT_RE = re.compile(r"^\s*//\s*cudalab-variant:\s*(.*?)\s*$", re.M)
 
 
@@ -105,7 +109,8 @@ class StaticAnalysis(Experiment):
                 "type": "array", "uniqueItems": True,
                 "items": {"type": "string", "pattern": _CU_FILE, "x-allowed": _CU_ALLOWED},
                 "default": [],
-                "description": "kernel files of cuda/ to analyse ([] = every .cu file)",
+                "description": ("kernel files under cuda/ to analyse, as <lesson>/<file>.cu "
+                                "([] = every lesson's and the framework's kernels)"),
             },
             "variants": {
                 "type": "object", "default": {},
@@ -145,7 +150,7 @@ class StaticAnalysis(Experiment):
                 "slurm.runtime_min)",
             },
         })
-    smoke = {"archs": ["sm_90"], "files": ["occupancy.cu"]}
+    smoke = {"archs": ["sm_90"], "files": ["occupancy/occupancy.cu"]}
     # no timing: the plan asks estimate_seconds (this machine's build times), not a per-point cost
     point_cost_s = 0.0
     needs_nvcc = True
@@ -171,7 +176,7 @@ class StaticAnalysis(Experiment):
         msgs = []
         for f in block.get("files", []):
             if not (CUDA_DIR / f).is_file():
-                have = ", ".join(p.name for p in sorted(CUDA_DIR.glob("*.cu")))
+                have = ", ".join(relative(p) for p in built_kernels())
                 msgs.append(f"files: {f!r} is not a file in cuda/ (there: {have})")
         for f, variants in block.get("variants", {}).items():
             for i, flags in enumerate(variants):
@@ -196,12 +201,13 @@ class StaticAnalysis(Experiment):
         pts = []
         for path in kernel_files(block.get("files", [])):
             src = path.read_text()
-            variants = block.get("variants", {}).get(path.name) or file_variants(src)
+            name = relative(path)
+            variants = block.get("variants", {}).get(name) or file_variants(src)
             for kernel in kernel_names(src):
-                declared = own.get((path.name, kernel))
+                declared = own.get((name, kernel))
                 rows = [(flags, {}) for flags in variants] if declared is None else [
                     (define_flags(cv.defines), _extra_params(cv)) for cv in declared]
-                pts += [Point(self.name, kernel, {"file": path.name, "flags": flags,
+                pts += [Point(self.name, kernel, {"file": name, "flags": flags,
                                                   "arch": arch, **extra}, gpu=False)
                         for flags, extra in rows for arch in archs
                         if _sm(arch) >= extra.get("min_sm", 0)]
@@ -398,9 +404,10 @@ def _arch_order(arch: str) -> tuple[int, int]:
 
 
 def kernel_files(files: list[str]) -> list[Path]:
+    """The files named in the block, else every lesson's and the framework's kernels."""
     if files:
         return [CUDA_DIR / f for f in files]
-    return sorted(CUDA_DIR.glob("*.cu"))
+    return built_kernels()
 
 
 def kernel_names(src: str) -> list[str]:

@@ -26,7 +26,7 @@ from cudalab.experiments.questions import Question
 from cudalab.experiments.static_analysis import answers
 
 if TYPE_CHECKING:
-    from cudalab.roofline import Ceilings
+    from cudalab.run_ceilings import Ceilings
 
 TILE_PARAMS = ("rt", "bt", "bk")  # matmul's register tile, as its points name it
 # Every kernel can run 256-thread blocks: the block size the course and most kernels use.
@@ -67,7 +67,8 @@ def frame(df: pd.DataFrame) -> pd.DataFrame:
     first = d.groupby(["p_file", "variant"])["p_flags"].transform("first")
     d = d[~d["_same"] | (d["p_flags"] == first)].copy()
     tile = _tile_labels(d)
-    d["label"] = [f"{f.removesuffix('.cu')}:{k}"
+    # the file's own name, without its lesson folder: labels stay short and read as before
+    d["label"] = [f"{str(f).rsplit('/', 1)[-1].removesuffix('.cu')}:{k}"
                   + (f" [{t or fl}]" if (t or fl) and not sm else "")
                   for f, k, fl, t, sm in zip(d["p_file"], d["variant"], d["p_flags"], tile,
                                              d["_same"])]

@@ -86,6 +86,7 @@ def timeline_rows(marks: list[list[float]]) -> list[list[Any]]:
 
 class Streams(Experiment):
     name = "streams"
+    kernel_files = ("streams/streams.cu",)
     order = 50
     lesson = LESSON
     noise = {v: ("every sample is a pipeline of pinned copies over PCIe, which crosses the "
@@ -170,7 +171,7 @@ class Streams(Experiment):
     def kernel_for(self, ctx: RunContext, point: Point) -> Any:
         if point.variant == duplex.VARIANT:
             return None  # copies only
-        return ctx.gpu.compile("streams.cu")
+        return ctx.gpu.compile("streams/streams.cu")
 
     def _buffers(self, ctx: RunContext, n: int) -> dict[str, Any]:
         cuda = ctx.gpu.cuda

@@ -35,7 +35,7 @@ from cudalab.experiments.questions import Question
 from cudalab.experiments.streams import answers, duplex
 
 if TYPE_CHECKING:
-    from cudalab.roofline import Ceilings
+    from cudalab.run_ceilings import Ceilings
 
 OPS = ("H2D", "kernel", "D2H")
 # The best pipeline's speedup over the serial program reaches at least this share of the

@@ -1,9 +1,10 @@
 """The hand-written tensor-core kernels: which precisions each runs, their tile
 configurations, the rules a configuration must keep, and how each is built and launched.
 
-  wmma   cuda/tensor_core_wmma.cu   nvcuda::wmma fragments, 128 x 128 block tiles, one
+  wmma   cuda/tensor_cores/tensor_core_wmma.cu   nvcuda::wmma fragments, 128 x 128 block tiles, one
                                     shared-memory stage (fp16, bf16, tf32)
-  mma    cuda/tensor_core_mma.cu    mma.sync.m16n8k16 from ldmatrix, cp.async STAGES deep,
+  mma    cuda/tensor_cores/tensor_core_mma.cu
+                                 mma.sync.m16n8k16 from ldmatrix, cp.async STAGES deep,
                                     tiles set by -D (fp16, bf16)
   wgmma_tma, wgmma_pipe, wgmma_ws, wgmma_persist
          cuda/tensor_cores/wgmma.cu Hopper's warpgroup MMA on TMA-loaded tiles, sm_90a only
@@ -18,6 +19,7 @@ from cudalab.experiments.base import Point
 from cudalab.experiments.tensor_cores import wgmma
 
 VARIANTS = ["wmma", "mma", *wgmma.RUNGS, "cublas"]
+SHIPPED_VARIANTS = ["wmma", "mma", "cublas"]  # what a block without `variants` runs
 # Precisions each variant runs; cuBLAS runs all, FP32 SGEMM being the CUDA-core baseline.
 RUNS = {"wmma": ("tf32", "fp16", "bf16"), "mma": ("fp16", "bf16"),
         **{r: wgmma.PRECISIONS for r in wgmma.RUNGS},
@@ -83,7 +85,8 @@ def is_wgmma(point: Point) -> bool:
 def kernel_source(point: Point) -> str:
     if is_wgmma(point):
         return wgmma.SOURCE
-    return "tensor_core_mma.cu" if point.variant == "mma" else "tensor_core_wmma.cu"
+    name = "tensor_core_mma.cu" if point.variant == "mma" else "tensor_core_wmma.cu"
+    return f"tensor_cores/{name}"
 
 
 def kernel_name(point: Point) -> str:

@@ -52,7 +52,7 @@ from cudalab.experiments.tensor_cores.table import (
 )
 
 if TYPE_CHECKING:
-    from cudalab.roofline import Ceilings
+    from cudalab.run_ceilings import Ceilings
 
 
 # cuBLAS TF32 at least this much faster than SGEMM, on chips whose dense TF32 tensor peak is

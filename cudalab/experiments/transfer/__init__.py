@@ -143,7 +143,7 @@ class Transfer(Experiment):
 
     # -- measuring ---------------------------------------------------------------------
     def prepare(self, ctx: RunContext) -> None:
-        from cudalab.telemetry import NvmlClockObserver  # never raises: records why not
+        from cudalab.nvml_clocks import NvmlClockObserver  # never raises: records why not
 
         ctx.cache["nvml"] = NvmlClockObserver(
             ctx.gpu.index, pci_bus_id=ctx.gpu.info.get("gpu_pci_bus_id", ""))

@@ -34,7 +34,7 @@ from cudalab.experiments.questions import Question
 from cudalab.experiments.transfer import answers
 
 if TYPE_CHECKING:
-    from cudalab.roofline import Ceilings
+    from cudalab.run_ceilings import Ceilings
 
 DIRECTIONS = ("h2d", "d2h")
 # Pinned at least this much faster than pageable at the largest size (pageable adds a copy

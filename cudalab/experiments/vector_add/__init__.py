@@ -10,17 +10,18 @@ cost per block that the lesson's claim on small blocks reads.
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from cudalab.experiments import base, shared
-from cudalab.experiments.base import Check, Experiment, Point, Result, block_schema
+from cudalab.experiments.base import Experiment, Point, Result, block_schema
 from cudalab.experiments.shared import peak_line, size_label
 from cudalab.experiments.vector_add import block_rate
+from cudalab.experiments.vector_add.check import check_sum, reference, sum_error  # noqa: F401
 from cudalab.experiments.vector_add.lesson import LESSON
+from cudalab.experiments.vector_add.slot import SLOT
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
@@ -31,6 +32,8 @@ MAX_N = 1 << 28  # three float32 vectors of 1 GiB each
 
 class VectorAdd(Experiment):
     name = "vector_add"
+    kernel_files = ("vector_add/vector_add.cu", "vector_add/block_rate.cu")
+    slot = SLOT
     order = 20
     lesson = LESSON
     roofline = True
@@ -71,7 +74,7 @@ class VectorAdd(Experiment):
     def kernel_for(self, ctx: RunContext, point: Point) -> Any:
         if point.variant == block_rate.VARIANT:
             return ctx.gpu.compile(block_rate.KERNEL_FILE)
-        return ctx.gpu.compile("vector_add.cu")
+        return ctx.gpu.compile("vector_add/vector_add.cu")
 
     def measure(self, ctx: RunContext, point: Point) -> Result:
         if point.variant == block_rate.VARIANT:
@@ -160,34 +163,3 @@ class VectorAdd(Experiment):
         raise KeyError(name)
 
 
-def reference(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """The float64 sum the float32 kernel is checked against: both inputs converted exactly
-    to float64, then added (into `out` where given)."""
-    return np.add(a, b, out=out, dtype=np.float64)
-
-
-def sum_error(c: np.ndarray, a: np.ndarray, b: np.ndarray,
-              chunk: int = base.REL_FRO_CHUNK) -> float:
-    """rel_fro_error(c, reference(a, b)) without the full-size float64 reference: it is
-    formed block by block in a reused buffer (same value up to float64 rounding)."""
-    a, b = np.asarray(a).reshape(-1), np.asarray(b).reshape(-1)
-    if not (a.size == b.size == np.asarray(c).size):
-        raise ValueError(f"sizes differ: c {np.asarray(c).size}, a {a.size}, b {b.size}")
-    buf = np.empty(min(chunk, a.size), np.float64)
-
-    def block(i: int, j: int) -> np.ndarray:
-        return reference(a[i:j], b[i:j], out=buf[: j - i])
-
-    return base.rel_fro_error_blocks(c, block, chunk)
-
-
-def check_sum(c: np.ndarray, a: np.ndarray, b: np.ndarray, tolerance: float) -> Check:
-    """The rel_l2 check of a kernel output c against the float64 sum a + b; the unwritten
-    (NaN) elements are counted only when the error is not finite (a finite error means
-    every element was written)."""
-    err = sum_error(c, a, b)
-    detail = ""
-    if not math.isfinite(err):
-        unwritten = int(np.count_nonzero(~np.isfinite(c)))
-        detail = f"{unwritten} unwritten (NaN) elements" if unwritten else ""
-    return Check(err, tolerance, "rel_l2", detail=detail)

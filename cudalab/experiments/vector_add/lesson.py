@@ -33,7 +33,7 @@ from cudalab.experiments.questions import Question
 from cudalab.experiments.vector_add import answers, block_rate
 
 if TYPE_CHECKING:
-    from cudalab.roofline import Ceilings
+    from cudalab.run_ceilings import Ceilings
 
 # The smallest vector is launch-bound: under this share of the largest vector's GB/s.
 SMALL_SHARE = 0.5

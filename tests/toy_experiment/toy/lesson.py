@@ -20,7 +20,7 @@ from cudalab.experiments.lesson import (
 )
 
 if TYPE_CHECKING:
-    from cudalab.roofline import Ceilings
+    from cudalab.run_ceilings import Ceilings
 
 
 def sums_counted(d: pd.DataFrame, c: Ceilings) -> str | None:

@@ -21,9 +21,10 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-# CUDALAB_ROOT: a clean copy of the project to run from (default: this checkout)
-ROOT = Path(os.environ.get("CUDALAB_ROOT") or Path(__file__).resolve().parents[4])
-CUDA = ROOT / "cuda"
+# CUDALAB_ROOT: a clean copy of the project to run from (default: this checkout); the
+# cudalab imported is the one installed or on PYTHONPATH (PYTHONPATH=$CUDALAB_ROOT for the copy's)
+ROOT = Path(os.environ.get("CUDALAB_ROOT") or Path(__file__).resolve().parents[2])
+CUDA = ROOT / "cuda" / "matmul"  # the matmul lesson's kernels
 KEYS = ("bm", "bn", "bk", "wm", "wn", "wtm", "stages", "threads")
 
 

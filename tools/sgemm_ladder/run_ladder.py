@@ -19,11 +19,11 @@ import os
 import sys
 from pathlib import Path
 
-# CUDALAB_ROOT: a clean copy of the project to run from (default: this checkout)
-ROOT = Path(os.environ.get("CUDALAB_ROOT") or Path(__file__).resolve().parents[4])
-sys.path.insert(0, str(ROOT))
+from cudalab.experiments import matmul as mm
 
-from cudalab.experiments import matmul as mm  # noqa: E402
+# CUDALAB_ROOT: a clean copy of the project to run from (default: this checkout); the
+# cudalab imported is the one installed or on PYTHONPATH (PYTHONPATH=$CUDALAB_ROOT for the copy's)
+ROOT = Path(os.environ.get("CUDALAB_ROOT") or Path(__file__).resolve().parents[2])
 
 VARIANTS = os.environ.get("LADDER_VARIANTS", "dbuf warptile pipelined swizzled cublas").split()
 
