@@ -60,7 +60,7 @@ def _judge_one(exp: Experiment, claim: Claim, rows: pd.DataFrame,
     evidence = j.evidence
     if j.state is State.NOT_MEASURED and why and why not in evidence:
         evidence = f"{why}; {evidence}"
-    return ClaimResult(claim.statement, j.state, evidence, claim.name, exp.name)
+    return ClaimResult(claim.statement, j.state, evidence, claim.name, exp.name, j.numbers)
 
 
 def lesson_claims(exp: Experiment) -> list[Claim]:
@@ -138,14 +138,15 @@ CORRECTNESS_KEY = "correct"
 
 
 def headline(name: str, df: pd.DataFrame) -> ClaimResult | None:
-    """The lesson's point judged on this run (the slides' one sentence): its first claim
-    other than the correctness check and the checks of the tool (Claim.tool), else the
-    first claim."""
+    """The lesson's point judged on this run (the slides' one sentence): the claim its
+    Lesson names as headline, else its first claim other than the correctness check and the
+    checks of the tool (Claim.tool), else the first claim (claims_file.headline_key)."""
+    from cudalab.claims_file import headline_key
+
     got = evaluate(name, df)
     exp = REGISTRY.get(name)
-    tools = {c.name for c in exp.lesson.claims if c.tool} if exp is not None else set()
-    point = [r for r in got if r.key != CORRECTNESS_KEY and r.key not in tools]
-    return (point or got or [None])[0]
+    key = headline_key(exp.lesson, got) if exp is not None else None
+    return next((r for r in got if r.key == key), None)
 
 
 def counts(results: list[ClaimResult]) -> dict[str, int]:

@@ -58,11 +58,14 @@ class State(str, Enum):
 class Judgement:
     state: State
     evidence: str  # the numbers the predicate read, or why it could not judge
+    # the numbers it compared, by name (claims.json keeps them beside the evidence's words)
+    numbers: Mapping[str, float] = field(default_factory=dict)
 
 
-def judged(holds: bool, evidence: str) -> Judgement:
-    """Seen where the predicate holds, else not seen; evidence: the numbers it read."""
-    return Judgement(State.SEEN if holds else State.NOT_SEEN, evidence)
+def judged(holds: bool, evidence: str, **numbers: float) -> Judgement:
+    """Seen where the predicate holds, else not seen; evidence: the numbers it read (and,
+    named, the ones it compared: judged(r >= 2, f"{r:.2f}x", ratio=r, threshold=2))."""
+    return Judgement(State.SEEN if holds else State.NOT_SEEN, evidence, numbers)
 
 
 def no_data(why: str) -> Judgement:
@@ -88,13 +91,15 @@ class Claim:
     flip(rows): the experiment's rows changed so that the verdict turns over (the mutation
     test); key: a stable name (default: the judge's name); tool: a check of cudalab itself
     (its limits table against the driver, its peaks computed), not a lesson of the course:
-    never a lesson's headline."""
+    never a lesson's headline; figure: (figure name, panel index) the claim is about, which
+    a slide stating it shows (None: the lesson's slide_figure)."""
 
     statement: str
     judge: Judge
     flip: Flip | None = None
     key: str = ""
     tool: bool = False
+    figure: tuple[str, int] | None = None
 
     @property
     def name(self) -> str:
@@ -121,6 +126,7 @@ class ClaimResult:
     evidence: str
     key: str = ""
     experiment: str = ""
+    numbers: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def claim(self) -> str:  # the older names of the fields
@@ -200,7 +206,9 @@ class Lesson:
     questions for the reader; sources: each number the prose states (caption, figure
     captions, Try-this, questions) with where it comes from, since prose never states a
     measured number (tests/test_claims.py holds it to that); slide_figure: (figure name,
-    axes index) of the slide and the handout page, None: the first figure drawn."""
+    axes index) of the slide and the handout page, None: the first figure drawn; headline:
+    the key of the claim the lesson's slide states (None: its first claim that is neither
+    the correctness check nor a check of the tool)."""
 
     title: str
     caption: str
@@ -212,6 +220,7 @@ class Lesson:
     sources: Mapping[str, str] = field(default_factory=dict)
     slide_figure: tuple[str, int] | None = None
     course_facts: Mapping[str, Explanation] = field(default_factory=dict)
+    headline: str | None = None
 
 
 # -- flips: the data changes the mutation test applies ---------------------------------------
