@@ -140,7 +140,7 @@ CORRECTNESS_KEY = "correct"
 def headline(name: str, df: pd.DataFrame) -> ClaimResult | None:
     """The lesson's point judged on this run (the slides' one sentence): the claim its
     Lesson names as headline, else its first claim other than the correctness check and the
-    checks of the tool (Claim.tool), else the first claim (claims_file.headline_key)."""
+    checks of the tool (Claim.tool), else the correctness check (claims_file.headline_key)."""
     from cudalab.claims_file import headline_key
 
     got = evaluate(name, df)

@@ -157,15 +157,17 @@ def _entry(r: ClaimResult | None, declared: Mapping[str, Any]) -> dict[str, Any]
 
 def headline_key(lesson: Any, judged: list[ClaimResult]) -> str | None:
     """The claim a slide states: the lesson's `headline` where it names one, else its first
-    claim that is neither the correctness check nor a check of the tool."""
+    claim that is neither the correctness check nor a check of the tool, else its
+    correctness check; None where every claim checks the tool (device_query)."""
     keys = [r.key for r in judged]
     if getattr(lesson, "headline", None) in keys:
         return lesson.headline
     from cudalab.claims import CORRECTNESS_KEY
 
     tools = {c.name for c in lesson.claims if c.tool}
-    point = [k for k in keys if k != CORRECTNESS_KEY and k not in tools]
-    return (point or keys or [None])[0]
+    lessons = [k for k in keys if k not in tools]  # a check of the tool is never one
+    point = [k for k in lessons if k != CORRECTNESS_KEY]
+    return (point or lessons or [None])[0]
 
 
 def judge_lessons(df: pd.DataFrame) -> dict[str, dict[str, Any]]:

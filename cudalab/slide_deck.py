@@ -42,19 +42,19 @@ body { display: flex; align-items: center; justify-content: center;
   background: #fff; color: #111; flex-direction: column; overflow: hidden;
   font-size: calc(var(--w) / 48); }
 .slide.current { display: flex; }
-.slide h1 { font-size: 1.1em; line-height: 1.15; margin: 0 0 0.2em; flex: none; }
+.slide h1 { font-size: 1em; line-height: 1.15; margin: 0 0 0.2em; flex: none; }
 .claim, .evidence, .course-note { flex: none; }
 .cover { justify-content: center; }
 .cover h1 { font-size: 2em; }
 .cover p { font-size: 1em; margin: 0.3em 0; }
 .figure { flex: 1 1 auto; min-height: 0; display: flex; justify-content: center; }
 .figure img { max-width: 100%; max-height: 100%; object-fit: contain; }
-.claim { margin: 0.25em 0 0; font-size: 0.8em; line-height: 1.25; }
+.claim { margin: 0.25em 0 0; font-size: 0.75em; line-height: 1.25; }
 .state { font-weight: bold; white-space: nowrap; margin-right: 0.4em; }
 .seen, .reproduced { color: #1a7f37; } .not-seen, .not-reproduced { color: #c0392b; }
 .partly { color: #9a6700; }
 .not-measured, .not-applicable { color: #555; }
-.evidence { margin: 0.15em 0 0; font-size: 0.7em; color: #333; line-height: 1.25;
+.evidence { margin: 0.1em 0 0; font-size: 0.7em; color: #333; line-height: 1.25;
   display: -webkit-box; -webkit-line-clamp: 2; -webkit-box-orient: vertical;
   overflow: hidden; }
 .course { border-collapse: collapse; font-size: 0.7em; line-height: 1.2; width: 100%; }

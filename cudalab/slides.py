@@ -30,10 +30,12 @@ if TYPE_CHECKING:
     from cudalab.claims_file import RunClaims
 
 WIDTH_IN, HEIGHT_IN, DPI = 19.2, 10.8, 100  # 1920×1080 px
-# 28 px on screen once the deck scales the figure into its box (about 0.71 at 1920×1080:
-# tests/test_slides.py measures it in Chromium): 28 / 0.71 px of the 1920 px figure
-MIN_PT = 28.0
-TITLE_PT, SUPTITLE_PT, LABEL_PT = 32.0, 32.0, 30.0
+# 28 px on screen once the deck scales the figure into its box: about 0.66 to 0.72 of its
+# 1920 px at 1920×1080, by how many lines the title and the claim under it take
+# (tests/test_slides.py measures it in Chromium): 28 / 0.65 px = 31 pt at 100 dpi
+MIN_PT = 31.0
+TITLE_PT, SUPTITLE_PT, LABEL_PT = 34.0, 34.0, 32.0
+LEGEND_SHARE = 0.25  # of the slide's width: the panel keeps the rest
 LINE_SCALE = 1.6  # lines and markers drawn for a 9 in figure, seen from the back of a room
 
 
@@ -120,7 +122,7 @@ def _legend_of(fig: Figure, axes: list[Axes]) -> tuple[list[Any], list[str], str
 
 def _wrap(text: str, size_pt: float, width_px: float) -> str:
     """Text wrapped to the width a line of it may take (about 0.55 em per character)."""
-    chars = max(20, int(width_px / (0.55 * size_pt * DPI / 72)))
+    chars = max(16, int(width_px / (0.55 * size_pt * DPI / 72)))
     return "\n".join(textwrap.fill(line, chars) for line in text.split("\n"))
 
 
@@ -146,8 +148,11 @@ def to_slide(fig: Figure, index: int = 0) -> Figure:
             a.set_subplotspec(spec)
     for mappable, label in bars:
         fig.colorbar(mappable, ax=ax, label=label)
-    if labels:
-        leg = fig.legend(handles, labels, loc="outside right upper", title=legend_title or None)
+    if labels:  # beside the panel, at most LEGEND_SHARE of the slide's width
+        room = LEGEND_SHARE * WIDTH_IN * DPI
+        leg = fig.legend(handles, [_wrap(t, MIN_PT, room) for t in labels],
+                         loc="outside right upper",
+                         title=_wrap(legend_title, LABEL_PT, room) if legend_title else None)
         leg.get_title().set_fontsize(LABEL_PT)
     _restyle(fig, keep)
     _wrap_to_axes(fig)
@@ -183,6 +188,8 @@ def _restyle(fig: Figure, axes: list[Axes]) -> None:
         a.tick_params(which="both", labelsize=MIN_PT)
         for off in (a.xaxis.get_offset_text(), a.yaxis.get_offset_text()):
             off.set_fontsize(MIN_PT)
+    for a in fig.axes:
+        _plain_log_ticks(a)
     for a in axes:
         for line in a.get_lines():
             line.set_linewidth(line.get_linewidth() * LINE_SCALE)
@@ -190,6 +197,31 @@ def _restyle(fig: Figure, axes: list[Axes]) -> None:
     for t in fig.findobj(Text):
         if t.get_fontsize() < MIN_PT:
             t.set_fontsize(MIN_PT)
+
+
+def log_tick(v: float, _pos: Any = None) -> str:
+    """A log axis' tick as plain text: '0.01', '1000', '1e-6'. Matplotlib's '10⁻⁶' draws its
+    exponent at 0.7 of the label's size, under MIN_PT on a slide."""
+    if v <= 0 or not math.isfinite(v):
+        return ""
+    text = f"{v:g}" if 1e-3 <= v < 1e5 else f"{v:.3g}"
+    if "e" in text:
+        mantissa, exp = text.split("e")
+        text = f"{mantissa}e{int(exp)}"
+    return text
+
+
+def _plain_log_ticks(ax: Axes) -> None:
+    """matplotlib's own log labels (mathtext powers) in plain text, their minor ticks
+    unlabelled (fewer, larger texts); a lesson's own labels stay. A secondary axis too."""
+    from matplotlib.ticker import FuncFormatter, LogFormatter, NullFormatter
+
+    for a in (ax, *ax.child_axes):
+        for axis in (a.xaxis, a.yaxis):
+            if isinstance(axis.get_major_formatter(), LogFormatter):
+                axis.set_major_formatter(FuncFormatter(log_tick))
+            if isinstance(axis.get_minor_formatter(), LogFormatter):
+                axis.set_minor_formatter(NullFormatter())
 
 
 def _wrap_to_axes(fig: Figure) -> None:
