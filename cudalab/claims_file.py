@@ -170,15 +170,17 @@ def headline_key(lesson: Any, judged: list[ClaimResult]) -> str | None:
     return (point or lessons or [None])[0]
 
 
-def judge_lessons(df: pd.DataFrame) -> dict[str, dict[str, Any]]:
-    """Every lesson of the table judged: its claims, Try-this claims and course facts."""
+def judge_lessons(df: pd.DataFrame, names: list[str] | None = None
+                  ) -> dict[str, dict[str, Any]]:
+    """Every lesson of the table (or those of `names`) judged: its claims, Try-this claims
+    and course facts."""
     from cudalab import claims
     from cudalab.experiments import REGISTRY
 
     present = set(df["experiment"].astype(str)) if "experiment" in df else set()
     out = {}
     for name, exp in REGISTRY.items():
-        if name not in present:
+        if name not in present or names is not None and name not in names:
             continue
         lesson = exp.lesson
         decl = {c.name: c for c in claims.lesson_claims(exp)}
