@@ -125,6 +125,9 @@ def numbers_in(evidence: str) -> list[dict[str, Any]]:
     """Every number the evidence states, with its unit where fmt wrote one."""
     out = []
     for m in _NUM.finditer(evidence):
+        after = evidence[m.end():m.end() + 1]
+        if not m["unit"] and (after.isalpha() or after == "_"):
+            continue  # part of a name or a shape: sm_90, 32x8
         digits = m["int"].replace("\u202f", "") + (m["frac"] or "")
         value = float(digits)
         if m["exp"]:
