@@ -194,7 +194,7 @@ def cmd_claims(a: argparse.Namespace) -> int:
 
 
 def _judged(a: argparse.Namespace, df: Any, out_dir: Path) -> Any:
-    """The claims a renderer shows (claims_file.RunClaims): --claims, else the table's
+    """The claims a renderer shows (run_claims.RunClaims): --claims, else the table's
     folder's claims.json (a run from before it: judged once, written into out_dir)."""
     from cudalab import claims_file
 
@@ -324,6 +324,16 @@ def _add_compare(sub: Any) -> None:
     s.set_defaults(fn=cmd_compare)
 
 
+def _add_claims(sub: Any) -> None:
+    s = sub.add_parser("claims", help="judge every claim of a run once: its claims.json",
+                       description="Judge every claim of the run of a results.csv and write "
+                       "claims.json (aggregate does this for every run; use it for a folder "
+                       "from before claims.json).")
+    s.add_argument("--table", default="results/results.csv")
+    s.add_argument("--out", default=None, help="default: claims.json beside the table")
+    s.set_defaults(fn=cmd_claims)
+
+
 def _claims_arg(s: Any) -> None:
     s.add_argument("--claims", default=None, help="the run's claims.json (default: beside "
                    "--table; a folder without one is judged once and claims.json written "
@@ -386,13 +396,7 @@ def main(argv: list[str] | None = None) -> int:
                    "figure)")
     _claims_arg(s)
     s.set_defaults(fn=cmd_slides)
-    s = sub.add_parser("claims", help="judge every claim of a run once: its claims.json",
-                       description="Judge every claim of the run of a results.csv and write "
-                       "claims.json (aggregate does this for every run; use it for a folder "
-                       "from before claims.json).")
-    s.add_argument("--table", default="results/results.csv")
-    s.add_argument("--out", default=None, help="default: claims.json beside the table")
-    s.set_defaults(fn=cmd_claims)
+    _add_claims(sub)
     _add_compare(sub)
     from cudalab import accept, doctor, site  # their subcommands live with their code
     from cudalab.exercises import cli as exercise_cli

@@ -50,7 +50,7 @@ from cudalab.experiments.base import Experiment
 from cudalab.experiments.lesson import ClaimResult
 
 if TYPE_CHECKING:
-    from cudalab.claims_file import RunClaims
+    from cudalab.run_claims import RunClaims
 
 COURSE_FILE = "course.yaml"  # in an experiment's folder
 COURSE_CC = "3.7"  # Tesla K80
@@ -296,13 +296,13 @@ def course_table(df: pd.DataFrame, lessons: list[dict[str, Any]] | None = None,
     """One row per course measurement: the course's number, this GPU's, ratio (this /
     course), the verdict (a lesson row; a context row, a property of the GPU, has none and
     shows the tool's check instead), cudalab's calculator on the K80 where it applies, and
-    why they differ. judged: the run's claims (claims_file; a table in memory without them
-    is judged by claims_file.judge_run, the one place claims are judged)."""
-    from cudalab import claims_file
+    why they differ. judged: the run's claims.json (claims_file; a table in memory without
+    one is judged by run_claims.judge_lessons, the one place claims are judged)."""
+    from cudalab.run_claims import RunClaims, judge_lessons
 
     lessons = lessons if lessons is not None else load()
     if judged is None:
-        judged = claims_file.RunClaims({"lessons": claims_file.judge_lessons(df)})
+        judged = RunClaims({"lessons": judge_lessons(df)})
     rows = []
     for entry in lessons:
         m, c = entry["match"], entry["course"]
@@ -349,7 +349,7 @@ def run_table(folder: Path) -> pd.DataFrame:
 def headline_markdown(tables: dict[str, pd.DataFrame]) -> str:
     """The course beside several runs (label -> results table), one Markdown row per lesson:
     the course's number, then each run's (ratio to the course in brackets)."""
-    from cudalab.claims_file import RunClaims
+    from cudalab.run_claims import RunClaims
 
     lessons = load()
     # the verdicts read the numbers alone; the 'why' column (claims) is not shown here

@@ -18,6 +18,7 @@ from cudalab.embed import data_uri
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.lesson import State
 from cudalab.resources import TEMPLATES_DIR as TEMPLATES
+from cudalab.run_claims import RunClaims
 
 # The columns every experiment's results table shows (after its parameters); m_ metric
 # columns follow on screen and are left out of print (class "metric"): they are in
@@ -181,7 +182,7 @@ def _roofline_figure(rooflines: dict[str, dict[str, str]], name: str) -> dict[st
 
 def _section(name: str, exp: Any, sub: pd.DataFrame, figures_dir: Path, max_rows: int,
              raw_href: str, df: pd.DataFrame, rooflines: dict[str, dict[str, str]],
-             judged: claims_file.RunClaims) -> dict[str, Any]:
+             judged: RunClaims) -> dict[str, Any]:
     """One experiment's part of the report (df: the whole table, whose ceilings and L2 size
     the explanations read; judged: the run's claims.json)."""
     not_ok = sub[sub["status"] != "ok"]
@@ -264,7 +265,7 @@ def build_context(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any],
                   telemetry: list[dict[str, Any]] | None = None, raw_href: str = "raw",
                   telemetry_summary: dict[str, Any] | None = None,
                   rooflines: dict[str, dict[str, str]] | None = None,
-                  judged: claims_file.RunClaims | None = None) -> dict[str, Any]:
+                  judged: RunClaims | None = None) -> dict[str, Any]:
     """The template's context. df: the table with its derived columns (roofline.load_table);
     telemetry, telemetry_summary, rooflines: the figures step's (run_figures.read), none if
     not given; judged: the run's claims.json (claims_file.for_table; a table in memory
@@ -302,7 +303,7 @@ def build_context(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any],
 
 def render(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any], out: Path,
            results_dir: Path | None = None,
-           judged: claims_file.RunClaims | None = None) -> Path:
+           judged: RunClaims | None = None) -> Path:
     """Write the report to `out`: df is the table with its derived columns (roofline.
     load_table), figures_dir the figures step's folder (each lesson's figures, the rooflines
     and the telemetry; the report draws none), judged the run's claims.json (claims_file;

@@ -14,11 +14,11 @@ import html
 from pathlib import Path
 from typing import Any
 
-from cudalab.claims_file import RunClaims
 from cudalab.embed import data_uri
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.lesson import ClaimResult
 from cudalab.results import atomic_path
+from cudalab.run_claims import RunClaims
 
 DECK = "index.html"
 MIN_PX = 28  # at 1920×1080: readable from the back of a classroom

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from cudalab.claims_file import RunClaims
+    from cudalab.run_claims import RunClaims
 
 WIDTH_IN, HEIGHT_IN, DPI = 19.2, 10.8, 100  # 1920×1080 px
 # 28 px on screen once the deck scales the figure into its box: about 0.66 to 0.72 of its

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cudalab import claims, claims_file, course, report, roofline
+from cudalab import claims, claims_file, course, report, roofline, run_claims
 from cudalab.cli import main
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.lesson import State
@@ -78,7 +78,7 @@ def test_every_lesson_s_claims_with_their_numbers(ref):
     ("sm_90 at 8192², 32x8 blocks", [(8192.0, "")]),
 ])
 def test_the_numbers_of_an_evidence(text, want):
-    got = claims_file.numbers_in(text)
+    got = run_claims.numbers_in(text)
     assert [n["value"] for n in got] == pytest.approx([v for v, _ in want])
     assert [n["unit"] for n in got] == [u for _, u in want]
     assert all(n["text"] in text for n in got)
@@ -147,7 +147,7 @@ def test_the_report_renders_the_states_the_file_holds(aggregated, tmp_path):
     claim = doc["lessons"]["vector_add"]["claims"][1]
     assert claim["state"] == "seen"
     claim.update(state="not seen", evidence="set in claims.json by the test")
-    run = claims_file.RunClaims(doc)
+    run = run_claims.RunClaims(doc)
     df = roofline.load_table(aggregated / "results.csv")
     conf = config.load(ROOT / "config.yaml")
     page = report.render(df[df["experiment"].isin(["vector_add", "device_query"])],
