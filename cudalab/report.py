@@ -18,7 +18,7 @@ from cudalab.embed import data_uri
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.lesson import State
 from cudalab.resources import TEMPLATES_DIR as TEMPLATES
-from cudalab.run_claims import RunClaims
+from cudalab.run_claims import RunClaims, judge_lessons
 
 # The columns every experiment's results table shows (after its parameters); m_ metric
 # columns follow on screen and are left out of print (class "metric"): they are in
@@ -182,9 +182,12 @@ def _roofline_figure(rooflines: dict[str, dict[str, str]], name: str) -> dict[st
 
 def _section(name: str, exp: Any, sub: pd.DataFrame, figures_dir: Path, max_rows: int,
              raw_href: str, df: pd.DataFrame, rooflines: dict[str, dict[str, str]],
-             judged: RunClaims) -> dict[str, Any]:
+             judged: RunClaims | None = None) -> dict[str, Any]:
     """One experiment's part of the report (df: the whole table, whose ceilings and L2 size
-    the explanations read; judged: the run's claims.json)."""
+    the explanations read; judged: the run's claims.json, else this lesson judged by
+    run_claims.judge_lessons)."""
+    if judged is None:
+        judged = RunClaims({"lessons": judge_lessons(df, [name])})
     not_ok = sub[sub["status"] != "ok"]
     cols = _param_cols(sub) + TABLE_COLS + _metric_cols(sub)
     summary = exp.summary_table(sub)
