@@ -35,6 +35,7 @@ WIDTH_IN, HEIGHT_IN, DPI = 19.2, 10.8, 100  # 1920×1080 px
 # (tests/test_slides.py measures it in Chromium): 28 / 0.65 px = 31 pt at 100 dpi
 MIN_PT = 31.0
 TITLE_PT, SUPTITLE_PT, LABEL_PT = 34.0, 34.0, 32.0
+FEW_TICKS = 8  # at most this many x labels are turned upright rather than thinned
 LEGEND_SHARE = 0.25  # of the slide's width: the panel keeps the rest
 LINE_SCALE = 1.6  # lines and markers drawn for a 9 in figure, seen from the back of a room
 
@@ -254,6 +255,12 @@ def _thin_ticks(axis: Any, renderer: Any) -> None:
     if len(boxes) < 2 or not any(_overlaps(a, b) for a, b in zip(boxes, boxes[1:])):
         return
     horizontal = axis.axis_name == "x"
+    if horizontal and len(labels) <= FEW_TICKS:  # a few categories: upright, none dropped
+        for t in labels:
+            t.set_rotation(90)
+        boxes = [t.get_window_extent(renderer) for t in labels]
+        if not any(_overlaps(a, b) for a, b in zip(boxes, boxes[1:])):
+            return
     need = max((b.width if horizontal else b.height) for b in boxes) * 1.15
     ticks = axis.get_ticklocs()
     pixels = axis.axes.transData.transform(
