@@ -142,8 +142,9 @@ def _course_slide(judged: RunClaims, gpu: str) -> str:
              f"<th>{_e(gpu)}</th><th>does this GPU show it?</th></tr></thead>"
              f"<tbody>{body}</tbody></table>" if rows else
              '<p class="claim">This run measured none of the course\'s numbers.</p>')
+    where = f"on {_e(gpu)}" if judged.gpu else "(this run had no GPU)"
     return (f'<section class="slide course-slide" id="course"><h1>What held of the course '
-            f"on {_e(gpu)}</h1>{table}<p class=\"course-note\">{len(lessons)} course "
+            f"{where}</h1>{table}<p class=\"course-note\">{len(lessons)} course "
             f"measurements: {_e(summary or 'none measured')}. The report's course table "
             "has every row, with why they differ.</p>")
 
@@ -153,7 +154,8 @@ def deck_html(judged: RunClaims, names: list[str], folder: Path) -> str:
     (folder/<name>.png, embedded) and its headline claim as the run's claims.json judged it."""
     gpu = judged.gpu or "no GPU"
     total = len(names) + 2
-    parts = [f'<section class="slide cover"><h1>The CUDA course, measured on {_e(gpu)}</h1>'
+    measured = f"measured on {_e(gpu)}" if judged.gpu else "a run without a GPU"
+    parts = [f'<section class="slide cover"><h1>The CUDA course, {measured}</h1>'
              f"<p>{len(names)} lessons, one slide each, from this run's results.</p>"
              '<p class="hint">→, space or a click: next slide; ←: back; '
              "print: one slide per page.</p>"

@@ -156,3 +156,20 @@ def test_the_report_renders_the_states_the_file_holds(aggregated, tmp_path):
     shown = dict(re.findall(r'<li data-claim="([^"]+)" data-state="([^"]+)"', page))
     assert shown[f"vector_add:{claim['key']}"] == "not seen"
     assert "set in claims.json by the test" in page
+
+
+def test_the_renderers_judge_no_claim():
+    """The report, the slides, the course table and the comparison read claims.json: none of
+    them imports the module that judges a claim (cudalab/claims.py)."""
+    import ast
+
+    for module in ("report", "slides", "slide_deck", "course", "compare"):
+        tree = ast.parse((ROOT / "cudalab" / f"{module}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                names = {f"{node.module}.{a.name}" for a in node.names} | {node.module}
+            elif isinstance(node, ast.Import):
+                names = {a.name for a in node.names}
+            else:
+                continue
+            assert "cudalab.claims" not in names, (module, ast.unparse(node))

@@ -362,3 +362,17 @@ def test_the_course_slide_shows_the_lessons_that_did_not_hold_first(judged):
     order = [judged.course.index(r) for r in rows]
     assert order == sorted(order)  # shown in the course's order
     assert all(r["kind"] == "lesson" for r in rows)  # no property of the GPU, no self-test
+
+
+def test_a_run_without_a_gpu_says_not_measured_on_every_slide(ref, tmp_path):
+    """Every point left out (no GPU): every mark reads "not measured", never ✔ or ✘, and the
+    course slide says the run measured none of the course's numbers."""
+    none = ref.assign(status="not_measured", gpu_name=pd.NA)
+    judged = claims_file.judge_run(none)
+    names = ["vector_add", "sobel"]
+    for name in names:
+        (tmp_path / f"{name}.png").write_bytes(b"\x89PNG\r\n\x1a\n")  # the deck embeds it
+    page = slide_deck.deck_html(judged, names, tmp_path)
+    marks = re.findall(r'data-state="([^"]+)" data-key="[^"]*">([^<]+)<', page)
+    assert marks == [("not measured", "not measured")] * len(names)
+    assert "measured none of the course" in page and "this run had no GPU" in page
