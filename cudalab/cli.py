@@ -188,6 +188,9 @@ def cmd_aggregate(a: argparse.Namespace) -> int:
 def cmd_claims(a: argparse.Namespace) -> int:
     from cudalab import claims_file
 
+    if a.schema:  # the JSON schema claims.json is checked against, for other tools
+        print(json.dumps(claims_file.SCHEMA, indent=1, ensure_ascii=False))
+        return 0
     path = claims_file.write_for_table(Path(a.table), Path(a.out) if a.out else None)
     print(f"wrote {path}")
     return 0
@@ -331,6 +334,7 @@ def _add_claims(sub: Any) -> None:
                        "from before claims.json).")
     s.add_argument("--table", default="results/results.csv")
     s.add_argument("--out", default=None, help="default: claims.json beside the table")
+    s.add_argument("--schema", action="store_true", help="print claims.json's JSON schema")
     s.set_defaults(fn=cmd_claims)
 
 

@@ -53,6 +53,14 @@ def test_aggregate_writes_claims_json_beside_the_table(aggregated, capsys):
     assert {r["lesson"] for r in run.course} == {e["lesson"] for e in course.load()}
 
 
+def test_the_schema_is_printed_for_other_tools(capsys, aggregated):
+    import jsonschema
+
+    assert main(["claims", "--schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    jsonschema.validate(_doc(aggregated), schema)
+
+
 def test_every_lesson_s_claims_with_their_numbers(ref):
     run = claims_file.judge_run(ref, REFERENCE / "results.csv")
     assert set(run.doc["lessons"]) == set(ref["experiment"]) & set(REGISTRY)
