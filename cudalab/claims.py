@@ -17,7 +17,7 @@ import pandas as pd
 from cudalab import roofline, run_ceilings
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.base import NOT_MEASURED, Experiment, not_measured_evidence
-from cudalab.experiments.lesson import Claim, ClaimResult, State, no_data
+from cudalab.experiments.lesson import Claim, ClaimResult, Lesson, State, no_data
 
 if TYPE_CHECKING:
     from cudalab.run_ceilings import Ceilings
@@ -60,7 +60,7 @@ def _judge_one(exp: Experiment, claim: Claim, rows: pd.DataFrame,
     evidence = j.evidence
     if j.state is State.NOT_MEASURED and why and why not in evidence:
         evidence = f"{why}; {evidence}"
-    return ClaimResult(claim.statement, j.state, evidence, claim.name, exp.name)
+    return ClaimResult(claim.statement, j.state, evidence, claim.name, exp.name, j.numbers)
 
 
 def lesson_claims(exp: Experiment) -> list[Claim]:
@@ -137,15 +137,27 @@ def course_fact(name: str, key: str, df: pd.DataFrame) -> str | None:
 CORRECTNESS_KEY = "correct"
 
 
+def headline_key(lesson: Lesson, judged: list[ClaimResult]) -> str | None:
+    """The claim a slide states: the lesson's `headline` where it names one, else its first
+    claim that is neither the correctness check nor a check of the tool, else its
+    correctness check; None where every claim checks the tool (device_query)."""
+    keys = [r.key for r in judged]
+    if lesson.headline in keys:
+        return lesson.headline
+    tools = {c.name for c in lesson.claims if c.tool}
+    lessons = [k for k in keys if k not in tools]  # a check of the tool is never one
+    point = [k for k in lessons if k != CORRECTNESS_KEY]
+    return (point or lessons or [None])[0]
+
+
 def headline(name: str, df: pd.DataFrame) -> ClaimResult | None:
-    """The lesson's point judged on this run (the slides' one sentence): its first claim
-    other than the correctness check and the checks of the tool (Claim.tool), else the
-    first claim."""
+    """The lesson's point judged on this run (the slides' one sentence): the claim its
+    Lesson names as headline, else its first claim other than the correctness check and the
+    checks of the tool (Claim.tool), else the correctness check (headline_key)."""
     got = evaluate(name, df)
     exp = REGISTRY.get(name)
-    tools = {c.name for c in exp.lesson.claims if c.tool} if exp is not None else set()
-    point = [r for r in got if r.key != CORRECTNESS_KEY and r.key not in tools]
-    return (point or got or [None])[0]
+    key = headline_key(exp.lesson, got) if exp is not None else None
+    return next((r for r in got if r.key == key), None)
 
 
 def counts(results: list[ClaimResult]) -> dict[str, int]:

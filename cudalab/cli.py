@@ -5,7 +5,8 @@
                                            1: the slurm: request cannot fit this cluster;
                                            2: an invalid config)
   cudalab measure EXPERIMENT [--config ..]  measure one experiment's grid (one job)
-  cudalab aggregate                         raw records -> results/results.csv
+  cudalab aggregate                         raw records -> results/results.csv, claims.json
+  cudalab claims [--table T] [--out F]      results.csv -> claims.json (every claim judged once)
   cudalab figures EXPERIMENT                results.csv -> results/figures/EXPERIMENT/*.png|svg
   cudalab run-figures                       results.csv, telemetry -> results/figures/_roofline,
                                            results/figures/_telemetry (figures + index.json)
@@ -182,7 +183,32 @@ def cmd_aggregate(a: argparse.Namespace) -> int:
     for p in results.write_table(df, Path(a.out)):
         print(f"wrote {p} ({len(df)} rows)")
     _write_ceilings(manifests, Path(a.out).parent / "ceilings.csv")
+    # every claim judged once, on the table as every reader reads it back
+    from cudalab import claims_file
+
+    print(f"wrote {claims_file.write_for_table(Path(a.out))}")
     return 0
+
+
+def cmd_claims(a: argparse.Namespace) -> int:
+    from cudalab import claims_file
+
+    if a.schema:  # the JSON schema claims.json is checked against, for other tools
+        print(json.dumps(claims_file.SCHEMA, indent=1, ensure_ascii=False))
+        return 0
+    path = claims_file.write_for_table(Path(a.table), Path(a.out) if a.out else None)
+    print(f"wrote {path}")
+    return 0
+
+
+def _judged(a: argparse.Namespace, df: Any, out_dir: Path) -> Any:
+    """The claims a renderer shows (run_claims.RunClaims): --claims, else the table's
+    folder's claims.json (a run from before it: judged once, written into out_dir)."""
+    from cudalab import claims_file
+
+    if a.claims:
+        return claims_file.read(Path(a.claims), Path(a.table))
+    return claims_file.for_table(Path(a.table), df, out_dir)
 
 
 def _write_ceilings(manifests: list[dict[str, Any]], path: Path) -> None:
@@ -242,7 +268,7 @@ def run_config_path(given: str | None, run_folder: Path) -> str:
 
 
 def cmd_report(a: argparse.Namespace) -> int:
-    from cudalab import report, roofline
+    from cudalab import claims_file, report, roofline
     from cudalab.result_folders import CompareError
 
     config = _config(run_config_path(a.config, Path(a.results)))
@@ -254,9 +280,12 @@ def cmd_report(a: argparse.Namespace) -> int:
         print(f"teacher's edition: {out.resolve()}")
         return 0
     try:
-        out = report.render(df, Path(a.figures), config, Path(a.out or "results/report.html"),
-                            results_dir=Path(a.results))
-    except CompareError as exc:  # a report.baselines folder missing, empty or unmatched
+        out_path = Path(a.out or "results/report.html")
+        out = report.render(df, Path(a.figures), config, out_path,
+                            results_dir=Path(a.results),
+                            judged=_judged(a, df, out_path.parent))
+    except (CompareError, claims_file.ClaimsFileError) as exc:
+        # a report.baselines folder missing, empty or unmatched; a claims.json unusable
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"report: {out.resolve()}")
@@ -264,10 +293,16 @@ def cmd_report(a: argparse.Namespace) -> int:
 
 
 def cmd_slides(a: argparse.Namespace) -> int:
-    from cudalab import results, slides
+    from cudalab import claims_file, roofline, slide_deck, slides
 
-    written = slides.write_slides(results.read_table(Path(a.table)), Path(a.out), a.experiments)
-    print(f"slides: {len(written)} files, the deck: {(Path(a.out) / slides.DECK).resolve()}")
+    df = roofline.load_table(Path(a.table))
+    try:
+        judged = _judged(a, df, Path(a.out))
+    except claims_file.ClaimsFileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    written = slides.write_slides(df, Path(a.out), a.experiments, judged)
+    print(f"slides: {len(written)} files, the deck: {(Path(a.out) / slide_deck.DECK).resolve()}")
     return 0
 
 
@@ -302,6 +337,23 @@ def _add_compare(sub: Any) -> None:
                    help="print the course's published numbers beside every RUN (a Markdown "
                    "table, one row per lesson) instead of the point-by-point comparison")
     s.set_defaults(fn=cmd_compare)
+
+
+def _add_claims(sub: Any) -> None:
+    s = sub.add_parser("claims", help="judge every claim of a run once: its claims.json",
+                       description="Judge every claim of the run of a results.csv and write "
+                       "claims.json (aggregate does this for every run; use it for a folder "
+                       "from before claims.json).")
+    s.add_argument("--table", default="results/results.csv")
+    s.add_argument("--out", default=None, help="default: claims.json beside the table")
+    s.add_argument("--schema", action="store_true", help="print claims.json's JSON schema")
+    s.set_defaults(fn=cmd_claims)
+
+
+def _claims_arg(s: Any) -> None:
+    s.add_argument("--claims", default=None, help="the run's claims.json (default: beside "
+                   "--table; a folder without one is judged once and claims.json written "
+                   "beside the output)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -354,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--teacher", action="store_true", help="write the teacher's edition: "
                    "every lesson's questions answered from this run's numbers, with the "
                    "working")
+    _claims_arg(s)
     s.set_defaults(fn=cmd_report)
     s = sub.add_parser("slides", help="one 16:9 slide per lesson and a one-file HTML deck")
     s.add_argument("--table", default="results/results.csv")
@@ -361,7 +414,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--experiments", nargs="*", default=None,
                    help="the lessons to show (default: every experiment of the table with a "
                    "figure)")
+    _claims_arg(s)
     s.set_defaults(fn=cmd_slides)
+    _add_claims(sub)
     _add_compare(sub)
     from cudalab import accept, doctor, site  # their subcommands live with their code
     from cudalab.exercises import cli as exercise_cli

@@ -122,19 +122,20 @@ def _section_rows(sub: pd.DataFrame, max_rows: int) -> list[dict[str, Any]]:
 
 
 def report_context(df: pd.DataFrame, config: dict[str, Any], cmp: pd.DataFrame | None,
-                   figures: dict[str, str] | None = None) -> dict[str, Any]:
+                   figures: dict[str, str] | None = None,
+                   course_rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """What the report template's comparison blocks read (reports/templates/compare*.j2):
     course_rows (the table that opens the report) and comparison (None without baselines:
     summary, and per experiment rows + figure). cmp is the comparison table as the figures
     step wrote it (baseline_comparison, read_comparison), figures: experiment -> the ratio
-    figure's data URI, as that step drew it (run_figures.draw_comparisons); nothing here
-    compares or draws."""
+    figure's data URI, as that step drew it (run_figures.draw_comparisons); course_rows: the
+    course table as the run's claims.json holds it; nothing here compares or draws."""
     from cudalab import course
 
     this = _this_run(df, config)[0] if len(df) else None
     own = df if this is None or not this.gpu else df[df["gpu_name"].isin([this.gpu]) |
                                                      df["gpu_name"].isna()]
-    rows = course.course_table(own)
+    rows = course_rows if course_rows is not None else course.course_table(own)
     ctx: dict[str, Any] = {"course_rows": rows, "course_counts": course.verdict_counts(rows),
                            "course_rule": course.verdict_rule(), "comparison": None}
     if cmp is None:

@@ -38,17 +38,20 @@ from __future__ import annotations
 import inspect
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema
 import pandas as pd
 import yaml
 
-from cudalab import claims, fmt
+from cudalab import fmt
 from cudalab import occupancy as occ
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.base import Experiment
 from cudalab.experiments.lesson import ClaimResult
+
+if TYPE_CHECKING:
+    from cudalab.run_claims import RunClaims
 
 COURSE_FILE = "course.yaml"  # in an experiment's folder
 COURSE_CC = "3.7"  # Tesla K80
@@ -180,34 +183,27 @@ def k80_value(spec: dict[str, Any] | None, row: pd.Series | None) -> float | Non
     return float(occ.max_potential_block_size(COURSE_CC, regs)[1])
 
 
-def _claim(judged: dict[str, dict[str, ClaimResult]], experiment: str,
-           key: str | None) -> ClaimResult | None:
-    return judged.get(experiment, {}).get(key) if key else None
-
-
-def tool_check(judged: dict[str, dict[str, ClaimResult]], experiment: str,
-               key: str | None) -> str:
+def tool_check(judged: RunClaims, experiment: str, key: str | None) -> str:
     """The state of the claim that checks cudalab's reading of a context row ('' : the
     entry names none)."""
     if not key:
         return ""
-    c = _claim(judged, experiment, key)
+    c = judged.claim(experiment, key)
     return c.state.value if c is not None else "not measured"
 
 
-def why_row(entry: dict[str, Any], judged: dict[str, dict[str, ClaimResult]],
-            experiment: str, df: pd.DataFrame | None = None) -> dict[str, str]:
+def why_row(entry: dict[str, Any], judged: RunClaims, experiment: str) -> dict[str, str]:
     """The 'why they differ' cell: a measured reason (a claim judged on this run), what
     the run's data shows (a course fact computed from the whole table), or a hypothesis
-    with what would test it."""
+    with what would test it; claims and facts as the run's claims.json holds them."""
     why = entry["why"]
     if "fact" in why:
-        said = claims.course_fact(experiment, why["fact"], df) if df is not None else None
+        said = judged.fact(experiment, why["fact"])
         return {"kind": "fact", "statement": said or "",
                 "state": "computed" if said else "not measured",
                 "evidence": "" if said else "not measured in this run"}
     if "claim" in why:
-        c = _claim(judged, experiment, why["claim"])
+        c: ClaimResult | None = judged.claim(experiment, why["claim"])
         if c is None:
             return {"kind": "claim", "statement": why["claim"], "state": "not measured",
                     "evidence": "not measured in this run"}
@@ -301,14 +297,17 @@ def texts(value: float | None, unit: str, ratio: float | None, k80: float | None
 
 
 def course_table(df: pd.DataFrame, lessons: list[dict[str, Any]] | None = None,
-                 ) -> list[dict[str, Any]]:
+                 judged: RunClaims | None = None) -> list[dict[str, Any]]:
     """One row per course measurement: the course's number, this GPU's, ratio (this /
     course), the verdict (a lesson row; a context row, a property of the GPU, has none and
     shows the tool's check instead), cudalab's calculator on the K80 where it applies, and
-    why they differ."""
+    why they differ. judged: the run's claims.json (claims_file; a table in memory without
+    one is judged by run_claims.judge_lessons, the one place claims are judged)."""
+    from cudalab.run_claims import RunClaims, judge_lessons
+
     lessons = lessons if lessons is not None else load()
-    judged = {name: {c.key: c for c in claims.evaluate(name, df)}
-              for name in df["experiment"].unique() if name in REGISTRY} if len(df) else {}
+    if judged is None:
+        judged = RunClaims({"lessons": judge_lessons(df)})
     rows = []
     for entry in lessons:
         m, c = entry["match"], entry["course"]
@@ -329,7 +328,7 @@ def course_table(df: pd.DataFrame, lessons: list[dict[str, Any]] | None = None,
                      "ratio": show(ratio), "k80_calc": show(k80),
                      "course_q": fmt.quantity(c["value"], c["unit"]),
                      **texts(value, c["unit"], ratio, k80, "k80" in entry)},
-            "why": why_row(entry, judged, m["experiment"], df),
+            "why": why_row(entry, judged, m["experiment"]),
             "course_error": entry.get("course_error"),
             "measured": value is not None,
         })
@@ -355,8 +354,12 @@ def run_table(folder: Path) -> pd.DataFrame:
 def headline_markdown(tables: dict[str, pd.DataFrame]) -> str:
     """The course beside several runs (label -> results table), one Markdown row per lesson:
     the course's number, then each run's (ratio to the course in brackets)."""
+    from cudalab.run_claims import RunClaims
+
     lessons = load()
-    cols = {label: course_table(df, lessons) for label, df in tables.items()}
+    # the verdicts read the numbers alone; the 'why' column (claims) is not shown here
+    unjudged = RunClaims({"lessons": {}})
+    cols = {label: course_table(df, lessons, unjudged) for label, df in tables.items()}
     head = ["lesson", "course", *[f"{label} ({_gpu(df)})" for label, df in tables.items()]]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for i, entry in enumerate(lessons):

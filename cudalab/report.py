@@ -13,7 +13,7 @@ import pandas as pd
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from cudalab import (
-    claims,
+    claims_file,
     explain,
     fmt,
     results,
@@ -28,6 +28,7 @@ from cudalab.embed import data_uri
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.lesson import State
 from cudalab.resources import TEMPLATES_DIR as TEMPLATES
+from cudalab.run_claims import RunClaims, judge_lessons
 
 # The columns every experiment's results table shows (after its parameters); m_ metric
 # columns follow on screen and are left out of print (class "metric"): they are in
@@ -190,25 +191,28 @@ def _roofline_figure(rooflines: dict[str, dict[str, str]], name: str) -> dict[st
 
 
 def _section(name: str, exp: Any, sub: pd.DataFrame, figures_dir: Path, max_rows: int,
-             raw_href: str, df: pd.DataFrame,
-             rooflines: dict[str, dict[str, str]]) -> dict[str, Any]:
+             raw_href: str, df: pd.DataFrame, rooflines: dict[str, dict[str, str]],
+             judged: RunClaims | None = None) -> dict[str, Any]:
     """One experiment's part of the report (df: the whole table, whose ceilings and L2 size
-    the explanations read)."""
+    the explanations read; judged: the run's claims.json, else this lesson judged by
+    run_claims.judge_lessons)."""
+    if judged is None:
+        judged = RunClaims({"lessons": judge_lessons(df, [name])})
     not_ok = sub[sub["status"] != "ok"]
     cols = _param_cols(sub) + TABLE_COLS + _metric_cols(sub)
     summary = exp.summary_table(sub)
-    judged = claims.evaluate(name, df)
+    claims = judged.claims(name)
     figs = _figures(name, exp, figures_dir)
     return {
         "name": name, "title": exp.lesson.title, "caption": exp.lesson.caption,
         "figures": figs, "main_figure": main_figure(exp, figs),
         # every claim of the lesson in one of four states; a claim not seen is a place
         # where this GPU contradicts the lesson, flagged with its evidence
-        "claims": judged,
-        "contradictions": [c for c in judged if c.state is State.NOT_SEEN],
+        "claims": claims,
+        "contradictions": [c for c in claims if c.state is State.NOT_SEEN],
         "tables": exp.tables(sub),
         "try_this": exp.lesson.try_this,
-        "try_claims": claims.evaluate_try_this(name, df),
+        "try_claims": judged.try_this(name),
         "questions": [q.text for q in exp.lesson.questions],  # the student edition: no answers
         "counts": sub["status"].value_counts().to_dict(),
         "failures": not_ok[["point_id", "status", "reason"]].to_dict("records"),
@@ -273,14 +277,17 @@ def roofline_context(df: pd.DataFrame, rooflines: dict[str, dict[str, str]]
 def build_context(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any],
                   telemetry: list[dict[str, Any]] | None = None, raw_href: str = "raw",
                   telemetry_summary: dict[str, Any] | None = None,
-                  rooflines: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
+                  rooflines: dict[str, dict[str, str]] | None = None,
+                  judged: RunClaims | None = None) -> dict[str, Any]:
     """The template's context. df: the table with its derived columns (roofline.load_table);
     telemetry, telemetry_summary, rooflines: the figures step's (run_figures.read), none if
-    not given."""
+    not given; judged: the run's claims.json (claims_file.for_table; a table in memory
+    without one is judged by claims_file.judge_run, the one place claims are judged)."""
     max_rows = config["report"]["max_table_rows"]
     rooflines = rooflines or {}
+    judged = judged if judged is not None else claims_file.judge_run(df)
     sections = [_section(name, exp, df[df["experiment"] == name], figures_dir, max_rows,
-                         raw_href, df, rooflines)
+                         raw_href, df, rooflines, judged)
                 for name, exp in REGISTRY.items() if (df["experiment"] == name).any()]
     prov_cols = [c for c in results.PROVENANCE_KEYS if c in df.columns]
     gpu_rows = df[df["gpu_name"].notna()] if "gpu_name" in df else df[:0]
@@ -291,7 +298,8 @@ def build_context(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any],
         "generated": pd.Timestamp.now(tz="UTC").isoformat(timespec="seconds"),
         "device": {k: _fmt(v) for k, v in device.items()},
         "sections": sections,
-        "claim_counts": claims.counts([c for s in sections for c in s["claims"]]),
+        "claim_counts": {st.value: sum(c.state is st for s in sections for c in s["claims"])
+                         for st in State},
         "state_mark": STATE_MARK, "state_class": STATE_CLASS,
         "counts": df["status"].value_counts().to_dict(),
         "n_points": len(df),
@@ -307,23 +315,26 @@ def build_context(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any],
 
 
 def render(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any], out: Path,
-           results_dir: Path | None = None) -> Path:
+           results_dir: Path | None = None,
+           judged: RunClaims | None = None) -> Path:
     """Write the report to `out`: df is the table with its derived columns (roofline.
     load_table), figures_dir the figures step's folder (each lesson's figures, the rooflines
-    and the telemetry; the report draws none). With results_dir, rows link to its raw
-    records (relative to the report)."""
+    and the telemetry; the report draws none), judged the run's claims.json (claims_file;
+    judges none). With results_dir, rows link to its raw records (relative to the report)."""
     env = Environment(loader=FileSystemLoader(TEMPLATES),
                       autoescape=select_autoescape(["html", "j2"]))
     env.filters["fmt"] = fmt.short
     raw_href = ("raw" if results_dir is None else
                 Path(os.path.relpath(Path(results_dir) / "raw", out.parent)).as_posix())
     drawn = run_figures.read(figures_dir)
+    judged = judged if judged is not None else claims_file.judge_run(df)
     ctx = build_context(df, figures_dir, config, drawn["telemetry"], raw_href,
-                        drawn["telemetry_summary"], drawn["rooflines"])
-    # course table + baselines: the comparison table and its figures as the figures step
-    # wrote them (run_figures.draw_comparisons), rendered here (compare_report.report_context)
+                        drawn["telemetry_summary"], drawn["rooflines"], judged)
+    # course table (as claims.json holds it) + baselines: the comparison table and its
+    # figures as the figures step wrote them (run_figures.draw_comparisons), rendered here
+    # (compare_report.report_context)
     ctx.update(compare_context(df, config, run_figures.comparison_table(figures_dir, config),
-                               drawn["comparisons"]))
+                               drawn["comparisons"], course_rows=judged.course))
     for s in ctx["sections"]:  # each lesson's handout page shows its course numbers
         s["course_rows"] = [r for r in ctx["course_rows"] if r["experiment"] == s["name"]]
     page = env.get_template("report.html.j2").render(**ctx)

@@ -24,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from cudalab import record_schema, safe_io, safe_text
+from cudalab import harness_columns, record_schema, safe_io, safe_text
 
 # the raw record's version and statuses: the record schema's (record_schema.py)
 from cudalab.record_schema import SCHEMA_VERSION, STATUSES  # noqa: F401
@@ -63,8 +63,8 @@ COLUMNS: dict[str, tuple[str, str]] = {
                     "kept in the record, left out of the statistics"),
     "timing_note": ("string", "why the timing needs care: too few clean (unthrottled) "
                     "samples, or a fallback from the queued method (empty: none)"),
-    "harness": ("string", "the harness settings that produced the time (JSON: warm-up, "
-                "min/max samples, target CV, budget, min sample time, cold L2, method)"),
+    # the harness settings that produced the time, one typed column each (harness_columns)
+    **harness_columns.COLUMNS,
     "flops": ("float64", "floating-point operations of one launch (declared by the experiment)"),
     "bytes": ("float64", "bytes one launch must move through device memory (declared)"),
     "gflops": ("float64", "flops / time_median_s / 1e9"),
@@ -100,8 +100,8 @@ COLUMNS: dict[str, tuple[str, str]] = {
                 "ceil_* of its memory level, or of the theoretical peak where no ceiling was "
                 "measured): the number needs explaining (empty: nothing to compare with)"),
     # derived by aggregate from the columns above and the run's ceilings (roofline.annotate)
-    "cold_l2": ("boolean", "the harness flushed the L2 before every sample (from harness; "
-                "empty where not recorded)"),
+    "cold_l2": ("boolean", "the harness flushed the L2 before every sample (its setting "
+                "cold_l2; empty where not recorded)"),
     "intensity": ("float64", "arithmetic intensity, flops / bytes, FLOP/byte (empty without "
                   "both)"),
     "roof_gflops": ("float64", "the flat roof the point's gflops is judged against, GFLOP/s: "
@@ -165,7 +165,7 @@ DERIVED_COLUMNS = ("cold_l2", "intensity", "roof_gflops", "roof_name", "suspect_
 LATER_COLUMNS = (*CEILING_COLUMNS, *DERIVED_COLUMNS, "time_trial_spread", "time_floor_s",
                  "cpu_threads", "blas", "python_executable", "loaded_modules", "nvcc_path",
                  "launch_blocks", "launch_threads", "sm_count", "gpu_smi_index",
-                 "gpu_pci_bus_id")
+                 "gpu_pci_bus_id", *harness_columns.COLUMNS)
 
 PROVENANCE_KEYS = [k for k in list(COLUMNS)[list(COLUMNS).index("gpu_name"):]]
 
@@ -451,7 +451,7 @@ def record_to_row(rec: dict[str, Any]) -> dict[str, Any]:
         "time_mean_s": t.get("mean", math.nan) if ok else math.nan,
         "n_throttled": t.get("n_throttled"),
         "timing_note": t.get("timing_note", ""),
-        "harness": json.dumps(t["harness"], sort_keys=True) if t.get("harness") else None,
+        **harness_columns.row(t.get("harness")),
         "flops": work.get("flops", math.nan),
         "bytes": work.get("bytes", math.nan),
         "gflops": _safe_div(work.get("flops"), med) / 1e9,
@@ -543,6 +543,7 @@ def read_table(path: Path) -> pd.DataFrame:
     packed = {".gz": "gzip", ".bz2": "bz2", ".xz": "xz", ".zip": "zip"}.get(Path(path).suffix)
     df = safe_text.uncsv_frame(pd.read_csv(data, dtype=dtypes, keep_default_na=True,
                                            compression=packed))
+    df = harness_columns.expand(df)  # an older table's settings as JSON in one column
     for c, (d, _) in COLUMNS.items():
         if d == "boolean" and c in df:
             df[c] = df[c].map({True: True, False: False, "True": True, "False": False}).astype(

@@ -12,7 +12,6 @@ peak and device_query's L2 size.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cudalab import fmt, results
+from cudalab import fmt, harness_columns, results
 from cudalab.run_ceilings import PRECISIONS, Ceilings, as_float, ceilings_of, num, row_roof
 
 # The lessons' declarations the roofline needs, as data: the experiments whose points go
@@ -51,17 +50,6 @@ def device_experiments() -> frozenset[str]:
 
 
 # -- memory levels and suspect numbers -------------------------------------------------------
-def cold_l2(harness: Any) -> bool | None:
-    """measurement.cold_l2 of a row's harness settings (JSON); None where not recorded."""
-    if fmt.missing(harness):
-        return None
-    try:
-        v = json.loads(str(harness)).get("cold_l2")
-    except (json.JSONDecodeError, AttributeError):
-        return None
-    return None if v is None else bool(v)
-
-
 def _truthy(v: Any) -> bool:
     if fmt.missing(v):
         return False
@@ -71,7 +59,7 @@ def _truthy(v: Any) -> bool:
 def annotate(df: pd.DataFrame, c: Ceilings | None = None) -> pd.DataFrame:
     """df with the memory-level columns of the contract filled: working_set_bytes,
     memory_level ('dram' | 'l2' | ''), pct_ceil_gbps, pct_ceil_gflops, suspect (bool),
-    plus cold_l2 (from the harness column), intensity (FLOP/byte) and suspect_why (text).
+    plus cold_l2 (the harness setting), intensity (FLOP/byte) and suspect_why (text).
     Columns the table has are kept; missing ones are derived by the contract's rules.
     Annotate the whole table, then select (the L2 size of old tables is on device_query's
     row), or give the whole table's ceilings as c. A frame whose every row has them
@@ -80,8 +68,9 @@ def annotate(df: pd.DataFrame, c: Ceilings | None = None) -> pd.DataFrame:
         return df
     out = df.copy()
     c = c or ceilings_of(df)
-    out["cold_l2"] = (out["harness"].map(cold_l2) if "harness" in out
-                      else pd.Series(None, index=out.index, dtype=object))
+    out = harness_columns.expand(out, drop=False)  # a frame with the older JSON column
+    if "cold_l2" not in out:
+        out["cold_l2"] = pd.Series(None, index=out.index, dtype=object)
     # results.read_table gives an older table the new columns, empty: derive those as if
     # they were absent
     if not _filled(out, "working_set_bytes"):

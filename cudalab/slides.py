@@ -1,26 +1,25 @@
-"""Slides: one 16:9 figure per lesson (1920×1080, one panel, no text under 20 pt) and a
-one-file HTML deck that shows them with the lesson's headline claim.
+"""Slides: one 16:9 figure per lesson (1920×1080, one panel, no text under MIN_PT) and a
+one-file HTML deck that shows them with the lesson's headline claim (cudalab/slide_deck.py).
 
 A slide is the experiment's own figure, so a lesson stays in one place: plot() draws the
-figure its Lesson names in `slide_figure = (figure, axes index)` (default: the first
-figure, its first axes), then the figure is resized to 19.2×10.8 in at 100 dpi, every
-other panel is removed, the chosen one fills the figure, and every text is raised to at
-least 20 pt; labels that would then collide are thinned.
+figure the lesson's headline claim is about (Claim.figure), else the one its Lesson names in
+`slide_figure = (figure, axes index)` (default: the first figure, its first axes); then the
+figure is resized to 19.2×10.8 in at 100 dpi, every other panel is removed, the chosen one
+fills the figure, and every text is raised to at least MIN_PT; labels that would then
+collide are thinned. MIN_PT keeps the figure's smallest text at slide_deck.MIN_PX (28 px)
+where the deck shows it at 1920×1080: scaled into the box under the title, about 0.7 of its
+1920 px.
 """
 
 from __future__ import annotations
 
-import html
 import math
 import textwrap
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from cudalab import claims
-from cudalab.embed import data_uri
 from cudalab.experiments import REGISTRY
 from cudalab.results import atomic_path
 
@@ -28,17 +27,28 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+    from cudalab.run_claims import RunClaims
+
 WIDTH_IN, HEIGHT_IN, DPI = 19.2, 10.8, 100  # 1920×1080 px
-MIN_PT = 20.0
-TITLE_PT, SUPTITLE_PT, LABEL_PT = 28.0, 30.0, 24.0
+# 28 px on screen once the deck scales the figure into its box: about 0.66 to 0.72 of its
+# 1920 px at 1920×1080, by how many lines the title and the claim under it take
+# (tests/test_slides.py measures it in Chromium): 28 / 0.65 px = 31 pt at 100 dpi
+MIN_PT = 31.0
+TITLE_PT, SUPTITLE_PT, LABEL_PT = 34.0, 34.0, 32.0
+FEW_TICKS = 8  # at most this many x labels are turned upright rather than thinned
+LEGEND_SHARE = 0.25  # of the slide's width: the panel keeps the rest
 LINE_SCALE = 1.6  # lines and markers drawn for a 9 in figure, seen from the back of a room
-DECK = "index.html"
 
 
-def slide_choice(name: str) -> tuple[str, int]:
-    """(figure, axes index) of an experiment's slide: its lesson's slide_figure, else its
-    first figure's first axes."""
+def slide_choice(name: str, judged: RunClaims | None = None) -> tuple[str, int]:
+    """(figure, axes index) of an experiment's slide: the figure its headline claim is about
+    (Claim.figure, as the run's claims.json names it), else its lesson's slide_figure, else
+    its first figure's first axes."""
     lesson = REGISTRY[name].lesson
+    head = judged.headline(name) if judged is not None else None
+    about = judged.figure(name, head.key) if head is not None and judged is not None else None
+    if about and about[0] in lesson.figures:
+        return about
     if lesson.slide_figure:
         return str(lesson.slide_figure[0]), int(lesson.slide_figure[1])
     return next(iter(lesson.figures)), 0
@@ -56,12 +66,13 @@ def _placeholder(name: str, why: str) -> Figure:
     return figures.placeholder(REGISTRY[name].lesson.title, why)
 
 
-def slide(name: str, df: pd.DataFrame) -> Figure:
-    """The lesson's slide figure from the run's table (the whole table or its rows)."""
+def slide(name: str, df: pd.DataFrame, judged: RunClaims | None = None) -> Figure:
+    """The lesson's slide figure from the run's table (the whole table or its rows): the
+    figure its headline claim is about (judged: the run's claims.json)."""
     from cudalab import figures
 
     figures.setup_style()
-    fig_name, index = slide_choice(name)
+    fig_name, index = slide_choice(name, judged)
     sub = df[df["experiment"] == name] if "experiment" in df else df
     fig = REGISTRY[name].plot(fig_name, sub) if not sub.empty else None
     if fig is None:
@@ -112,7 +123,7 @@ def _legend_of(fig: Figure, axes: list[Axes]) -> tuple[list[Any], list[str], str
 
 def _wrap(text: str, size_pt: float, width_px: float) -> str:
     """Text wrapped to the width a line of it may take (about 0.55 em per character)."""
-    chars = max(20, int(width_px / (0.55 * size_pt * DPI / 72)))
+    chars = max(16, int(width_px / (0.55 * size_pt * DPI / 72)))
     return "\n".join(textwrap.fill(line, chars) for line in text.split("\n"))
 
 
@@ -138,8 +149,11 @@ def to_slide(fig: Figure, index: int = 0) -> Figure:
             a.set_subplotspec(spec)
     for mappable, label in bars:
         fig.colorbar(mappable, ax=ax, label=label)
-    if labels:
-        leg = fig.legend(handles, labels, loc="outside right upper", title=legend_title or None)
+    if labels:  # beside the panel, at most LEGEND_SHARE of the slide's width
+        room = LEGEND_SHARE * WIDTH_IN * DPI
+        leg = fig.legend(handles, [_wrap(t, MIN_PT, room) for t in labels],
+                         loc="outside right upper",
+                         title=_wrap(legend_title, LABEL_PT, room) if legend_title else None)
         leg.get_title().set_fontsize(LABEL_PT)
     _restyle(fig, keep)
     _wrap_to_axes(fig)
@@ -175,6 +189,8 @@ def _restyle(fig: Figure, axes: list[Axes]) -> None:
         a.tick_params(which="both", labelsize=MIN_PT)
         for off in (a.xaxis.get_offset_text(), a.yaxis.get_offset_text()):
             off.set_fontsize(MIN_PT)
+    for a in fig.axes:
+        _plain_log_ticks(a)
     for a in axes:
         for line in a.get_lines():
             line.set_linewidth(line.get_linewidth() * LINE_SCALE)
@@ -182,6 +198,31 @@ def _restyle(fig: Figure, axes: list[Axes]) -> None:
     for t in fig.findobj(Text):
         if t.get_fontsize() < MIN_PT:
             t.set_fontsize(MIN_PT)
+
+
+def log_tick(v: float, _pos: Any = None) -> str:
+    """A log axis' tick as plain text: '0.01', '1000', '1e-6'. Matplotlib's '10⁻⁶' draws its
+    exponent at 0.7 of the label's size, under MIN_PT on a slide."""
+    if v <= 0 or not math.isfinite(v):
+        return ""
+    text = f"{v:g}" if 1e-3 <= v < 1e5 else f"{v:.3g}"
+    if "e" in text:
+        mantissa, exp = text.split("e")
+        text = f"{mantissa}e{int(exp)}"
+    return text
+
+
+def _plain_log_ticks(ax: Axes) -> None:
+    """matplotlib's own log labels (mathtext powers) in plain text, their minor ticks
+    unlabelled (fewer, larger texts); a lesson's own labels stay. A secondary axis too."""
+    from matplotlib.ticker import FuncFormatter, LogFormatter, NullFormatter
+
+    for a in (ax, *ax.child_axes):
+        for axis in (a.xaxis, a.yaxis):
+            if isinstance(axis.get_major_formatter(), LogFormatter):
+                axis.set_major_formatter(FuncFormatter(log_tick))
+            if isinstance(axis.get_minor_formatter(), LogFormatter):
+                axis.set_minor_formatter(NullFormatter())
 
 
 def _wrap_to_axes(fig: Figure) -> None:
@@ -208,12 +249,18 @@ def _overlaps(a: Any, b: Any) -> bool:
 
 
 def _thin_ticks(axis: Any, renderer: Any) -> None:
-    """Keep every k-th tick label where 20 pt labels would touch (a heatmap's 60 rows)."""
+    """Keep every k-th tick label where MIN_PT labels would touch (a heatmap's 60 rows)."""
     labels = [t for t in axis.get_ticklabels() if t.get_visible() and t.get_text()]
     boxes = [t.get_window_extent(renderer) for t in labels]
     if len(boxes) < 2 or not any(_overlaps(a, b) for a, b in zip(boxes, boxes[1:])):
         return
     horizontal = axis.axis_name == "x"
+    if horizontal and len(labels) <= FEW_TICKS:  # a few categories: upright, none dropped
+        for t in labels:
+            t.set_rotation(90)
+        boxes = [t.get_window_extent(renderer) for t in labels]
+        if not any(_overlaps(a, b) for a, b in zip(boxes, boxes[1:])):
+            return
     need = max((b.width if horizontal else b.height) for b in boxes) * 1.15
     ticks = axis.get_ticklocs()
     pixels = axis.axes.transData.transform(
@@ -260,7 +307,7 @@ def _lift_titles(fig: Figure) -> None:
 
 
 def _declutter(fig: Figure) -> None:
-    """Labels that collide once they are 20 pt: tick labels thinned; annotations inside
+    """Labels that collide once they are MIN_PT: tick labels thinned; annotations inside
     the panel (a heatmap's cell numbers) dropped when many collide, else the later of
     each colliding pair (the colour bar still reads the value)."""
     fig.canvas.draw()
@@ -285,168 +332,34 @@ def _declutter(fig: Figure) -> None:
 
 def save(fig: Figure, stem: Path) -> list[Path]:
     """stem.png (1920×1080) and stem.svg, each written to a temp name then renamed; never
-    bbox_inches='tight', which would change the size."""
+    bbox_inches='tight', which would change the size. The SVG keeps its text as text (with
+    its font size), so it stays editable and its sizes can be checked."""
     import matplotlib.pyplot as plt
+    from matplotlib import rc_context
 
     stem.parent.mkdir(parents=True, exist_ok=True)
     out = []
     for ext in ("png", "svg"):
         path = stem.with_suffix(f".{ext}")
-        with atomic_path(path) as tmp:
+        with atomic_path(path) as tmp, rc_context({"svg.fonttype": "none"}):
             fig.savefig(tmp, format=ext, dpi=DPI)
         out.append(path)
     plt.close(fig)
     return out
 
 
-@dataclass(frozen=True)
-class Headline:
-    """The claim a slide states, judged on this run."""
-
-    statement: str
-    state: str  # seen, not seen, not measured, not applicable
-    evidence: str
-
-
-def _headline(r: Any) -> Headline:
-    """A cudalab.claims.ClaimResult (its state an enum whose value is the word)."""
-    return Headline(r.statement, str(getattr(r.state, "value", r.state)), r.evidence)
-
-
-def claims_of(name: str, df: pd.DataFrame) -> list[Headline]:
-    """The lesson's claims judged on this run (cudalab.claims)."""
-    return [_headline(r) for r in claims.evaluate(name, df)]
-
-
-def headline(name: str, df: pd.DataFrame) -> Headline | None:
-    """The claim a slide states: the lesson's point (cudalab.claims.headline)."""
-    r = claims.headline(name, df)
-    return None if r is None else _headline(r)
-
-
-def write_slides(df: pd.DataFrame, out: Path, names: list[str] | None = None) -> list[Path]:
+def write_slides(df: pd.DataFrame, out: Path, names: list[str] | None = None,
+                 judged: RunClaims | None = None) -> list[Path]:
     """Every lesson's slide (out/<experiment>.png and .svg) and the deck (out/index.html).
-    names: the experiments to show (default: every one of the table that has a figure)."""
+    names: the experiments to show (default: every one of the table that has a figure);
+    judged: the run's claims.json (a table in memory without one: claims_file.judge_run)."""
+    from cudalab import claims_file, slide_deck
+
+    judged = judged if judged is not None else claims_file.judge_run(df)
     written = []
     present = set(df["experiment"]) if "experiment" in df else set()
     shown = experiments_with_slides(names if names is not None
                                     else [n for n in REGISTRY if n in present])
     for name in shown:
-        written += save(slide(name, df), out / name)
-    return [*written, write_deck(df, shown, out)]
-
-
-def write_deck(df: pd.DataFrame, names: list[str], out: Path) -> Path:
-    """out/index.html from the slides already in out/ (out/<name>.png)."""
-    deck = out / DECK
-    with atomic_path(deck) as tmp:
-        tmp.write_text(deck_html(df, names, out), encoding="utf-8")
-    return deck
-
-
-_CSS = """
-:root { --w: min(100vw, 177.778vh); }
-html, body { margin: 0; height: 100%; background: #1b1b1b; }
-body { display: flex; align-items: center; justify-content: center;
-  font-family: "DejaVu Sans", system-ui, sans-serif; }
-.slide { display: none; position: relative; box-sizing: border-box; width: var(--w);
-  height: calc(var(--w) * 0.5625); padding: calc(var(--w) * 0.02) calc(var(--w) * 0.03);
-  background: #fff; color: #111; flex-direction: column; overflow: hidden;
-  font-size: calc(var(--w) / 48); }
-.slide.current { display: flex; }
-.slide h1 { font-size: 1.25em; line-height: 1.15; margin: 0 0 0.25em; }
-.slide h1, .claim, .evidence { flex: none; }
-.cover { justify-content: center; }
-.cover h1 { font-size: 2.2em; }
-.cover p { font-size: 1.1em; margin: 0.3em 0; }
-.figure { flex: 1 1 auto; min-height: 0; display: flex; justify-content: center; }
-.figure img { max-width: 100%; max-height: 100%; object-fit: contain; }
-.claim { margin: 0.35em 0 0; line-height: 1.3; }
-.state { font-weight: bold; white-space: nowrap; margin-right: 0.4em; }
-.seen { color: #1a7f37; } .not-seen { color: #c0392b; }
-.not-measured, .not-applicable { color: #666; }
-.evidence { margin: 0.2em 0 0; font-size: 0.62em; color: #444; line-height: 1.3;
-  display: -webkit-box; -webkit-line-clamp: 2; -webkit-box-orient: vertical;
-  overflow: hidden; }
-.number { position: absolute; right: 1.2em; bottom: 0.6em; font-size: 0.55em; color: #888; }
-@page { size: 13.333in 7.5in; margin: 0; }
-@media print {
-  :root { --w: 13.333in; }
-  html, body { height: auto; background: #fff; display: block; }
-  .slide { display: flex; break-after: page; page-break-after: always; }
-  .slide:last-child { break-after: auto; page-break-after: auto; }
-  .hint { display: none; }
-}
-"""
-
-# Arrow keys, space, Page Up/Down, Home/End and a click move between slides; #3 opens the
-# third (a reload keeps the place).
-_JS = """
-(function () {
-  var slides = Array.prototype.slice.call(document.querySelectorAll('.slide'));
-  var i = 0;
-  function show(n) {
-    i = Math.max(0, Math.min(slides.length - 1, n));
-    slides.forEach(function (s, k) { s.classList.toggle('current', k === i); });
-    try { history.replaceState(null, '', '#' + (i + 1)); } catch (e) {}
-  }
-  var next = ['ArrowRight', 'ArrowDown', 'PageDown', ' ', 'Enter'];
-  var prev = ['ArrowLeft', 'ArrowUp', 'PageUp', 'Backspace'];
-  document.addEventListener('keydown', function (e) {
-    if (next.indexOf(e.key) >= 0) { show(i + 1); }
-    else if (prev.indexOf(e.key) >= 0) { show(i - 1); }
-    else if (e.key === 'Home') { show(0); }
-    else if (e.key === 'End') { show(slides.length - 1); }
-    else { return; }
-    e.preventDefault();
-  });
-  document.addEventListener('click', function (e) {
-    show(e.clientX < window.innerWidth / 3 ? i - 1 : i + 1);
-  });
-  var n = parseInt(location.hash.slice(1), 10);
-  show(isNaN(n) ? 0 : n - 1);
-})();
-"""
-
-_SYMBOL = {"seen": "✔ seen", "not seen": "✘ not seen", "not measured": "– not measured",
-           "not applicable": "n/a"}
-
-
-def _claim_html(h: Headline | None) -> str:
-    if h is None:
-        return '<p class="claim">This lesson states no claim to check on the data.</p>'
-    e = html.escape
-    cls = h.state.replace(" ", "-")
-    state = _SYMBOL.get(h.state, h.state)
-    return (f'<p class="claim"><span class="state {e(cls)}">{e(state)}</span>'
-            f'{e(h.statement)}</p><p class="evidence">{e(h.evidence)}</p>')
-
-
-def _gpu(df: pd.DataFrame) -> str:
-    gpus = df["gpu_name"].dropna() if "gpu_name" in df else []
-    return str(gpus.iloc[0]) if len(gpus) else "no GPU"
-
-
-def deck_html(df: pd.DataFrame, names: list[str], folder: Path) -> str:
-    """The deck: a cover, then per lesson its title, its slide (folder/<name>.png, embedded)
-    and its headline claim judged on this run."""
-    e = html.escape
-    total = len(names) + 1
-    parts = [f'<section class="slide cover"><h1>The CUDA course, measured on {e(_gpu(df))}</h1>'
-             f"<p>{len(names)} lessons, one slide each, from this run's results.</p>"
-             '<p class="hint">→, space or a click: next slide; ←: back; '
-             "print: one slide per page.</p>"
-             f'<span class="number">1 / {total}</span></section>']
-    for k, name in enumerate(names, start=2):
-        title = REGISTRY[name].lesson.title
-        img = data_uri(folder / f"{name}.png")
-        parts.append(
-            f'<section class="slide" id="{e(name)}"><h1>{e(title)}</h1>'
-            f'<div class="figure"><img src="{img}" alt="{e(title)}"></div>'
-            f"{_claim_html(headline(name, df))}"
-            f'<span class="number">{k} / {total}</span></section>')
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>cudalab slides: {e(_gpu(df))}</title><style>{_CSS}</style>"
-            "<noscript><style>.slide { display: flex; margin: 0 auto 1em; }</style></noscript>"
-            f"</head><body>{''.join(parts)}<script>{_JS}</script></body></html>\n")
+        written += save(slide(name, df, judged), out / name)
+    return [*written, slide_deck.write_deck(judged, shown, out)]

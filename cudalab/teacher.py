@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from cudalab import results, roofline
+from cudalab import results, roofline, run_ceilings
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.questions import Answer, Question, Run, not_measured
 from cudalab.resources import TEMPLATES_DIR
@@ -48,7 +48,7 @@ def lessons(df: pd.DataFrame) -> list[dict[str, Any]]:
     """Every lesson of the catalogue, in the report's order, with each question answered on
     the run's table df (the one roofline.load_table reads; annotated here)."""
     full = roofline.annotate(df).copy()  # one block of memory: answers add columns
-    ceilings = roofline.ceilings_of(full)
+    ceilings = run_ceilings.ceilings_of(full)
     out = []
     for name, exp in REGISTRY.items():
         run = Run(full[full["experiment"] == name], full, ceilings)

@@ -7,11 +7,12 @@ section (reports/templates/report.html.j2).
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
 import pandas as pd
+
+from cudalab import harness_columns
 
 # The measured pieces of a launch (vector_add's m_* metrics, gpu.GpuSession.launch_costs)
 # with what each one is; the kernel alone is the row's time_median_s.
@@ -21,13 +22,6 @@ LAUNCH_PARTS = {
     "m_one_launch_s": "one launch end to end (CUDA events around a single launch)",
     "time_median_s": "the kernel alone (timer column: how it was timed)",
 }
-
-
-def _target_cv(harness: Any, default: float) -> float:
-    try:
-        return float(json.loads(harness)["target_cv"])
-    except (TypeError, ValueError, KeyError):
-        return default
 
 
 def gpu_timed(df: pd.DataFrame) -> pd.DataFrame:
@@ -51,8 +45,11 @@ def convergence(df: pd.DataFrame, default_target: float = 0.02) -> dict[str, Any
     with, and the list of those that did not or whose timing carries a note (too few
     clean samples, a fallback from queued timing)."""
     g = gpu_timed(df)
-    targets = [_target_cv(h, default_target) for h in g.get("harness", [None] * len(g))]
-    g = g.assign(target_cv=targets)
+    # the target each point was measured with (its harness setting), else the config's
+    g = harness_columns.expand(g, drop=False)
+    target = (pd.to_numeric(g["harness_target_cv"], errors="coerce")
+              if "harness_target_cv" in g else pd.Series(float("nan"), index=g.index))
+    g = g.assign(target_cv=target.fillna(default_target).astype(float))
     ok = g["time_cv"] <= g["target_cv"]
     note = g["timing_note"].astype("string").fillna("") if "timing_note" in g else ""
     listed = g[~ok | (note != "")]

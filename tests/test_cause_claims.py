@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cudalab import claims, config, results, roofline
+from cudalab import claims, config, results, roofline, run_ceilings
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.lesson import State
 from cudalab.experiments.streams import duplex
@@ -92,7 +92,7 @@ def test_the_block_rate_fact_and_figure(h100):
     d = cause_data.block_rate_run(h100)
     full = roofline.annotate(d)
     sub = full[full["experiment"] == "vector_add"]
-    fact = block_rate_fact(sub, roofline.ceilings_of(full))
+    fact = block_rate_fact(sub, run_ceilings.ceilings_of(full))
     assert fact and "one-load blocks" in fact and "empty blocks" in fact, fact
     assert block_rate_fact(h100[h100["experiment"] == "vector_add"], None) is None
     exp = REGISTRY["vector_add"]

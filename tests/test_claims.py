@@ -22,7 +22,7 @@ import cause_data
 import pandas as pd
 import pytest
 
-from cudalab import claims, config, report, results, roofline
+from cudalab import claims, config, report, results, roofline, run_claims
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.base import Experiment
 from cudalab.experiments.lesson import Claim, Lesson, State
@@ -169,8 +169,9 @@ def test_the_audit_fails_a_claim_that_cannot_fail(refs):
 def _section_claims(name: str, df: pd.DataFrame) -> list[claims.ClaimResult]:
     """The claims the report's section of `name` renders (data-state in its HTML)."""
     full = roofline.annotate(df)
+    judged = run_claims.RunClaims({"lessons": run_claims.judge_lessons(full, [name])})
     sec = report._section(name, REGISTRY[name], full[full["experiment"] == name],
-                          Path("/nonexistent"), 10, "raw", full, {})
+                          Path("/nonexistent"), 10, "raw", full, {}, judged)
     return sec["claims"]
 
 

@@ -25,7 +25,7 @@ import pandas as pd
 import pytest
 from test_not_measured import not_measured_table
 
-from cudalab import cli, fmt, report, results, roofline, teacher
+from cudalab import cli, fmt, report, results, roofline, run_ceilings, teacher
 from cudalab import config as cfg
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.lesson import Lesson, slower
@@ -61,7 +61,7 @@ def _answers(df: pd.DataFrame) -> dict[tuple[str, int], object]:
 
 def _one(df: pd.DataFrame, name: str, i: int):
     full = roofline.annotate(df)
-    run = Run(full[full["experiment"] == name], full, roofline.ceilings_of(full))
+    run = Run(full[full["experiment"] == name], full, run_ceilings.ceilings_of(full))
     return teacher.answer(name, REGISTRY[name].lesson.questions[i], run)
 
 
@@ -82,7 +82,7 @@ def test_a_plain_string_question_still_works_and_says_it_has_no_answer(h100):
     full = roofline.annotate(h100)
     got = teacher.answer("vector_add", lesson.questions[0],
                          Run(full[full["experiment"] == "vector_add"], full,
-                             roofline.ceilings_of(full)))
+                             run_ceilings.ceilings_of(full)))
     assert not got.measured and "No answer declared" in got.text
 
 

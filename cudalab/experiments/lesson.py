@@ -59,11 +59,14 @@ class State(str, Enum):
 class Judgement:
     state: State
     evidence: str  # the numbers the predicate read, or why it could not judge
+    # the numbers it compared, by name (claims.json keeps them beside the evidence's words)
+    numbers: Mapping[str, float] = field(default_factory=dict)
 
 
-def judged(holds: bool, evidence: str) -> Judgement:
-    """Seen where the predicate holds, else not seen; evidence: the numbers it read."""
-    return Judgement(State.SEEN if holds else State.NOT_SEEN, evidence)
+def judged(holds: bool, evidence: str, **numbers: float) -> Judgement:
+    """Seen where the predicate holds, else not seen; evidence: the numbers it read (and,
+    named, the ones it compared: judged(r >= 2, f"{r:.2f}x", ratio=r, threshold=2))."""
+    return Judgement(State.SEEN if holds else State.NOT_SEEN, evidence, numbers)
 
 
 def no_data(why: str) -> Judgement:
@@ -89,13 +92,15 @@ class Claim:
     flip(rows): the experiment's rows changed so that the verdict turns over (the mutation
     test); key: a stable name (default: the judge's name); tool: a check of cudalab itself
     (its limits table against the driver, its peaks computed), not a lesson of the course:
-    never a lesson's headline."""
+    never a lesson's headline; figure: (figure name, panel index) the claim is about, which
+    a slide stating it shows (None: the lesson's slide_figure)."""
 
     statement: str
     judge: Judge
     flip: Flip | None = None
     key: str = ""
     tool: bool = False
+    figure: tuple[str, int] | None = None
 
     @property
     def name(self) -> str:
@@ -122,6 +127,7 @@ class ClaimResult:
     evidence: str
     key: str = ""
     experiment: str = ""
+    numbers: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def claim(self) -> str:  # the older names of the fields
@@ -207,7 +213,9 @@ class Lesson:
     captions, Try-this, questions) with where it comes from, since prose never states a
     measured number (tests/test_claims.py holds it to that); slide_figure: (figure name,
     axes index) of the slide and the handout page, None: the first figure drawn; pages: the
-    printed pages its handout section takes (the print test allows the handout the sum).
+    printed pages its handout section takes (the print test allows the handout the sum);
+    headline: the key of the claim the lesson's slide states (None: its first claim that is
+    neither the correctness check nor a check of the tool).
     A lesson has TRY_THIS_COUNT[0] to TRY_THIS_COUNT[1] Try-this and as many questions."""
 
     title: str
@@ -221,6 +229,7 @@ class Lesson:
     slide_figure: tuple[str, int] | None = None
     course_facts: Mapping[str, Explanation] = field(default_factory=dict)
     pages: int = 1
+    headline: str | None = None
 
     def __post_init__(self) -> None:  # questions: Question(text, answer) (questions.py)
         object.__setattr__(self, "questions", tuple(as_question(q) for q in self.questions))

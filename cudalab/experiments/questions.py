@@ -23,7 +23,7 @@ import pandas as pd
 from cudalab import fmt
 
 if TYPE_CHECKING:
-    from cudalab.roofline import Ceilings
+    from cudalab.run_ceilings import Ceilings
 
 NOT_MEASURED = "Not measured in this run"
 

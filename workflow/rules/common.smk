@@ -56,6 +56,7 @@ if _LOCAL and "gpu" not in workflow.global_resources:
     workflow.global_resources["gpu"] = cudalab_gpu_slots.local_gpu_count(config)
 MEASURED = FOLDERS[0]
 TABLE = f"{MEASURED}/results.csv"
+CLAIMS = f"{MEASURED}/claims.json"  # judged once with the table (aggregate)
 REPORT = f"{RESULTS}/report.html"
 # The validated config (defaults filled, --configfile / --config applied) that the jobs'
 # `cudalab` commands read: one meaning for every step. Written in onstart by the main process

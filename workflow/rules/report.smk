@@ -8,6 +8,7 @@ localrules:
 rule html_report:
     input:
         table=TABLE,
+        claims=CLAIMS,  # the run's claims, judged once by aggregate
         tables=[f"{f}/results.csv" for f in FOLDERS[1:]],  # the models set beside it
         figures=all_figures(),
         run_figures=run_figure_dirs(),  # the rooflines and the telemetry (figures.smk)
@@ -24,4 +25,4 @@ rule html_report:
     shell:
         "{CUDALAB} report --config {CONFIG_JSON:q} --table {input.table:q}"
         " --figures {params.figures:q} --results {params.results:q}"
-        " --out {output.report:q} > {log:q} 2>&1"
+        " --claims {input.claims:q} --out {output.report:q} > {log:q} 2>&1"

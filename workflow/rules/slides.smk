@@ -13,6 +13,7 @@ localrules:
 rule slides:
     input:
         table=TABLE,
+        claims=CLAIMS,  # each slide's mark is the report's: read, not judged again
     output:
         slides=SLIDES,
         deck=SLIDES_DECK,
@@ -24,5 +25,6 @@ rule slides:
     conda:
         CONDA_ENV
     shell:
-        "{CUDALAB} slides --table {input.table:q} --out {params.out:q}"
+        "{CUDALAB} slides --table {input.table:q} --claims {input.claims:q}"
+        " --out {params.out:q}"
         " --experiments {params.experiments:q} > {log:q} 2>&1"

@@ -212,6 +212,7 @@ TRY_THIS = [
 
 LESSON = Lesson(
     title="Atomics: a racy counter, atomicAdd, and a float sum by atomics or reduction",
+    headline="racy_loses",  # the lesson: a race loses increments; atomicAdd's is its fix
     caption=(
         "Counter: each of grid x block threads adds 1 to one global counter. The plain "
         "version reads, adds and writes back in three steps, so threads that read the same "

@@ -25,7 +25,7 @@ from cudalab.experiments.lesson import (
 )
 
 if TYPE_CHECKING:
-    from cudalab.roofline import Ceilings
+    from cudalab.run_ceilings import Ceilings
 
 COURSE_NVLINK_GBPS = 300.0  # the course's NVLink figure
 PEER_GAIN = 2.0  # peer access on is "faster" than off (through the host) by this factor

@@ -20,7 +20,7 @@ from cudalab import fmt
 from cudalab.experiments.lesson import Judgement, col, judged, no_data, ok, slower
 
 if TYPE_CHECKING:
-    from cudalab.roofline import Ceilings
+    from cudalab.run_ceilings import Ceilings
 
 TILED_FMA_PER_LOAD = 0.5  # one FMA for one word of A and one of B
 # Each step up in FMAs per shared-memory load is at least this much faster (GFLOP/s).

@@ -14,7 +14,7 @@ from cudalab.experiments.lesson import col, ok
 from cudalab.experiments.vector_add import block_rate
 
 if TYPE_CHECKING:
-    from cudalab.roofline import Ceilings
+    from cudalab.run_ceilings import Ceilings
 
 # As vector_add's claim: the blocks at the probe's rate account for at least this share.
 BLOCK_SHARE = 0.6

@@ -24,7 +24,7 @@ from cudalab.experiments.lesson import Judgement, col, judged, no_data, ok
 
 if TYPE_CHECKING:
     from cudalab.experiments.base import RunContext
-    from cudalab.roofline import Ceilings
+    from cudalab.run_ceilings import Ceilings
 
 VARIANT = "duplex"
 DIRECTIONS = ["h2d", "d2h", "both"]

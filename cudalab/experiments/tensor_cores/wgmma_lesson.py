@@ -44,7 +44,7 @@ from cudalab.experiments.tensor_cores.table import (
 )
 
 if TYPE_CHECKING:
-    from cudalab.roofline import Ceilings
+    from cudalab.run_ceilings import Ceilings
 
 # The best wgmma rung reaches at least this share of cuBLAS of the same precision (the
 # targets of the rungs: FP16 and BF16 at 70 %, TF32, whose rung also transposes B, at 60 %).
