@@ -356,6 +356,22 @@ def _claims_arg(s: Any) -> None:
                    "beside the output)")
 
 
+def _add_report(sub: Any) -> None:
+    s = sub.add_parser("report")
+    s.add_argument("--config", default=None, help="default: the run's own config.json in "
+                   "--results, else config.yaml")
+    s.add_argument("--table", default="results/results.csv")
+    s.add_argument("--figures", default="results/figures")
+    s.add_argument("--results", default="results")
+    s.add_argument("--out", default=None, help="default: results/report.html, with "
+                   "--teacher results/teacher.html")
+    s.add_argument("--teacher", action="store_true", help="write the teacher's edition: "
+                   "every lesson's questions answered from this run's numbers, with the "
+                   "working")
+    _claims_arg(s)
+    s.set_defaults(fn=cmd_report)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="cudalab", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -395,19 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--table", default="results/results.csv")
     s.add_argument("--out", default="results/figures")
     s.set_defaults(fn=cmd_compare_figures)
-    s = sub.add_parser("report")
-    s.add_argument("--config", default=None, help="default: the run's own config.json in "
-                   "--results, else config.yaml")
-    s.add_argument("--table", default="results/results.csv")
-    s.add_argument("--figures", default="results/figures")
-    s.add_argument("--results", default="results")
-    s.add_argument("--out", default=None, help="default: results/report.html, with "
-                   "--teacher results/teacher.html")
-    s.add_argument("--teacher", action="store_true", help="write the teacher's edition: "
-                   "every lesson's questions answered from this run's numbers, with the "
-                   "working")
-    _claims_arg(s)
-    s.set_defaults(fn=cmd_report)
+    _add_report(sub)
     s = sub.add_parser("slides", help="one 16:9 slide per lesson and a one-file HTML deck")
     s.add_argument("--table", default="results/results.csv")
     s.add_argument("--out", default="results/slides")
