@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from cudalab import claims, explain, fmt, results, roofline, run_figures, timing_report
+from cudalab import claims, explain, fmt, handout, results, roofline, run_figures, timing_report
 from cudalab.compare import report_context as compare_context
 from cudalab.embed import data_uri
 from cudalab.experiments import REGISTRY
@@ -168,11 +168,22 @@ def _figures(name: str, exp: Any, figures_dir: Path) -> list[dict[str, str]]:
 
 
 def main_figure(exp: Any, figures: list[dict[str, str]]) -> dict[str, str] | None:
-    """The one figure of the lesson's handout page: the experiment's slide figure where it
-    names one (Lesson.slide_figure = (figure name, axes)), else its first drawn figure."""
-    want = (exp.lesson.slide_figure or ("",))[0]
+    """The lesson's first figure on screen: the one its handout prints (Lesson.print_figure,
+    cudalab/handout.py), else its first drawn figure."""
+    want = (handout.print_choice(exp.name) or ("",))[0]
     named = [f for f in figures if f["name"] == want]
     return (named or figures or [None])[0]
+
+
+def handout_figure(name: str, figures_dir: Path) -> dict[str, Any] | None:
+    """The lesson's figure on paper (cudalab/handout.py), set at the width it was drawn for
+    so its labels print at the size they were drawn at; None where the figures step drew
+    none."""
+    png = figures_dir / name / f"{handout.FILE}.png"
+    if not png.exists():
+        return None
+    width = handout.printed_width_mm(handout.png_info(png.read_bytes()))
+    return {"src": data_uri(png), "width_mm": width}
 
 
 def _roofline_figure(rooflines: dict[str, dict[str, str]], name: str) -> dict[str, str] | None:
@@ -192,6 +203,7 @@ def _section(name: str, exp: Any, sub: pd.DataFrame, figures_dir: Path, max_rows
     return {
         "name": name, "title": exp.lesson.title, "caption": exp.lesson.caption,
         "figures": figs, "main_figure": main_figure(exp, figs),
+        "print_figure": handout_figure(name, figures_dir),
         # every claim of the lesson in one of four states; a claim not seen is a place
         # where this GPU contradicts the lesson, flagged with its evidence
         "claims": judged,

@@ -515,6 +515,8 @@ LESSON = Lesson(
         "(best tile of the mma kernel per size), with the precision's dense peak (SMs x clock x "
         "rate per SM; dashed) above cuBLAS.",
     },
+    print_figure=("precision_knob", None),  # on paper: speed against error
+    print_pages=0.85,  # its share of the A4 handout
     claims=CLAIMS,
     explanations=EXPLANATIONS,
     try_this=TRY_THIS,

@@ -195,6 +195,8 @@ LESSON = Lesson(
         "time": "Kernel time against vector length (log-log), one line per block size: flat "
         "while launch overhead dominates, then proportional to n.",
     },
+    print_figure=("bandwidth", None),  # on paper: the lesson's effect
+    print_pages=0.7,  # its share of the A4 handout
     claims=CLAIMS,
     explanations=EXPLANATIONS,
     try_this=TRY_THIS,
