@@ -192,10 +192,12 @@ def _write_ceilings(manifests: list[dict[str, Any]], path: Path) -> None:
 
 
 def cmd_figures(a: argparse.Namespace) -> int:
-    from cudalab import figures, results
+    from cudalab import figures, handout, results
 
     df = results.read_table(Path(a.table))
     drawn = figures.draw_experiment(a.experiment, df, Path(a.out))
+    # and the one the printed handout shows, at its printed size
+    handout.draw(a.experiment, df[df["experiment"] == a.experiment], Path(a.out))
     print(f"{a.experiment}: figures {json.dumps(drawn)}")
     return 0
 

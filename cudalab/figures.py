@@ -47,10 +47,7 @@ def placeholder(title: str, why: str):
 
 
 def draw_experiment(name: str, df: pd.DataFrame, out_dir: Path) -> dict[str, bool]:
-    """Draw every declared figure of one experiment, and its handout figure at its printed
-    size (cudalab/handout.py); returns name -> has data."""
-    from cudalab import handout
-
+    """Draw every declared figure of one experiment; returns name -> has data."""
     setup_style()
     exp = REGISTRY[name]
     sub = df[df["experiment"] == name]
@@ -64,5 +61,4 @@ def draw_experiment(name: str, df: pd.DataFrame, out_dir: Path) -> dict[str, boo
                    if n_bad else "no data for this figure in this run's grid")
             fig = placeholder(f"{exp.lesson.title}: {fig_name}", why)
         save(fig, out_dir / name / fig_name)
-    handout.draw(name, sub, out_dir)
     return drawn

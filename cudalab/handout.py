@@ -124,13 +124,14 @@ def save(fig: Figure, path: Path) -> Path:
 def draw(name: str, sub: Any, out_dir: Path) -> Path | None:
     """The experiment's handout figure from its rows, into out_dir/<name>/handout.png
     (None where the lesson has no figure or the run no data for it)."""
+    from cudalab import figures
+
     choice = print_choice(name)
     if choice is None:
         return None
+    figures.setup_style()
     fig = REGISTRY[name].plot(choice[0], sub) if not sub.empty else None
     if fig is None:
-        from cudalab import figures
-
         fig = figures.placeholder(REGISTRY[name].lesson.title,
                                   "no data for this figure in this run")
         choice = (choice[0], None)

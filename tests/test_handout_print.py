@@ -95,6 +95,7 @@ def reference_pdf(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes
     raw = results.read_table(table)
     for name in sorted(set(raw["experiment"])):
         figures.draw_experiment(name, raw, fig_dir)
+        handout.draw(name, raw[raw["experiment"] == name], fig_dir)
     df = roofline.load_table(table)
     run_figures.draw(df, REFERENCE, fig_dir)
     run_figures.draw_comparisons(df, config, fig_dir)

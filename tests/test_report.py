@@ -39,8 +39,8 @@ def test_report_is_self_contained(rendered):
     assert "<script" not in html
     from cudalab.experiments import REGISTRY
 
-    # matmul's own figures, the run's roofline and matmul's roofline
-    assert html.count("data:image/png;base64,") == len(REGISTRY["matmul"].lesson.figures) + 2
+    # matmul's own figures, its handout figure, the run's roofline and matmul's roofline
+    assert html.count("data:image/png;base64,") == len(REGISTRY["matmul"].lesson.figures) + 3
 
 
 def test_report_has_summary_device_sections_and_checks(rendered):
@@ -158,7 +158,7 @@ def test_every_experiment_has_try_this_and_questions_that_are_valid_configs():
 def test_try_this_and_questions_are_rendered(rendered):
     path, _ = rendered
     page = path.read_text()
-    assert "<h3>Try this</h3>" in page and "<h3>Questions</h3>" in page
+    assert "<h3>Try this " in page and "<h3>Questions</h3>" in page
     assert "<code>matmul.tiles: [8]</code>" in page
 
 
