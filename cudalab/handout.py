@@ -132,8 +132,7 @@ def draw(name: str, sub: Any, out_dir: Path) -> Path | None:
     figures.setup_style()
     fig = REGISTRY[name].plot(choice[0], sub) if not sub.empty else None
     if fig is None:
-        fig = figures.placeholder(REGISTRY[name].lesson.title,
-                                  "no data for this figure in this run")
+        fig = figures.placeholder(REGISTRY[name].lesson.title, figures.nothing_to_plot(sub))
         choice = (choice[0], None)
     return save(to_print(fig, choice[1]), Path(out_dir) / name / f"{FILE}.png")
 

@@ -32,6 +32,7 @@ HEADERS = {"time_median_s": "median time", "spread": "spread (IQR · CV)",
            "pct_ceil_gflops": "% of its FLOP roof", "gbps": "bandwidth",
            "memory_level": "level", "pct_peak_gbps": "% DRAM peak",
            "pct_ceil_gbps": "% ceiling of level", "raw": "raw record"}
+NOT_MEASURED = "not_measured"  # the status of a GPU point where no GPU was found
 SUSPECT_MARK = "⚠"  # beside a speed above the ceiling it is compared with
 # How a claim's state reads: its mark, and the CSS class that colours it.
 STATE_MARK = {State.SEEN.value: "✔ seen", State.NOT_SEEN.value: "✘ not seen",
@@ -195,7 +196,8 @@ def _section(name: str, exp: Any, sub: pd.DataFrame, figures_dir: Path, max_rows
              rooflines: dict[str, dict[str, str]]) -> dict[str, Any]:
     """One experiment's part of the report (df: the whole table, whose ceilings and L2 size
     the explanations read)."""
-    not_ok = sub[sub["status"] != "ok"]
+    # a point the run could not measure (no GPU) is not measured, never "not ok"
+    not_ok = sub[~sub["status"].isin(["ok", NOT_MEASURED])]
     cols = _param_cols(sub) + TABLE_COLS + _metric_cols(sub)
     summary = exp.summary_table(sub)
     judged = claims.evaluate(name, df)
@@ -214,6 +216,7 @@ def _section(name: str, exp: Any, sub: pd.DataFrame, figures_dir: Path, max_rows
         "questions": exp.lesson.questions,
         "counts": sub["status"].value_counts().to_dict(),
         "failures": not_ok[["point_id", "status", "reason"]].to_dict("records"),
+        "not_measured": not_measured_reasons(sub),
         # device_query's one row of ~50 facts reads as a key/value list, not a table
         "summary": summary,
         "table": "" if summary else table_html(sub.drop(columns=["params"]), cols, max_rows,
@@ -225,6 +228,41 @@ def _section(name: str, exp: Any, sub: pd.DataFrame, figures_dir: Path, max_rows
         "distrust": roofline.distrust(sub),
         "roofline": _roofline_figure(rooflines, name),
     }
+
+
+def _why_not_measured(reason: Any) -> str:
+    """A not-measured point's reason without its 'not measured: ' prefix."""
+    text = "" if fmt.missing(reason) else str(reason)
+    return text.removeprefix("not measured: ").strip() or "no reason recorded"
+
+
+def not_measured_reasons(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """The points the run did not measure, grouped by reason (most points first)."""
+    nm = df[df["status"] == NOT_MEASURED]
+    if nm.empty:
+        return []
+    counts = nm["reason"].map(_why_not_measured).value_counts()
+    return [{"reason": r, "n": int(n)} for r, n in counts.items()]
+
+
+def measured_on_gpu(df: pd.DataFrame) -> bool:
+    """Whether any point of the table was measured on a GPU (a GPU's name recorded)."""
+    if "gpu_name" not in df:
+        return False
+    name = df["gpu_name"]
+    return bool((name.notna() & (name.astype(str).str.strip() != "")).any())
+
+
+def gpu_banner(df: pd.DataFrame) -> dict[str, Any] | None:
+    """What the top of the report says where points were not measured: none if every
+    point was; no_gpu: the run measured no GPU point at all (a machine without one)."""
+    reasons = not_measured_reasons(df)
+    if not reasons:
+        return None
+    return {"no_gpu": not measured_on_gpu(df), "n": sum(r["n"] for r in reasons),
+            "n_points": len(df), "reasons": reasons[:3],
+            "experiments": sorted(set(df.loc[df["status"] == NOT_MEASURED, "experiment"])),
+            "measured": sorted(set(df.loc[df["status"] == "ok", "experiment"]))}
 
 
 def provenance_summary(prov: pd.DataFrame, show: int = 3) -> dict[str, str]:
@@ -269,6 +307,7 @@ def roofline_context(df: pd.DataFrame, rooflines: dict[str, dict[str, str]]
     c = roofline.ceilings_of(df)
     return {"figure": _roofline_figure(rooflines, roofline.RUN_FIGURE),
             "ceilings": roofline.ceilings_rows(c), "measured": c.measured,
+            "no_gpu": not measured_on_gpu(df),  # nothing to set against a ceiling
             "distrust": roofline.distrust(df)}
 
 
@@ -290,6 +329,7 @@ def build_context(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any],
     return {
         "title": config["report"]["title"],
         "run_name": config["run_name"],
+        "gpu_banner": gpu_banner(df),
         "generated": pd.Timestamp.now(tz="UTC").isoformat(timespec="seconds"),
         "device": {k: _fmt(v) for k, v in device.items()},
         "sections": sections,
