@@ -241,8 +241,9 @@ def not_measured_reasons(df: pd.DataFrame) -> list[dict[str, Any]]:
     nm = df[df["status"] == NOT_MEASURED]
     if nm.empty:
         return []
-    counts = nm["reason"].map(_why_not_measured).value_counts()
-    return [{"reason": r, "n": int(n)} for r, n in counts.items()]
+    why = nm["reason"].map(_why_not_measured)
+    return [{"reason": r, "n": int(n), "points": list(nm.loc[why == r, "point_id"].astype(str))}
+            for r, n in why.value_counts().items()]
 
 
 def measured_on_gpu(df: pd.DataFrame) -> bool:
@@ -260,7 +261,7 @@ def gpu_banner(df: pd.DataFrame) -> dict[str, Any] | None:
     if not reasons:
         return None
     return {"no_gpu": not measured_on_gpu(df), "n": sum(r["n"] for r in reasons),
-            "n_points": len(df), "reasons": reasons[:3],
+            "n_points": len(df), "reasons": [r | {"points": []} for r in reasons[:3]],
             "experiments": sorted(set(df.loc[df["status"] == NOT_MEASURED, "experiment"])),
             "measured": sorted(set(df.loc[df["status"] == "ok", "experiment"]))}
 
