@@ -25,6 +25,7 @@ from browser import chromium
 
 from cudalab import config as cfg
 from cudalab import figures, handout, report, results, roofline, run_figures
+from cudalab.cli import run_config_path
 from cudalab.experiments import REGISTRY
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,7 +92,8 @@ def reference_pdf(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes
     out = tmp_path_factory.mktemp("h100-handout")
     fig_dir = out / "figures"
     table = REFERENCE / "results.csv"
-    config = cfg.load(REFERENCE / "report-config.yaml")  # the run's own config
+    # the config a re-rendering reads: the run's own, found in its folder
+    config = cfg.load(run_config_path(None, REFERENCE))
     raw = results.read_table(table)
     for name in sorted(set(raw["experiment"])):
         figures.draw_experiment(name, raw, fig_dir)
@@ -189,3 +191,20 @@ def test_handout_keeps_to_the_pages_its_lessons_declare(reference_pdf):
     lessons = [n for n in heights if n in REGISTRY]
     n_pages = len(_layout(pdf))
     assert n_pages <= math.ceil(handout.declared_pages(lessons)), (n_pages, lessons)
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_the_rerendered_reference_states_its_own_config_and_no_mixed_state(reference_pdf):
+    """The re-rendered H100 reference states the config it ran with (its report-config.yaml),
+    and no course row reads "measured, not measured"."""
+    import html
+
+    page_html, _, _ = reference_pdf
+    page = page_html.read_text()
+    block = page[page.index("<summary>Configuration of this run</summary>"):]
+    shown = json.loads(html.unescape(block[block.index("<pre>") + 5:block.index("</pre>")]))
+    assert shown == cfg.load(REFERENCE / "report-config.yaml")
+    assert shown["experiments"]["tensor_cores"]["enabled"] is True  # not today's default
+    assert "measured, not measured" not in page
+    assert "No GPU was used" not in page  # a run on a GPU has no banner

@@ -400,3 +400,8 @@ def test_a_report_drawn_again_reads_the_runs_own_config(tmp_path, monkeypatch):
     assert run_config_path(None, tmp_path / "results") == str(tmp_path / "results" /
                                                               "config.json")
     assert run_config_path("mine.yaml", tmp_path / "results") == "mine.yaml"
+    # an older stored run (a committed reference) kept report-config.yaml
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "report-config.yaml").write_text("run_name: old\n")
+    assert run_config_path(None, tmp_path / "old") == str(tmp_path / "old" /
+                                                          "report-config.yaml")
