@@ -139,3 +139,16 @@ def test_a_report_drawn_again_elsewhere_states_the_runs_own_config(default_run,
     assert shown == cfg.load(res / "config.json")
     assert shown["run_name"] == own["run_name"] != "another-run"
     assert set(shown["experiments"]) == set(own["experiments"])
+
+
+@pytest.mark.browser
+def test_its_handout_is_legible_too(default_run) -> None:
+    """Printed on A4, the GPU-less report keeps the handout's floors (its figures are the
+    placeholders that say why nothing was measured) and its pages."""
+    from handout_pdf import assert_legible_handout, print_a4
+
+    repo, _, _ = default_run
+    page = repo / "results" / "report.html"
+    pdf, heights = print_a4(page)
+    experiments = sorted(set(results.read_table(repo / "results" / "results.csv")["experiment"]))
+    assert_legible_handout(page, pdf, heights, experiments)
