@@ -72,14 +72,11 @@ def text_sizes(pdf: bytes) -> dict[float, tuple[int, str]]:
     return sizes
 
 
-def handout_pngs(page_html: Path) -> dict[tuple[int, int], dict[str, Any]]:
-    """(width, height) in pixels -> the handout PNG's info, for each printed figure."""
-    out = {}
-    for src in re.findall(r'<figure class="handout print-only">\s*<img src="data:image/png;'
-                          r'base64,([^"]+)"', page_html.read_text()):
-        info = handout.png_info(base64.b64decode(src))
-        out[(info["width"], info["height"])] = info
-    return out
+def handout_pngs(page_html: Path) -> list[dict[str, Any]]:
+    """The handout PNG's info (pixel size, smallest font, dpi) of each printed figure."""
+    return [handout.png_info(base64.b64decode(src)) for src in re.findall(
+        r'<figure class="handout print-only">\s*<img src="data:image/png;base64,([^"]+)"',
+        page_html.read_text())]
 
 
 def figure_label_sizes(pdf: bytes, page_html: Path) -> list[tuple[int, float]]:
@@ -88,7 +85,11 @@ def figure_label_sizes(pdf: bytes, page_html: Path) -> list[tuple[int, float]]:
     figure fails."""
     from pdfminer.layout import LTImage
 
-    pngs = handout_pngs(page_html)
+    pngs: dict[tuple[int, int], dict[str, Any]] = {}
+    for info in handout_pngs(page_html):  # two of one pixel size: the smaller font counts
+        key = (info["width"], info["height"])
+        if key not in pngs or info["min_font_pt"] < pngs[key]["min_font_pt"]:
+            pngs[key] = info
     out = []
     for n, page in enumerate(pages(pdf), 1):
         for obj in _walk(page):
