@@ -135,6 +135,7 @@ def test_report_of_an_all_not_measured_run(tmp_path: Path) -> None:
     assert "not ok" not in page and "results from before the ceilings step" not in page
     assert "this run had no GPU" in page
     assert "measured, not measured" not in page
+    assert "Computed from this run:</b> <span class=\"fact\">not measured" not in page
     for leftover in ("{{", "}}", "{%", ">None<", ">nan<", "undefined"):
         assert leftover not in page, leftover
     assert 'data-state="not seen"' not in page and 'class="fail"' not in page

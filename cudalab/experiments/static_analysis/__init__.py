@@ -376,7 +376,8 @@ def _registers_by_arch(d: pd.DataFrame):
     ax.plot([], [], color="0.6", label="same count on every target")
     ax.set_xticks(list(x), cols)
     ax.set(xlabel="target architecture", ylabel="registers per thread (ptxas)",
-           title=f"Registers per thread of each of the {len(regs)} kernels, per target")
+           title=f"Registers per thread of each of the {len(regs)} kernels, per target"
+           + ("" if len(cols) > 1 else "\n(one target analysed: no slope to compare)"))
     fig.legend(loc="outside lower center", ncols=2, fontsize=8)
     return fig
 
