@@ -25,6 +25,7 @@ def rendered(tmp_path_factory):
     # as the pipeline does: aggregate derives the columns, the figures step draws
     df = roofline.annotate(results.build_table(results.iter_records(RECORDED)))
     figures.draw_experiment("matmul", df, out / "figures")
+    handout.draw("matmul", df, out / "figures")  # the figure the handout prints
     run_figures.draw(df, out / "results", out / "figures")
     config = cfg.validate({"run_name": "h100-recorded", "experiments": {"matmul": {}}})
     path = report.render(df, out / "figures", config, out / "report.html")
