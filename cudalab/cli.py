@@ -223,10 +223,12 @@ def _write_ceilings(manifests: list[dict[str, Any]], path: Path) -> None:
 
 
 def cmd_figures(a: argparse.Namespace) -> int:
-    from cudalab import figures, results
+    from cudalab import figures, handout, results
 
     df = results.read_table(Path(a.table))
     drawn = figures.draw_experiment(a.experiment, df, Path(a.out))
+    # and the one the printed handout shows, at its printed size
+    handout.draw(a.experiment, df[df["experiment"] == a.experiment], Path(a.out))
     print(f"{a.experiment}: figures {json.dumps(drawn)}")
     return 0
 
@@ -255,16 +257,20 @@ def cmd_compare_figures(a: argparse.Namespace) -> int:
 
 
 RUN_CONFIG = "config.json"  # the run's validated config, written beside its results
+# what older stored runs (the committed references) kept instead
+RUN_CONFIG_OLD = "report-config.yaml"
 
 
 def run_config_path(given: str | None, run_folder: Path) -> str:
     """The config a re-rendering reads: the one given, else the run's own (config.json in
-    its folder, as the workflow wrote it), else config.yaml. A report drawn again later
-    must describe the run, not today's config.yaml."""
+    its folder, as the workflow wrote it, or an older reference's report-config.yaml), else
+    config.yaml. A report drawn again later must describe the run, not today's config.yaml."""
     if given:
         return given
-    own = run_folder / RUN_CONFIG
-    return str(own) if own.is_file() else "config.yaml"
+    for name in (RUN_CONFIG, RUN_CONFIG_OLD):
+        if (run_folder / name).is_file():
+            return str(run_folder / name)
+    return "config.yaml"
 
 
 def cmd_report(a: argparse.Namespace) -> int:

@@ -46,6 +46,21 @@ def placeholder(title: str, why: str):
     return fig
 
 
+def nothing_to_plot(sub: pd.DataFrame) -> str:
+    """Why a figure has nothing to plot: points not measured (no GPU) are not measured,
+    never counted as points that are not ok."""
+    status = sub["status"].astype(str) if not sub.empty else pd.Series([], dtype=str)
+    n_nm, n_bad = int((status == "not_measured").sum()), int((~status.isin(
+        ["ok", "not_measured"])).sum())
+    if n_bad:
+        return f"no correct measurements to plot ({n_bad} points not ok: see the table)"
+    if n_nm:
+        why = sub.loc[status == "not_measured", "reason"].iloc[0]
+        why = "" if pd.isna(why) else str(why).removeprefix("not measured: ").split(" (")[0]
+        return f"not measured in this run: {n_nm} points" + (f" ({why})" if why else "")
+    return "no data for this figure in this run's grid"
+
+
 def draw_experiment(name: str, df: pd.DataFrame, out_dir: Path) -> dict[str, bool]:
     """Draw every declared figure of one experiment; returns name -> has data."""
     setup_style()
@@ -56,9 +71,6 @@ def draw_experiment(name: str, df: pd.DataFrame, out_dir: Path) -> dict[str, boo
         fig = exp.plot(fig_name, sub) if not sub.empty else None
         drawn[fig_name] = fig is not None
         if fig is None:
-            n_bad = int((sub["status"] != "ok").sum()) if not sub.empty else 0
-            why = (f"no correct measurements to plot ({n_bad} points not ok: see the table)"
-                   if n_bad else "no data for this figure in this run's grid")
-            fig = placeholder(f"{exp.lesson.title}: {fig_name}", why)
+            fig = placeholder(f"{exp.lesson.title}: {fig_name}", nothing_to_plot(sub))
         save(fig, out_dir / name / fig_name)
     return drawn

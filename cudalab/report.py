@@ -16,6 +16,7 @@ from cudalab import (
     claims_file,
     explain,
     fmt,
+    handout,
     results,
     roofline,
     roofline_figure,
@@ -43,6 +44,7 @@ HEADERS = {"time_median_s": "median time", "spread": "spread (IQR · CV)",
            "pct_ceil_gflops": "% of its FLOP roof", "gbps": "bandwidth",
            "memory_level": "level", "pct_peak_gbps": "% DRAM peak",
            "pct_ceil_gbps": "% ceiling of level", "raw": "raw record"}
+NOT_MEASURED = "not_measured"  # the status of a GPU point where no GPU was found
 SUSPECT_MARK = "⚠"  # beside a speed above the ceiling it is compared with
 # How a claim's state reads: its mark, and the CSS class that colours it.
 STATE_MARK = {State.SEEN.value: "✔ seen", State.NOT_SEEN.value: "✘ not seen",
@@ -179,11 +181,22 @@ def _figures(name: str, exp: Any, figures_dir: Path) -> list[dict[str, str]]:
 
 
 def main_figure(exp: Any, figures: list[dict[str, str]]) -> dict[str, str] | None:
-    """The one figure of the lesson's handout page: the experiment's slide figure where it
-    names one (Lesson.slide_figure = (figure name, axes)), else its first drawn figure."""
-    want = (exp.lesson.slide_figure or ("",))[0]
+    """The lesson's first figure on screen: the one its handout prints (Lesson.print_figure,
+    cudalab/handout.py), else its first drawn figure."""
+    want = (handout.print_choice(exp.name) or ("",))[0]
     named = [f for f in figures if f["name"] == want]
     return (named or figures or [None])[0]
+
+
+def handout_figure(name: str, figures_dir: Path) -> dict[str, Any] | None:
+    """The lesson's figure on paper (cudalab/handout.py), set at the width it was drawn for
+    so its labels print at the size they were drawn at; None where the figures step drew
+    none."""
+    png = figures_dir / name / f"{handout.FILE}.png"
+    if not png.exists():
+        return None
+    width = handout.printed_width_mm(handout.png_info(png.read_bytes()))
+    return {"src": data_uri(png), "width_mm": width}
 
 
 def _roofline_figure(rooflines: dict[str, dict[str, str]], name: str) -> dict[str, str] | None:
@@ -198,7 +211,8 @@ def _section(name: str, exp: Any, sub: pd.DataFrame, figures_dir: Path, max_rows
     run_claims.judge_lessons)."""
     if judged is None:
         judged = RunClaims({"lessons": judge_lessons(df, [name])})
-    not_ok = sub[sub["status"] != "ok"]
+    # a point the run could not measure (no GPU) is not measured, never "not ok"
+    not_ok = sub[~sub["status"].isin(["ok", NOT_MEASURED])]
     cols = _param_cols(sub) + TABLE_COLS + _metric_cols(sub)
     summary = exp.summary_table(sub)
     claims = judged.claims(name)
@@ -206,6 +220,7 @@ def _section(name: str, exp: Any, sub: pd.DataFrame, figures_dir: Path, max_rows
     return {
         "name": name, "title": exp.lesson.title, "caption": exp.lesson.caption,
         "figures": figs, "main_figure": main_figure(exp, figs),
+        "print_figure": handout_figure(name, figures_dir),
         # every claim of the lesson in one of four states; a claim not seen is a place
         # where this GPU contradicts the lesson, flagged with its evidence
         "claims": claims,
@@ -216,6 +231,7 @@ def _section(name: str, exp: Any, sub: pd.DataFrame, figures_dir: Path, max_rows
         "questions": [q.text for q in exp.lesson.questions],  # the student edition: no answers
         "counts": sub["status"].value_counts().to_dict(),
         "failures": not_ok[["point_id", "status", "reason"]].to_dict("records"),
+        "not_measured": not_measured_reasons(sub),
         # device_query's one row of ~50 facts reads as a key/value list, not a table
         "summary": summary,
         "table": "" if summary else table_html(sub.drop(columns=["params"]), cols, max_rows,
@@ -227,6 +243,42 @@ def _section(name: str, exp: Any, sub: pd.DataFrame, figures_dir: Path, max_rows
         "distrust": roofline.distrust(sub),
         "roofline": _roofline_figure(rooflines, name),
     }
+
+
+def _why_not_measured(reason: Any) -> str:
+    """A not-measured point's reason without its 'not measured: ' prefix."""
+    text = "" if fmt.missing(reason) else str(reason)
+    return text.removeprefix("not measured: ").strip() or "no reason recorded"
+
+
+def not_measured_reasons(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """The points the run did not measure, grouped by reason (most points first)."""
+    nm = df[df["status"] == NOT_MEASURED]
+    if nm.empty:
+        return []
+    why = nm["reason"].map(_why_not_measured)
+    return [{"reason": r, "n": int(n), "points": list(nm.loc[why == r, "point_id"].astype(str))}
+            for r, n in why.value_counts().items()]
+
+
+def measured_on_gpu(df: pd.DataFrame) -> bool:
+    """Whether any point of the table was measured on a GPU (a GPU's name recorded)."""
+    if "gpu_name" not in df:
+        return False
+    name = df["gpu_name"]
+    return bool((name.notna() & (name.astype(str).str.strip() != "")).any())
+
+
+def gpu_banner(df: pd.DataFrame) -> dict[str, Any] | None:
+    """What the top of the report says where points were not measured: none if every
+    point was; no_gpu: the run measured no GPU point at all (a machine without one)."""
+    reasons = not_measured_reasons(df)
+    if not reasons:
+        return None
+    return {"no_gpu": not measured_on_gpu(df), "n": sum(r["n"] for r in reasons),
+            "n_points": len(df), "reasons": [r | {"points": []} for r in reasons[:3]],
+            "experiments": sorted(set(df.loc[df["status"] == NOT_MEASURED, "experiment"])),
+            "measured": sorted(set(df.loc[df["status"] == "ok", "experiment"]))}
 
 
 def provenance_summary(prov: pd.DataFrame, show: int = 3) -> dict[str, str]:
@@ -271,6 +323,7 @@ def roofline_context(df: pd.DataFrame, rooflines: dict[str, dict[str, str]]
     c = run_ceilings.ceilings_of(df)
     return {"figure": _roofline_figure(rooflines, roofline_figure.RUN_FIGURE),
             "ceilings": run_ceilings.ceilings_rows(c), "measured": c.measured,
+            "no_gpu": not measured_on_gpu(df),  # nothing to set against a ceiling
             "distrust": roofline.distrust(df)}
 
 
@@ -295,6 +348,7 @@ def build_context(df: pd.DataFrame, figures_dir: Path, config: dict[str, Any],
     return {
         "title": config["report"]["title"],
         "run_name": config["run_name"],
+        "gpu_banner": gpu_banner(df),
         "generated": pd.Timestamp.now(tz="UTC").isoformat(timespec="seconds"),
         "device": {k: _fmt(v) for k, v in device.items()},
         "sections": sections,

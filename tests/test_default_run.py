@@ -88,3 +88,67 @@ def test_its_report_names_every_not_measured_point(default_run) -> None:
     assert 'data-state="not seen"' not in page and 'class="fail"' not in page
     assert "contradicts the lesson:" not in page
     assert "This run contradicts the lesson" not in page
+
+
+def test_its_report_says_at_the_top_that_no_gpu_was_used(default_run) -> None:
+    """A banner under the title; points not measured are never "not ok"; the roofline says
+    the run had no GPU (not that its table predates the ceilings); no course row reads
+    "measured, not measured"; no template leftovers."""
+    repo, _, _ = default_run
+    page = (repo / "results" / "report.html").read_text()
+    banner = page.index('<div class="banner no-gpu"')
+    assert page.index("</header>") < banner < page.index("<nav>")
+    assert "No GPU was used for this run" in page[banner:page.index("<nav>")]
+    assert "not ok" not in page
+    assert "results from before the ceilings step" not in page and "this run had no GPU" in page
+    assert "measured, not measured" not in page
+    for leftover in ("{{", "}}", "{%", ">None<", ">nan<", "undefined"):
+        assert leftover not in page, leftover
+
+
+def _config_shown(page: str) -> dict:
+    import html
+    import json
+
+    block = page[page.index("<summary>Configuration of this run</summary>"):]
+    return json.loads(html.unescape(block[block.index("<pre>") + 5:block.index("</pre>")]))
+
+
+def test_a_report_drawn_again_elsewhere_states_the_runs_own_config(default_run,
+                                                                   tmp_path) -> None:
+    """`cudalab report` run again from another folder, whose config.yaml names another run,
+    still states the run's config (results/config.json), as the workflow's report did."""
+    import json
+
+    from cudalab import config as cfg
+
+    repo, _, _ = default_run
+    res = repo / "results"
+    own = json.loads((res / "config.json").read_text())
+    assert _config_shown((res / "report.html").read_text()) == cfg.load(res / "config.json")
+    (tmp_path / "config.yaml").write_text("run_name: another-run\nexperiments:\n"
+                                          "  vector_add: {}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
+    out = tmp_path / "again.html"
+    r = subprocess.run([sys.executable, "-m", "cudalab.cli", "report", "--table",
+                        str(res / "results.csv"), "--figures", str(res / "figures"),
+                        "--results", str(res), "--out", str(out)], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    shown = _config_shown(out.read_text())
+    assert shown == cfg.load(res / "config.json")
+    assert shown["run_name"] == own["run_name"] != "another-run"
+    assert set(shown["experiments"]) == set(own["experiments"])
+
+
+@pytest.mark.browser
+def test_its_handout_is_legible_too(default_run) -> None:
+    """Printed on A4, the GPU-less report keeps the handout's floors (its figures are the
+    placeholders that say why nothing was measured) and its pages."""
+    from handout_pdf import assert_legible_handout, print_a4
+
+    repo, _, _ = default_run
+    page = repo / "results" / "report.html"
+    pdf, heights = print_a4(page)
+    experiments = sorted(set(results.read_table(repo / "results" / "results.csv")["experiment"]))
+    assert_legible_handout(page, pdf, heights, experiments)

@@ -99,7 +99,30 @@ def test_all_not_measured(name: str, metric_cols: bool, tmp_path: Path) -> None:
     assert sec["explanations"] == []  # nothing measured: nothing to explain
     assert sec["try_this"] == exp.lesson.try_this
     assert sec["counts"] == {"not_measured": len(df)}
-    assert all(f["status"] == "not_measured" for f in sec["failures"])
+    # not measured is not "not ok": the points are listed by reason, apart from failures
+    assert sec["failures"] == []
+    assert sec["not_measured"] == [{"reason": REASON.removeprefix("not measured: "),
+                                    "n": len(df), "points": list(df["point_id"])}]
+    assert figures.nothing_to_plot(df) == (f"not measured in this run: {len(df)} points "
+                                           "(no GPU here)")
+
+
+def test_a_failed_point_is_not_ok_and_a_not_measured_one_is_not() -> None:
+    """The placeholder and the banner count each kind apart: a run with one failed point
+    and GPU points not measured."""
+    df = not_measured_table("vector_add", metric_cols=False)
+    assert report.gpu_banner(df)["no_gpu"] is True
+    assert report.gpu_banner(df)["n"] == len(df)
+    failed = df.copy()
+    failed.loc[failed.index[0], ["status", "reason"]] = ["failed", "launch failed"]
+    assert figures.nothing_to_plot(failed) == ("no correct measurements to plot (1 points not "
+                                               "ok: see the table)")
+    assert report.gpu_banner(failed)["n"] == len(df) - 1
+    measured = df.assign(status="ok", reason="", gpu_name="NVIDIA H100 80GB HBM3")
+    assert report.gpu_banner(measured) is None
+    some = measured.copy()
+    some.loc[some.index[:3], ["status", "reason"]] = ["not_measured", REASON]
+    assert report.gpu_banner(some)["no_gpu"] is False  # a GPU measured the rest
 
 
 @pytest.mark.slow
@@ -112,7 +135,19 @@ def test_report_of_an_all_not_measured_run(tmp_path: Path) -> None:
     conf = cfg.load(ROOT / "config.yaml")
     out = report.render(df, tmp_path / "figures", conf, tmp_path / "report.html")
     page = out.read_text()
-    assert 'data-state="not measured"' in page and "not_measured" in page
+    assert 'data-state="not measured"' in page
+    # the banner opens the page, right under the title
+    header_end, banner = page.index("</header>"), page.index('<div class="banner no-gpu"')
+    assert header_end < banner < page.index("<nav>")
+    assert f"{len(df)} of {len(df)} points are <b>not measured</b>" in page
+    assert "no GPU here" in page[banner:page.index("<nav>")]
+    # never called "not ok", nor blamed on an old table; no template leftovers
+    assert "not ok" not in page and "results from before the ceilings step" not in page
+    assert "this run had no GPU" in page
+    assert "measured, not measured" not in page
+    assert "Computed from this run:</b> <span class=\"fact\">not measured" not in page
+    for leftover in ("{{", "}}", "{%", ">None<", ">nan<", "undefined"):
+        assert leftover not in page, leftover
     assert 'data-state="not seen"' not in page and 'class="fail"' not in page
     assert "contradicts the lesson" not in page
     assert "This run contradicts the lesson" not in page

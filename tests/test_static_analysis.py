@@ -408,7 +408,7 @@ def test_runner_analyses_every_register_tile_for_every_arch(tmp_path):
     comp = _judged(df)["compiles"]
     assert comp.passed is True and "skipped" not in comp.evidence
     assert figures.draw_experiment("static_analysis", df, tmp_path / "fig") == {
-        "occupancy": True, "registers": True}
+        name: True for name in EXP.lesson.figures}
     labels = set(EXP._frame(df)["label"])
     assert {"matmul:matmul_register [rt=2 bt=16 bk=8]",
             "matmul:matmul_register [rt=4 bt=64 bk=16]"} <= labels
@@ -502,7 +502,7 @@ def test_a_variant_that_changes_nothing_is_shown_once():
 def test_figures_draw(tmp_path):
     df = results.build_table(synthetic_records(spill=True))
     assert figures.draw_experiment("static_analysis", df, tmp_path) == {
-        "occupancy": True, "registers": True}
+        name: True for name in EXP.lesson.figures}
     for name in EXP.lesson.figures:
         assert (tmp_path / "static_analysis" / f"{name}.png").stat().st_size > 5000
 
@@ -517,7 +517,7 @@ def test_register_tile_rows_are_labelled_with_their_tile_and_drawn(tmp_path):
     ex = _judged(df)  # two of five kernels change registers per target: not most of them
     assert all(e.passed for k, e in ex.items() if k != "registers_per_arch"), ex
     assert figures.draw_experiment("static_analysis", df, tmp_path) == {
-        "occupancy": True, "registers": True}
+        name: True for name in EXP.lesson.figures}
 
 
 PTX_BOUNDS = """

@@ -8,8 +8,9 @@ CUDALAB="${PYTHON:-python3} -m cudalab.cli"
 TABLE="$REF/results.csv"
 CONF=$(mktemp --suffix .json)
 trap 'rm -f "$CONF"' EXIT
-# the config the report states: the reference's own where it kept one, else the default
-SRC="$REF/report-config.yaml"; [ -f "$SRC" ] || SRC=config.yaml
+# the config the report states: the run's own (config.json as the workflow wrote it, or an
+# older reference's report-config.yaml), else the default
+SRC="$REF/config.json"; [ -f "$SRC" ] || SRC="$REF/report-config.yaml"; [ -f "$SRC" ] || SRC=config.yaml
 "${PYTHON:-python3}" -c 'import json, sys; from cudalab import config; json.dump(config.load(sys.argv[1]), open(sys.argv[2], "w"))' "$SRC" "$CONF"
 for exp in $("${PYTHON:-python3}" -c 'import sys; from cudalab import results; print(" ".join(sorted(set(results.read_table(sys.argv[1])["experiment"]))))' "$TABLE"); do
   $CUDALAB figures "$exp" --table "$TABLE" --out "$REF/figures" > /dev/null

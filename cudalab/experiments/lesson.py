@@ -212,10 +212,13 @@ class Lesson:
     questions for the reader; sources: each number the prose states (caption, figure
     captions, Try-this, questions) with where it comes from, since prose never states a
     measured number (tests/test_claims.py holds it to that); slide_figure: (figure name,
-    axes index) of the slide and the handout page, None: the first figure drawn; pages: the
-    printed pages its handout section takes (the print test allows the handout the sum);
-    headline: the key of the claim the lesson's slide states (None: its first claim that is
-    neither the correctness check nor a check of the tool).
+    axes index) of the slide, None: the first figure drawn; print_figure: (figure name,
+    axes index or None for every panel) of the printed handout, None: the first figure
+    (cudalab/handout.py draws it at its printed size); print_pages: the A4 pages its part
+    of the handout may take (its printed text and figure; the Chromium print test holds it
+    to that, and the handout's page count to the sum over the printed lessons); headline:
+    the key of the claim the lesson's slide states (None: its first claim that is neither
+    the correctness check nor a check of the tool).
     A lesson has TRY_THIS_COUNT[0] to TRY_THIS_COUNT[1] Try-this and as many questions."""
 
     title: str
@@ -227,8 +230,9 @@ class Lesson:
     questions: Sequence[Question | str] = ()
     sources: Mapping[str, str] = field(default_factory=dict)
     slide_figure: tuple[str, int] | None = None
+    print_figure: tuple[str, int | None] | None = None
+    print_pages: float = 1.0
     course_facts: Mapping[str, Explanation] = field(default_factory=dict)
-    pages: int = 1
     headline: str | None = None
 
     def __post_init__(self) -> None:  # questions: Question(text, answer) (questions.py)

@@ -20,6 +20,8 @@ for _exp in EXPERIMENTS:
                 for fig in REGISTRY[_exp].lesson.figures
             ],
             [f"{{folder}}/figures/{_exp}/{fig}.svg" for fig in REGISTRY[_exp].lesson.figures],
+            # the lesson's figure as the handout prints it (cudalab/handout.py)
+            [f"{{folder}}/figures/{_exp}/handout.png"] * bool(REGISTRY[_exp].lesson.figures),
         params:
             experiment=_exp,
             caption=REGISTRY[_exp].lesson.caption,

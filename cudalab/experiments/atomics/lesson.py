@@ -237,6 +237,8 @@ LESSON = Lesson(
         "sum (right) of per-element atomicAdd and of the shared-memory tree reduction. "
         "Dashed line: the tolerance.",
     },
+    print_figure=("counter", None),  # on paper: the racy counter's lost updates
+    print_pages=0.85,  # its share of the A4 handout
     claims=CLAIMS,
     try_this=TRY_THIS,
     questions=[

@@ -553,6 +553,8 @@ LESSON = Lesson(
         "transpose": "Matrix transpose bandwidth by matrix size: naive, shared-memory tile, "
         "and tile padded against bank conflicts, beside cudaMemcpy of the same bytes.",
     },
+    print_figure=("offset", None),  # on paper: the course's offset copy
+    print_pages=0.9,  # its share of the A4 handout
     claims=CLAIMS,
     explanations=EXPLANATIONS,
     try_this=TRY_THIS,

@@ -227,6 +227,8 @@ LESSON = Lesson(
         "at the largest size. Dashed (precise) and dotted (fast builds) lines: the "
         "tolerances.",
     },
+    print_figure=("time_error", None),  # on paper: time and error side by side
+    print_pages=0.75,  # its share of the A4 handout
     claims=CLAIMS,
     explanations=EXPLANATIONS,
     try_this=TRY_THIS,

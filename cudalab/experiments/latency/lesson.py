@@ -346,6 +346,8 @@ LESSON = Lesson(
         "dotted: the L1 (unified with shared memory) and L2 sizes; dashed: the course's ~5 "
         "and ~500 cycles.",
     },
+    print_figure=("latency", None),  # on paper: every memory's plateau
+    print_pages=1.05,  # its share of the A4 handout
     claims=CLAIMS,
     explanations=EXPLANATIONS,
     try_this=TRY_THIS,

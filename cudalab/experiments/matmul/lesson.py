@@ -553,6 +553,8 @@ LESSON = Lesson(
         "(cudaMalloc, host time), host-to-device copy, kernel and device-to-host copy; the "
         "claim on copies counts the GPU time alone (copies and kernel), as nvprof does.",
     },
+    print_figure=("ladder", 0),  # on paper: the ladder at the largest size
+    print_pages=1.55,  # its share of the A4 handout
     claims=CLAIMS,
     explanations=EXPLANATIONS,
     course_facts=COURSE_FACTS,

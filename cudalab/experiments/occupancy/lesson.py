@@ -379,6 +379,8 @@ LESSON = Lesson(
         "bandwidth": "Achieved bandwidth of the vector kernels against their theoretical "
         "occupancy: memory-bound kernels need enough resident warps to reach full bandwidth.",
     },
+    print_figure=("occupancy", 0),  # vec_mul's panel: four are not legible on paper
+    print_pages=1.15,  # its share of the A4 handout
     claims=CLAIMS,
     explanations=EXPLANATIONS,
     course_facts={"small_blocks_limiter": small_blocks_limiter,

@@ -185,6 +185,8 @@ LESSON = Lesson(
         "at a fraction of the GB/s of large ones). The DRAM peak is drawn where the bars "
         "reach a quarter of it; elsewhere the panel says it is off the scale.",
     },
+    print_figure=("gbps", None),  # on paper: every image size
+    print_pages=0.75,  # its share of the A4 handout
     claims=CLAIMS,
     explanations=EXPLANATIONS,
     try_this=[

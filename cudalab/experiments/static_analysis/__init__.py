@@ -37,6 +37,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 
 from cudalab import build_cache, devicespec, nvcc_flags, toolkit
@@ -349,7 +350,42 @@ class StaticAnalysis(Experiment):
             ax.tick_params(axis="x", rotation=0)
             ax.tick_params(axis="y", labelsize=7.5)
             return fig
+        if name == "registers_by_arch":
+            return _registers_by_arch(d)
         raise KeyError(name)
+
+
+def _registers_by_arch(d: pd.DataFrame):
+    """One line per kernel across the targets (registers per thread): a flat line is a
+    kernel whose count does not depend on the architecture; spilling kernels are marked.
+    Compact (no kernel names), so it stays legible on a printed page."""
+    import matplotlib.pyplot as plt
+
+    regs = d.pivot_table(index="label", columns="p_arch", values="m_registers", aggfunc="max")
+    spill = d.assign(s=d["m_spill_stores"] + d["m_spill_loads"]).pivot_table(
+        index="label", columns="p_arch", values="s", aggfunc="max").reindex_like(regs)
+    cols = sorted(regs.columns, key=_arch_order)
+    regs, spill = regs[cols], spill[cols]
+    x = range(len(cols))
+    fig, ax = plt.subplots(figsize=(6, 4.2), layout="constrained")
+    same = regs.nunique(axis=1, dropna=True) <= 1
+    for label, row in regs.iterrows():
+        ax.plot(x, row.to_numpy(), color="0.6" if same[label] else "C0",
+                alpha=0.6 if same[label] else 0.8, lw=1, marker="o", ms=3)
+    hit = spill.fillna(0) > 0
+    if hit.to_numpy().any():
+        xs, ys = np.nonzero(hit.to_numpy().T)
+        ax.scatter(xs, regs.to_numpy().T[xs, ys], marker="x", s=50, color="C3", zorder=3,
+                   label="spills to local memory")
+    ax.axhline(255, color="0.3", ls=":", lw=1, label="at most 255 registers per thread")
+    ax.plot([], [], color="C0", label="count differs between targets")
+    ax.plot([], [], color="0.6", label="same count on every target")
+    ax.set_xticks(list(x), cols)
+    ax.set(xlabel="target architecture", ylabel="registers per thread (ptxas)",
+           title=f"Registers per thread of each of the {len(regs)} kernels, per target"
+           + ("" if len(cols) > 1 else "\n(one target analysed: no slope to compare)"))
+    fig.legend(loc="outside lower center", ncols=2, fontsize=8)
+    return fig
 
 
 # -- kernels as their experiments compile and launch them (Experiment.compile_variants) -----

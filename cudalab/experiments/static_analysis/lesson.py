@@ -224,7 +224,12 @@ LESSON = Lesson(
         "threads per block (and at 32): results.csv has every multiple of 32.",
         "registers": "Registers per thread of every kernel on every target architecture "
         "(spilling kernels marked).",
+        "registers_by_arch": "The same registers, one line per kernel across the targets: a "
+        "sloped line is a kernel whose register count (and so occupancy) depends on the "
+        "architecture; a cross marks a kernel that spills.",
     },
+    print_figure=("registers_by_arch", None),  # the heatmaps are a page tall
+    print_pages=0.7,  # its share of the A4 handout
     claims=CLAIMS,
     explanations=EXPLANATIONS,
     try_this=TRY_THIS,

@@ -475,6 +475,8 @@ LESSON = Lesson(
         "wgmma rungs against their shared-memory stages (the one-stage rung at 1). Where a "
         "deeper ring gains nothing, the copies were already hidden.",
     },
+    print_figure=("precision_knob", None),  # on paper: speed against error
+    print_pages=0.85,  # its share of the A4 handout
     claims=CLAIMS,
     explanations=EXPLANATIONS,
     try_this=TRY_THIS,

@@ -296,6 +296,8 @@ LESSON = Lesson(
         "load one int each; the legend gives each line's fitted rate (blocks per ns, the "
         "inverse slope of time against blocks).",
     },
+    print_figure=("bandwidth", None),  # on paper: the lesson's effect
+    print_pages=0.7,  # its share of the A4 handout
     claims=CLAIMS,
     explanations=EXPLANATIONS,
     try_this=TRY_THIS,
