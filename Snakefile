@@ -46,10 +46,13 @@ onerror:
     # run checks the node again before its measure jobs
     remove_doctor_flags()  # doctor.smk
 
-    print("\n" + cudalab_failures.summary(log, Path(RESULTS) / "logs", _STARTED,
-                                          Path(RESULTS) / "doctor", pending_cancelled()),
-          file=sys.stderr)
+    _by_you = stopped_by_you()  # doctor.smk: Ctrl-C, not a failure ('' otherwise)
+    if not _by_you or cudalab_failures.failed_jobs(log):
+        print("\n" + cudalab_failures.summary(log, Path(RESULTS) / "logs", _STARTED,
+                                              Path(RESULTS) / "doctor", pending_cancelled()),
+              file=sys.stderr)
     print(
+        f"\n{_by_you}\n" if _by_you else
         "\ncudalab: the run stopped. Points already measured are kept in results/raw/ "
         "and a rerun measures only what is missing. Logs: results/logs/ "
         "(and .snakemake/slurm_logs/ under Slurm). If Snakemake says the directory is "

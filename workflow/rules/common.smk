@@ -155,18 +155,40 @@ def _write_config_json():
         path.write_text(text)
 
 
+def finished(experiment, folder):
+    """Whether the measure job of (experiment, folder) is done: its manifest is there, was
+    written under these settings, and nothing of it must be measured again (rerun_reasons).
+    Under Slurm the settings are compared without what this machine makes of them (a login
+    node without the compute nodes' GPU would find every static-analysis job stale)."""
+    m = cudalab_runner.results.read_json(Path(folder, "raw", experiment, "_manifest.json"))
+    if m is None:
+        return False
+    key = "fingerprint" if _LOCAL or "config_fingerprint" not in m else "config_fingerprint"
+    want = cudalab_runner.job_fingerprint(config, experiment, machine=key == "fingerprint")
+    return m.get(key) == want and not cudalab_runner.rerun_reasons(Path(folder), experiment)
+
+
 def jobs_to_run():
     """(experiment, folder) of the measure jobs this run starts, from the config and what
-    is on disk (the project reads no Snakemake internals): no manifest, one written under
-    other settings (the fingerprint param), or a finished job that must run again
-    (rerun_token). --forcerun is not foreseen."""
-    out = []
-    for e, folder in measure_jobs():
-        m = cudalab_runner.results.read_json(Path(folder, "raw", e, "_manifest.json"))
-        if (m is None or m.get("fingerprint", measure_fingerprint(e)) != measure_fingerprint(e)
-                or cudalab_runner.rerun_reasons(Path(folder), e)):
-            out.append((e, folder))
-    return out
+    is on disk (the project reads no Snakemake internals). Only these are measure jobs of
+    the run (measure.smk: todo_regex): a finished job is never queued again, not even when
+    a doctor it once waited for runs again. To measure a finished experiment again, remove
+    its manifest."""
+    return [(e, folder) for e, folder in measure_jobs() if not finished(e, folder)]
+
+
+def todo_regex(todo):
+    """The measure rule's `folder` constraint: each folder followed by its experiments that
+    are to run (a lookahead), so Snakemake plans no job for a finished one."""
+    by_folder = {}
+    for e, folder in todo:
+        by_folder.setdefault(folder, []).append(e)
+    return "|".join(f"{re.escape(f)}(?=/raw/(?:{folder_regex(es)})/)"
+                    for f, es in by_folder.items()) or "(?!)"
+
+
+# decided once, in the main process (a Slurm job's own Snakemake runs the job it was given)
+TO_RUN = jobs_to_run() if workflow.is_main_process else measure_jobs()
 
 
 def _slurm_jobs():
@@ -179,7 +201,7 @@ def _slurm_jobs():
     judged = class_slurm_jobs(_gpu_flag) if "exercises" in targets else []
     if targets == {"exercises"}:
         return judged, 0
-    todo = jobs_to_run()
+    todo = TO_RUN
     folders = [f for f in FOLDERS if any(f == folder for _, folder in todo)]
     out = []
     for f in folders if SLURM["doctor"] else []:

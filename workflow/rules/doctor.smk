@@ -87,6 +87,15 @@ def guard_interrupts():
     atexit.register(remove_doctor_flags)
 
 
+def stopped_by_you():
+    """In onerror: the closing line of a run stopped by Ctrl-C (what it kept), '' where it
+    failed or the pending watcher stopped it."""
+    if not cudalab_interrupts.interrupted() or pending_cancelled():
+        return ""
+    jobs = [(job_label(e, f), Path(f, "raw", e)) for e, f in measure_jobs()]
+    return cudalab_interrupts.stopped_line(jobs, _STARTED)
+
+
 def pending_cancelled():
     """What the watcher cancelled, for the closing summary."""
     return [line for w in _WATCH if w is not None for line in w.cancelled]
