@@ -27,8 +27,8 @@ rule all:
 
 onsuccess:
     remove_doctor_flags()  # doctor.smk
-    print(f"\ncudalab: report written to {Path(REPORT).resolve()}\n")
-    print(f"cudalab: slides (one per lesson) in {Path(SLIDES_DECK).resolve()}\n")
+    for _line in closing_lines():  # common.smk: only what this run was asked for
+        print(f"\n{_line}")
     # last: how to measure what a GPU-less run left out ('' when nothing was)
     for _folder in FOLDERS:
         _left = cudalab_runner.not_measured_summary(Path(_folder), EXPERIMENTS)

@@ -246,9 +246,13 @@ def block_yaml(block: dict[str, Any]) -> list[str]:
 
 # -- used by `cudalab plan` and the workflow -------------------------------------------------
 def needs_gpu(config: dict[str, Any]) -> bool:
+    """Whether the run's jobs ask for a GPU: a GPU point, or a class run (every judge job
+    asks for one, on slurm.gpu_model)."""
     from cudalab.config import enabled_experiments
     from cudalab.experiments import REGISTRY
 
+    if (config.get("exercises") or {}).get("submissions"):
+        return True
     return any(p.gpu for e in enabled_experiments(config) for p in REGISTRY[e].grid(config))
 
 

@@ -128,7 +128,10 @@ if workflow.is_main_process:  # not again inside every (Slurm) job
 
     # the request against sinfo, asked once: printed in the plan, enforced in onstart
     FIT = cudalab_site.check_fit(config)
-    for line in plan_lines(config, FIT) + [f"note: {n}" for n in _notes]:
+    # `snakemake exercises` runs the class alone; Snakemake parses the workflow before it
+    # sets its targets (run_targets), so the command line says it here
+    _CLASS_ONLY = bool(config["exercises"]["submissions"]) and "exercises" in sys.argv[1:]
+    for line in plan_lines(config, FIT, _CLASS_ONLY) + [f"note: {n}" for n in _notes]:
         print(line, file=sys.stderr)
     # A killed run leaves Snakemake's lock behind and the next run stops with LockException.
     if any(Path(".snakemake", "locks").glob("*.lock")) and "--unlock" not in sys.argv:
@@ -195,9 +198,8 @@ def _slurm_jobs():
     """(name, GPU request) of every job this run submits with sbatch, the doctors first
     (one per folder that has a measure job to run), then a class's judges and baseline
     where `exercises` is a target (exercises.smk), and the measure jobs not rerun."""
-    # the rules named on the command line (none: `all`), known once the DAG is built:
     # `snakemake exercises` submits a class's jobs and no measure job
-    targets = set(getattr(workflow.dag_settings, "targets", None) or ())
+    targets = run_targets()
     judged = class_slurm_jobs(_gpu_flag) if "exercises" in targets else []
     if targets == {"exercises"}:
         return judged, 0
@@ -211,6 +213,24 @@ def _slurm_jobs():
         w = SimpleNamespace(folder=f, experiment=e)
         out.append((job_label(e, f), _gpu_flag(gpu_count(w), gpu_model(w))))
     return out + judged, len(measure_jobs()) - len(todo)
+
+
+def run_targets():
+    """The rules and files named on the command line (none: `all`), known once the DAG is
+    built."""
+    return set(getattr(workflow.dag_settings, "targets", None) or ()) or {"all"}
+
+
+def closing_lines():
+    """onsuccess: where this run's products are, only those it was asked for and that are
+    there: the report and slides (`all`), a class's leaderboard (`exercises`)."""
+    targets = run_targets()
+    wanted = [("report written to", REPORT), ("slides (one per lesson) in", SLIDES_DECK)]
+    wanted = wanted if "all" in targets else []
+    if CLASS_RUN and "exercises" in targets:
+        wanted.append(("class leaderboard written to", CLASS_INDEX))  # exercises.smk
+    return [f"cudalab: {what} {Path(path).resolve()}" for what, path in wanted
+            if Path(path).exists()]
 
 
 def _gpu_flag(gpus, model):
@@ -242,6 +262,8 @@ onstart:
     _write_config_json()
     watch_failures()
     drop_leftover_doctor_flags()  # doctor.smk
+    if CLASS_RUN and "exercises" in run_targets():  # what is judged, where it is written
+        print(class_line(), file=sys.stderr)  # exercises.smk
     guard_interrupts()  # doctor.smk: a second Ctrl-C cannot leave jobs or flags behind
     # Under Slurm: never submit what cannot start, say how many sbatch jobs this run submits
     # and watch them for a PENDING reason that never clears (doctor.smk).
