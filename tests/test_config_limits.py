@@ -186,7 +186,7 @@ def test_a_small_class_is_counted_without_a_warning(tmp_path, capsys, monkeypatc
     p = tmp_path / "c.yaml"
     p.write_text(f"experiments: {{vector_add: {{}}}}\nexercises: {{submissions: {folder}}}\n")
     code, out = _cli(["plan", str(p)], capsys, monkeypatch)
-    assert code == 0 and "3 judge job(s)" in out and "= 4 sbatch job(s)" in out
+    assert code == 0 and "3 judge job(s)" in out and "= 5 sbatch job(s)" in out
     assert "warning:" not in out
 
 
