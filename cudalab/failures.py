@@ -283,7 +283,8 @@ def doctor_section(table: Path, started: float) -> str:
     try:
         if table.stat().st_mtime < started:
             return ""
-        return (f"{table.read_text().rstrip()}\n(the doctor's table: {table}; no measure job "
+        jobs = "judge job" if table.stem == "doctor_class" else "measure job"  # a class's
+        return (f"{table.read_text().rstrip()}\n(the doctor's table: {table}; no {jobs} "
                 "was submitted)")
     except OSError:
         return ""

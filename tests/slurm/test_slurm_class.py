@@ -76,6 +76,11 @@ def test_judges_never_start_where_the_doctor_finds_no_gpu(class_runs):
     assert not submitted(out.log, "exercise"), "a judge job was queued\n" + out.log
     assert "measure" not in {p.split("rule_")[1].split("/")[0] for _, p in submitted(out.log, "")}
     assert not (out.workdir / "results" / "class" / "vector_add" / "verdicts").exists()
+    assert "doctor_class.md; no judge job was submitted)" in out.log, out.log
+    # the node holds a (fake) GPU it cannot use: asking for one again would not help
+    table = (out.workdir / "results" / "doctor" / "doctor_class.md").read_text()
+    assert "this Slurm job holds GPU" in table and "a Slurm job with --gpus" not in table
+    assert "plain `snakemake` (without --profile slurm)" in table, table
 
 
 @pytest.mark.slurm
