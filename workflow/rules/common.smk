@@ -122,7 +122,31 @@ def job_label(experiment, folder):
     return f"{experiment}@{model}" if model else experiment
 
 
+# The GPU request of cudalab's jobs comes from the config alone, so that every job and its
+# doctor ask the same: --set-resources measure:gpu=2 gave every measure job two GPUs, the
+# CPU-only ones too, and not the doctor (half applied: every job failed).
+GPU_RESOURCES = ("gpu", "gpu_model", "gres", "gpus")
+GPU_RULES = ("measure", "doctor", "exercise_judge", "exercise_baseline")
+
+
+def gpu_override_problem():
+    """Why a --set-resources of a GPU request on cudalab's jobs is refused ('' if none)."""
+    given = workflow.resource_settings.overwrite_resources or {}
+    bad = [f"{rule}:{key}" for rule in GPU_RULES if rule in given
+           for key in GPU_RESOURCES if key in given[rule].keys()]
+    if not bad:
+        return ""
+    return (f"cudalab: --set-resources {', '.join(bad)} is refused (nothing was submitted): "
+            "the GPU request of cudalab's jobs comes from the config, the same for each job "
+            "and its doctor: one GPU per job with GPU points (a job measures on one GPU, a "
+            "second would sit idle), none for a CPU-only experiment. Set slurm.gpu_model, "
+            "slurm.gpu_models or slurm.constraint in config.yaml instead; --set-resources of "
+            "runtime, mem_mb or cpus_per_task still apply.")
+
+
 FIT = None  # the request against sinfo (main process only)
+if workflow.is_main_process and gpu_override_problem():
+    raise WorkflowError(gpu_override_problem())
 if workflow.is_main_process:  # not again inside every (Slurm) job
     from cudalab import site as cudalab_site
 
