@@ -226,7 +226,15 @@ def cause(message: str, logs: Iterable[str], workdir: Path,
     job_id = slurm_causes.slurm_job_id(message) or (log.stem if log is not None else "")
     if not job_id.isdigit():
         return ""
-    return slurm_causes.job_cause(job_id, log, read).text()
+    key = (str(workdir), job_id, str(log))
+    if key not in _CAUSES:  # an ended job's cause does not change: asked once
+        _CAUSES[key] = slurm_causes.job_cause(job_id, log, read).text()
+    return _CAUSES[key]
+
+
+# the causes already read (work dir, Slurm job id, its log): the closing summary repeats what
+# FailureNow said without asking sacct again (up to 3 s a job while slurmdbd has no steps)
+_CAUSES: dict[tuple[str, str, str], str] = {}
 
 
 class FailureNow(logging.Handler):
