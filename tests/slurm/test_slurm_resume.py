@@ -61,6 +61,7 @@ def resumed(slurm_cluster, tmp_path_factory):
     again = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=300)
     for name, text in (("first", first), ("again", again.stdout + again.stderr)):
         (workdir / f"{name}.out").write_text(text)  # to read after a failure
+    (workdir / "stop_s.txt").write_text(f"{stop_s:.1f}\n")
     return (workdir, first, stop_s, done_at_signal, finished, again.returncode,
             again.stdout + again.stderr)
 
