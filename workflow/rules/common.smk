@@ -214,8 +214,16 @@ def todo_regex(todo):
                     for f, es in by_folder.items()) or "(?!)"
 
 
+def forced():
+    """Whether the command line forces jobs to run again (--forcerun/-R, --forceall/-F,
+    --force/-f): then every measure job is one of the run, as Snakemake plans it (read from
+    sys.argv: Snakemake parses the workflow before it sets its DAG settings)."""
+    flags = ("-R", "--forcerun", "-F", "--forceall", "-f", "--force")
+    return any(a in flags or a.startswith(("--forcerun=", "--forceall=")) for a in sys.argv[1:])
+
+
 # decided once, in the main process (a Slurm job's own Snakemake runs the job it was given)
-TO_RUN = jobs_to_run() if workflow.is_main_process else measure_jobs()
+TO_RUN = jobs_to_run() if workflow.is_main_process and not forced() else measure_jobs()
 
 
 def _slurm_jobs():

@@ -56,7 +56,7 @@ def judged(path, src=None):
 # decided once, in the main process, as for the measure jobs (common.smk: TO_RUN): only the
 # submissions still to judge are jobs, so the class doctor running again never queues a
 # judged one again (a Slurm job's own Snakemake runs the job it was given)
-_MAIN = workflow.is_main_process
+_MAIN = workflow.is_main_process and not forced()  # common.smk: --forcerun etc.
 TO_JUDGE = [s for s in sorted(SUBMISSIONS)
             if not (_MAIN and judged(f"{CLASS_DIR}/verdicts/{s}.json", SUBMISSIONS[s]))]
 BASELINE_TODO = not (_MAIN and judged(f"{CLASS_DIR}/baseline.json"))
