@@ -59,8 +59,8 @@ def test_the_class_console_says_what_is_judged_and_where_the_leaderboard_goes(cl
     out = class_runs["doctor"]
     assert "cudalab plan: a class run (snakemake exercises); no experiment is measured" \
         in out.log, out.log
-    assert ("cudalab: class run: exercise vector_add, 2 of 2 submission(s) of subs to judge "
-            "on GPU model fake; the course's kernels and cuBLAS as the baseline. "
+    assert ("cudalab: this class run judges 2 of 2 submission(s) of subs for exercise "
+            "vector_add on GPU model fake; the course's kernels and cuBLAS as the baseline. "
             f"Leaderboard: {LEADERBOARD}") in out.log, out.log
     assert "cudalab: submitting 4 Slurm job(s) with sbatch: doctor_class (--gpus=fake:1), " \
         "exercise_judge alice (--gpus=fake:1)" in out.log, out.log

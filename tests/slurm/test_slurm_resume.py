@@ -2,7 +2,7 @@
 
 A GPU-model sweep (the test cluster's two gres types, one CPU-only matmul job per model, a
 doctor per model) runs its jobs one at a time (`--jobs 1`). As soon as the first measure job
-has written its manifest, the run gets one SIGINT, as from Ctrl-C. The rerun must queue no
+has finished (Snakemake said so), the run gets one SIGINT, as from Ctrl-C. The rerun must queue no
 job of a finished experiment (counted from the plugin's `has been submitted with SLURM
 jobid` lines, each naming its job's Slurm log, hence its rule and folder), no doctor for a
 model without work, and say as many jobs on its submit line as it submits. Before that,
@@ -31,20 +31,25 @@ def _manifests(workdir) -> list[str]:
             if (workdir / "results" / "gpu" / m / "raw" / "matmul" / "_manifest.json").exists()]
 
 
-def _stop_after_first_manifest(workdir, cmd) -> tuple[str, float, list[str]]:
-    """Run until one measure job finished, then SIGINT Snakemake once. Returns the output,
-    the seconds from the signal to the exit, and the models finished at the signal."""
+FINISHED = re.compile(r"Finished jobid: \d+ \(Rule: measure\)")
+
+
+def _stop_after_first_measure_job(workdir, cmd) -> tuple[str, float]:
+    """Run until Snakemake has seen one measure job finish (a job still running at Ctrl-C
+    loses its output, the manifest too), then SIGINT Snakemake once. Returns the output and
+    the seconds from the signal to the exit."""
     proc = subprocess.Popen(cmd, cwd=workdir, text=True, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True)
-    t0, done = time.monotonic(), []
-    while proc.poll() is None and time.monotonic() - t0 < 200 and not done:
-        done = _manifests(workdir)
-        time.sleep(0.1)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if FINISHED.search(line):
+            break
     t_sig = time.monotonic()
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGINT)
-    out = proc.communicate(timeout=120)[0]
-    return out, time.monotonic() - t_sig, done
+    rest = proc.communicate(timeout=120)[0]
+    return "".join(lines) + rest, time.monotonic() - t_sig
 
 
 @pytest.fixture(scope="module")
@@ -56,20 +61,21 @@ def resumed(slurm_cluster, tmp_path_factory):
                     "gpu_models": MODELS}
     config.write_text(yaml.safe_dump(cfg))
     cmd = snakemake_cmd(workdir, config, "--jobs", "1", limit_s=240)
-    first, stop_s, done_at_signal = _stop_after_first_manifest(workdir, cmd)
-    finished = _manifests(workdir)  # a job cancelled as it ended may have finished too
+    first, stop_s = _stop_after_first_measure_job(workdir, cmd)
+    finished = _manifests(workdir)
     again = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=300)
     for name, text in (("first", first), ("again", again.stdout + again.stderr)):
         (workdir / f"{name}.out").write_text(text)  # to read after a failure
     (workdir / "stop_s.txt").write_text(f"{stop_s:.1f}\n")
-    return (workdir, first, stop_s, done_at_signal, finished, again.returncode,
+    return (workdir, first, stop_s, finished, again.returncode,
             again.stdout + again.stderr)
 
 
 @pytest.mark.slurm
 def test_ctrl_c_says_you_stopped_it_and_what_was_kept(resumed):
-    _, first, stop_s, done_at_signal, finished, *_ = resumed
-    assert done_at_signal, f"no measure job finished before the time limit\n{first}"
+    _, first, stop_s, finished, *_ = resumed
+    assert FINISHED.search(first), f"no measure job finished before the time limit\n{first}"
+    assert len(finished) == 1, f"one model finished, one not: {finished}\n{first}"
     assert "cudalab: stopped by you (Ctrl-C)" in first, first
     kept = re.search(r"kept: (\d+) of 2 experiment job\(s\) finished", first)
     assert kept and int(kept.group(1)) == len(finished), first
@@ -79,7 +85,8 @@ def test_ctrl_c_says_you_stopped_it_and_what_was_kept(resumed):
 
 @pytest.mark.slurm
 def test_resume_submits_no_finished_experiment(resumed):
-    workdir, _, _, _, finished, rc, log = resumed
+    workdir, _, _, finished, rc, log = resumed
+    assert finished, "nothing finished before the Ctrl-C: the test would prove nothing"
     assert rc == 0, log
     jobs = submitted(log, "")
     measured = [p for _, p in submitted(log, "measure")]
@@ -92,6 +99,5 @@ def test_resume_submits_no_finished_experiment(resumed):
     # the console's count is what sbatch got
     line = re.search(r"cudalab: submitting (\d+) Slurm job\(s\) with sbatch", log)
     assert line and int(line.group(1)) == len(jobs), log
-    if finished:
-        assert f"{len(finished)} experiment job(s) already measured, not resubmitted" in log
+    assert f"{len(finished)} experiment job(s) already measured, not resubmitted" in log
     assert _manifests(workdir) == MODELS, log

@@ -80,8 +80,8 @@ def class_line():
     """What a class run judges and where its leaderboard goes (said in onstart)."""
     kept = len(SUBMISSIONS) - len(TO_JUDGE)
     on = f"on GPU model {CLASS_MODEL}" if CLASS_MODEL else "on any GPU"
-    return (f"cudalab: class run: exercise {CLASS['exercise']}, {len(TO_JUDGE)} of "
-            f"{len(SUBMISSIONS)} submission(s) of {CLASS['submissions']} to judge {on}"
+    return (f"cudalab: this class run judges {len(TO_JUDGE)} of {len(SUBMISSIONS)} "
+            f"submission(s) of {CLASS['submissions']} for exercise {CLASS['exercise']} {on}"
             + (f" ({kept} judged before, kept)" if kept else "")
             + (f", {len(_REJECTED)} entr{'y' if len(_REJECTED) == 1 else 'ies'} rejected"
                if _REJECTED else "")
