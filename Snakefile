@@ -27,8 +27,8 @@ rule all:
 
 onsuccess:
     remove_doctor_flags()  # doctor.smk
-    print(f"\ncudalab: report written to {Path(REPORT).resolve()}\n")
-    print(f"cudalab: slides (one per lesson) in {Path(SLIDES_DECK).resolve()}\n")
+    for _line in closing_lines():  # common.smk: only what this run was asked for
+        print(f"\n{_line}")
     # last: how to measure what a GPU-less run left out ('' when nothing was)
     for _folder in FOLDERS:
         _left = cudalab_runner.not_measured_summary(Path(_folder), EXPERIMENTS)
@@ -46,10 +46,13 @@ onerror:
     # run checks the node again before its measure jobs
     remove_doctor_flags()  # doctor.smk
 
-    print("\n" + cudalab_failures.summary(log, Path(RESULTS) / "logs", _STARTED,
-                                          Path(RESULTS) / "doctor", pending_cancelled()),
-          file=sys.stderr)
+    _by_you = stopped_by_you()  # doctor.smk: Ctrl-C, not a failure ('' otherwise)
+    if not _by_you or cudalab_failures.failed_jobs(log):
+        print("\n" + cudalab_failures.summary(log, Path(RESULTS) / "logs", _STARTED,
+                                              Path(RESULTS) / "doctor", pending_cancelled()),
+              file=sys.stderr)
     print(
+        f"\n{_by_you}\n" if _by_you else
         "\ncudalab: the run stopped. Points already measured are kept in results/raw/ "
         "and a rerun measures only what is missing. Logs: results/logs/ "
         "(and .snakemake/slurm_logs/ under Slurm). If Snakemake says the directory is "

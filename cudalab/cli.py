@@ -46,14 +46,20 @@ def _config(path: str, show_notes: bool = False) -> dict[str, Any]:
     return config
 
 
-def plan_lines(config: dict[str, Any], fit: Any = None) -> list[str]:
+def plan_lines(config: dict[str, Any], fit: Any = None, class_only: bool = False
+               ) -> list[str]:
     """The plan: jobs (every job that runs code, the doctors included), grid points, the
     estimate, and whether the request fits this cluster (`fit`: a site.FitCheck, else
-    sinfo is asked here)."""
+    sinfo is asked here). class_only: the plan of `snakemake exercises`, which runs the
+    class's jobs and no experiment."""
     from cudalab import site, sweep
     from cudalab.experiments import REGISTRY
     from cudalab.guards import plan_estimate
 
+    fit = site.check_fit(config) if fit is None else fit
+    if class_only:
+        return ["cudalab plan: a class run (snakemake exercises); no experiment is measured",
+                *_class_lines(config), *site.fit_lines(fit, quiet=True)]
     lines = []
     names = cfg.enabled_experiments(config)
     total = gpu_exps = 0
@@ -77,7 +83,6 @@ def plan_lines(config: dict[str, Any], fit: Any = None) -> list[str]:
                     + (f", and {n.doctors} short doctor job(s) (1 CPU, a few minutes) before "
                        "them" if n.doctors else ""))
     lines += _class_lines(config)
-    fit = site.check_fit(config) if fit is None else fit
     return (lines + sweep.plan_lines(config, names) + plan_estimate(config)
             + site.fit_lines(fit, quiet=True))
 
@@ -91,10 +96,16 @@ def _class_lines(config: dict[str, Any]) -> list[str]:
     if found is None:
         return []
     judged, rejected = found
-    folder = config["exercises"]["submissions"]
-    return [f"  class run (snakemake exercises): {judged} judge job(s), one per submission of "
-            f"{folder}, + 1 baseline job = {judged + 1} sbatch job(s) under Slurm, each with "
-            f"a GPU; the class report runs locally"
+    ex = config["exercises"]
+    doctor = limits.class_doctor(config)
+    model = config["slurm"]["gpu_model"] or next(iter(config["slurm"]["gpu_models"]), "")
+    return [f"  class run (snakemake exercises): exercise {ex['exercise']}, {judged} judge "
+            f"job(s), one per submission of {ex['submissions']}, + 1 baseline job"
+            + (" + 1 doctor job (the judges' GPU, first)" if doctor else "")
+            + f" = {judged + 1 + doctor} sbatch job(s) under Slurm, each with a GPU"
+            + (f" of model {model}" if model else "")
+            + f"; the leaderboard (results/class/{ex['exercise']}/index.html) is written "
+            "locally"
             + (f"; {rejected} entr{'y' if rejected == 1 else 'ies'} of the folder rejected "
                f"(listed in the report)" if rejected else "")]
 

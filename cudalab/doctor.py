@@ -68,20 +68,34 @@ def _loaded(env: dict[str, str]) -> list[str]:
     return [m for m in env.get("LOADEDMODULES", "").split(":") if m]
 
 
+def _is_loaded(m: str, env: dict[str, str]) -> bool:
+    return any(x == m or x.startswith(m.rstrip("/") + "/") for x in _loaded(env))
+
+
 def check_modules(modules: list[str], env: dict[str, str]) -> tuple[list[Check], dict[str, str]]:
     """One line per module; returns the environment with every loadable module loaded (a
     job started with --sdm env-modules has them already; a plain shell gets them here)."""
-    checks = []
     in_job = bool(env.get("SLURM_JOB_ID"))
+    tried: dict[str, tuple[bool, str]] = {}  # (loads, what `module load` said) if not loaded
     for m in modules:
-        if any(x == m or x.startswith(m.rstrip("/") + "/") for x in _loaded(env)):
+        if not _is_loaded(m, env):
+            rc, out = _run(["bash", "-c", _MODULE_INIT + 'module load "$1"', "_", m], env)
+            tried[m] = (rc == 0 and "error" not in out.lower(), out)
+    broken = [m for m, (ok, _) in tried.items() if not ok]
+    checks = []
+    for m in modules:
+        ok, out = tried.get(m, (True, ""))
+        if m not in tried:
             checks.append(Check(f"module {m}", OK, "loaded in this job (LOADEDMODULES)"))
-            continue
-        rc, out = _run(["bash", "-c", _MODULE_INIT + 'module load "$1"', "_", m], env)
-        if rc != 0 or "error" in out.lower():
+        elif not ok:
             checks.append(Check(f"module {m}", FAIL, f"`module load {m}` failed: {_short(out)}",
                                 "fix slurm.modules in config.yaml (`module avail`, "
                                 "`module spider NAME` list what exists on the compute node)"))
+        elif in_job and broken:  # `module load a b` loads none of them when one fails
+            checks.append(Check(f"module {m}", INFO, "loadable, but not loaded in this job: "
+                                f"the job's `module load` of the list stopped at "
+                                f"{', '.join(broken)}", "nothing to do here once "
+                                f"{', '.join(broken)} is fixed in slurm.modules"))
         elif in_job:
             checks.append(Check(f"module {m}", FAIL, "loadable but not loaded in this job",
                                 "run with --sdm env-modules (profiles/slurm sets "
@@ -231,6 +245,30 @@ print(json.dumps(r))
 """
 
 
+CPU_ONLY = ("with no usable GPU at all: plain `snakemake` (without --profile slurm) measures "
+            "the CPU points, runs the static analysis and writes the report, the GPU points "
+            "recorded not_measured (README: Without a GPU)")
+
+
+def gpu_fix(env: dict[str, str]) -> str:
+    """What to do where no GPU is usable, by where this runs: outside Slurm, in a job that
+    holds no GPU, or in one that holds a GPU the node cannot use (asking for --gpus again
+    would not help there)."""
+    if not env.get("SLURM_JOB_ID"):
+        return ("run on a GPU node (a Slurm job: snakemake --profile slurm), or give a "
+                f"container the GPU (docker --gpus all); {CPU_ONLY}")
+    node = env.get("SLURMD_NODENAME") or "this node"
+    given = next((env[k] for k in ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "CUDA_VISIBLE_DEVICES",
+                                   "SLURM_GPUS_ON_NODE") if env.get(k)), "")
+    if given:
+        return (f"this Slurm job holds GPU {given}, but {node} cannot use it (no driver or "
+                f"device): ask the cluster's admins (the NVIDIA driver on {node}, gres.conf), "
+                "or send the jobs to nodes whose GPUs work (slurm.gpu_model, partition or "
+                f"constraint; `cudalab site` lists them); {CPU_ONLY}")
+    return ("this Slurm job holds no GPU: set slurm.gpu_model (or partition / constraint) to "
+            f"GPUs `cudalab site` lists; {CPU_ONLY}")
+
+
 def check_libcuda(env: dict[str, str], need_gpu: bool, lib: str = "libcuda.so.1") -> Check:
     """The driver's user-space library, as pycuda loads it: libcuda.so.1, in a child Python
     with the modules' environment (a broken library is a table line here, not a crash)."""
@@ -239,10 +277,11 @@ def check_libcuda(env: dict[str, str], need_gpu: bool, lib: str = "libcuda.so.1"
         r = json.loads(out.splitlines()[-1]) if out else {}
     except json.JSONDecodeError:
         r = {"error": f"probe crashed (rc {rc}): {_short(out)}"}
-    return libcuda_verdict(r, need_gpu, lib)
+    return libcuda_verdict(r, need_gpu, lib, env)
 
 
-def libcuda_verdict(r: dict[str, str], need_gpu: bool, lib: str = "libcuda.so.1") -> Check:
+def libcuda_verdict(r: dict[str, str], need_gpu: bool, lib: str = "libcuda.so.1",
+                    env: dict[str, str] | None = None) -> Check:
     """The libcuda line from the probe's answer: path (loaded from), error, find_library."""
     bad = FAIL if need_gpu else INFO
     if "path" not in r:
@@ -250,9 +289,8 @@ def libcuda_verdict(r: dict[str, str], need_gpu: bool, lib: str = "libcuda.so.1"
         return Check("libcuda", bad, f"{lib} cannot be loaded: {_short(why, 200)}"
                      + (f" (the linker knows {r['find_library']})" if r.get("find_library")
                         else ""),
-                     "the NVIDIA driver's library is missing here: run on a GPU node (a Slurm "
-                     "job with --gpus), install the driver (Debian: libcuda1), or give a "
-                     "container the GPU (docker --gpus all)" if need_gpu else
+                     "the NVIDIA driver's library is missing here (Debian: libcuda1): "
+                     + gpu_fix(dict(os.environ) if env is None else env) if need_gpu else
                      "not needed by this config")
     if "/stubs/" in r["path"]:
         return Check("libcuda", bad, f"{r['path']} is the toolkit's link stub, not the "
@@ -368,20 +406,18 @@ def check_cuda(env: dict[str, str], gpu_index: int, need_gpu: bool) -> tuple[lis
         checks.append(Check("GPU(s)", bad if not devs else INFO,
                             f"device files {', '.join(devs)}; CUDA_VISIBLE_DEVICES is {cvd_txt}"
                             if devs else "no GPU here (no /dev/nvidia<N> device files)",
-                            "run on a GPU node (a Slurm job with --gpus)" if not devs else ""))
+                            gpu_fix(env) if not devs else ""))
         return checks, r
     checks.append(Check("pycuda", OK, f"{r['pycuda']}, built against CUDA {r['built_cuda']}"))
     if "gpus" not in r:
         checks.append(Check("GPU(s)", bad, f"no GPU here: {r.get('error', '')}; "
                             f"CUDA_VISIBLE_DEVICES is {cvd_txt}",
-                            "run on a GPU node (a Slurm job with --gpus; check slurm.gpu_model "
-                            "and `cudalab site`)" if need_gpu else "not needed by this config"))
+                            gpu_fix(env) if need_gpu else "not needed by this config"))
         return checks, r
     checks.append(Check("driver", OK, f"supports CUDA {r['driver_cuda']}"))
     if not r["gpus"]:
         checks.append(Check("GPU(s)", bad, f"no GPU visible; CUDA_VISIBLE_DEVICES is {cvd_txt}",
-                            "ask for a GPU (--gpus / slurm.gpu_model) or ask the admins why "
-                            "the node shows none" if need_gpu else "not needed by this config"))
+                            gpu_fix(env) if need_gpu else "not needed by this config"))
         return checks, r
     checks.append(Check("GPU(s)", OK, f"{len(r['gpus'])}: {', '.join(r['gpus'])}; "
                         f"CUDA_VISIBLE_DEVICES is {cvd_txt}; gpu_index {gpu_index}"))

@@ -226,7 +226,15 @@ def cause(message: str, logs: Iterable[str], workdir: Path,
     job_id = slurm_causes.slurm_job_id(message) or (log.stem if log is not None else "")
     if not job_id.isdigit():
         return ""
-    return slurm_causes.job_cause(job_id, log, read).text()
+    key = (str(workdir), job_id, str(log))
+    if key not in _CAUSES:  # an ended job's cause does not change: asked once
+        _CAUSES[key] = slurm_causes.job_cause(job_id, log, read).text()
+    return _CAUSES[key]
+
+
+# the causes already read (work dir, Slurm job id, its log): the closing summary repeats what
+# FailureNow said without asking sacct again (up to 3 s a job while slurmdbd has no steps)
+_CAUSES: dict[tuple[str, str, str], str] = {}
 
 
 class FailureNow(logging.Handler):
@@ -283,7 +291,8 @@ def doctor_section(table: Path, started: float) -> str:
     try:
         if table.stat().st_mtime < started:
             return ""
-        return (f"{table.read_text().rstrip()}\n(the doctor's table: {table}; no measure job "
+        jobs = "judge job" if table.stem == "doctor_class" else "measure job"  # a class's
+        return (f"{table.read_text().rstrip()}\n(the doctor's table: {table}; no {jobs} "
                 "was submitted)")
     except OSError:
         return ""

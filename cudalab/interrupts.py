@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 GRACE_S = 20.0  # scancel (<= 60 s when slurmctld is slow, usually well under a second)
@@ -29,8 +31,10 @@ class OnceInterrupt:
 
     def __init__(self, grace_s: float = GRACE_S,
                  emit: Callable[[str], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 shield: Callable[[], None] | None = None) -> None:
         self.grace_s, self.clock = grace_s, clock
+        self.shield = shield or _shield_children
         self.emit = emit or (lambda line: print(line, file=sys.stderr, flush=True))
         self.first: float | None = None
         self.ignored = 0
@@ -39,6 +43,7 @@ class OnceInterrupt:
         now = self.clock()
         if self.first is None or now - self.first > self.grace_s:
             self.first = now
+            self.shield()
             raise KeyboardInterrupt
         self.ignored += 1
         left = self.grace_s - (now - self.first)
@@ -47,8 +52,54 @@ class OnceInterrupt:
                   "be left queued: squeue --me)")
 
 
+def _shield_children() -> None:
+    """Block SIGINT in this (the main) thread: the commands it starts from now on (the
+    plugin's `scancel`, the doctors' `squeue`) inherit the mask, so a second Ctrl-C, which the
+    terminal (or `timeout -s INT`) sends to the whole process group, cannot kill them half
+    way ("Unable to cancel jobs with scancel (exit code -2)", jobs left queued: seen). The
+    process still gets SIGINT through its other threads (install() keeps one)."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+
+_INSTALLED: list[OnceInterrupt] = []
+
+
 def install(grace_s: float = GRACE_S) -> OnceInterrupt:
-    """Make this process's SIGINT handler a OnceInterrupt (call from the main thread)."""
+    """Make this process's SIGINT handler a OnceInterrupt (call from the main thread), with
+    a thread that leaves SIGINT unblocked, so repeats still reach the handler once the main
+    thread blocks it."""
     handler = OnceInterrupt(grace_s)
     signal.signal(signal.SIGINT, handler)
+    if not _INSTALLED:
+        threading.Thread(target=threading.Event().wait, name="cudalab-sigint",
+                         daemon=True).start()
+    _INSTALLED[:] = [handler]
     return handler
+
+
+def interrupted() -> bool:
+    """Whether this run got a SIGINT (Ctrl-C, or the pending watcher's own stop)."""
+    return any(h.first is not None for h in _INSTALLED)
+
+
+def stopped_line(jobs: Iterable[tuple[str, Path]], started: float) -> str:
+    """The closing line of a run you stopped: what it kept. jobs: (label, raw folder of one
+    measure job); a job is finished where its manifest is there, and every record written
+    since `started` stays for the next run, which measures only what is missing."""
+    jobs = list(jobs)
+    done = [label for label, raw in jobs if (raw / "_manifest.json").is_file()]
+    written = sum(1 for _, raw in jobs for p in raw.glob("*.json")
+                  if p.name != "_manifest.json" and _mtime(p) >= started)
+    return (f"cudalab: stopped by you (Ctrl-C). kept: {len(done)} of {len(jobs)} experiment "
+            f"job(s) finished{' (' + ', '.join(done) + ')' if done else ''}, and {written} "
+            "point record(s) this run wrote in raw/. Nothing failed: the same command again "
+            "submits only what is missing (no finished experiment, no doctor for a GPU "
+            "without work).")
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0

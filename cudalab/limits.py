@@ -148,11 +148,18 @@ def class_jobs(config: dict[str, Any]) -> tuple[int, int] | None:
     return len(subs), len(rejected)
 
 
+def class_doctor(config: dict[str, Any]) -> int:
+    """The class run's doctor jobs: one (the judges' GPU, first) unless slurm.doctor is off."""
+    return 1 if (config.get("slurm") or {}).get("doctor", True) else 0
+
+
 def _class_jobs(config: dict[str, Any]) -> list[str]:
     found = class_jobs(config)
-    if found is None or found[0] + 1 <= MANY_JOBS:
+    if found is None or found[0] + 1 + class_doctor(config) <= MANY_JOBS:
         return []
+    doctor = " and its doctor" if class_doctor(config) else ""
     return [f"exercises.submissions: the class run (snakemake exercises) submits "
-            f"{found[0] + 1} sbatch jobs under Slurm (one judge job per submission, "
-            f"{found[0]}, and the baseline), each with a GPU; a site may limit the jobs a user "
+            f"{found[0] + 1 + class_doctor(config)} sbatch jobs under Slurm (one judge job per "
+            f"submission, {found[0]}, the baseline{doctor}), each with a GPU; a site may limit "
+            "the jobs a user "
             f"may queue (sacctmgr show qos: MaxSubmitJobs): split the folder, or check first"]

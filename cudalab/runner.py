@@ -94,14 +94,19 @@ class Job:
         return any(p.gpu for p in self.points)
 
 
-def job_fingerprint(config: dict[str, Any], name: str) -> str:
+def job_fingerprint(config: dict[str, Any], name: str, machine: bool = True) -> str:
     """What makes a measure job stale when it changes: its block, the blocks its grid reads,
-    the measurement and telemetry settings (the workflow's rerun trigger; in the manifest)."""
+    the measurement and telemetry settings, the modules it loads (the workflow's rerun
+    trigger; in the manifest). machine=False leaves out what this machine makes of the
+    block: a login node cannot judge a compute node's job by it."""
     blocks = [config["experiments"].get(b) for b in REGISTRY[name].reads_blocks]
     parts = [config["experiments"][name], *blocks, config["measurement"], config["telemetry"]]
-    facts = REGISTRY[name].machine_facts(config["experiments"][name])
+    facts = REGISTRY[name].machine_facts(config["experiments"][name]) if machine else None
     if facts is not None:  # what this machine makes of the block (static analysis: auto)
         parts.append(facts)
+    modules = (config.get("slurm") or {}).get("modules")
+    if modules:  # another toolkit module can change every GPU point
+        parts.append({"modules": modules})
     if profiling(config):  # turning counters on reruns the job (its timings are reused)
         parts.append(config["profile"])
     return block_hash(parts)
@@ -500,6 +505,7 @@ def _write_manifest(job: Job, t_job: float) -> dict[str, Any]:
         "telemetry_dir": str(job.telemetry_dir) if job.gpu is not None else "",
         "provenance": job.env, "seed": job.seed, "harness": job.settings.as_dict(),
         "fingerprint": job_fingerprint(job.config, job.name),
+        "config_fingerprint": job_fingerprint(job.config, job.name, machine=False),
         "counts": {s: statuses.count(s) for s in results.STATUSES},
     }
     if job.ceilings is not None:

@@ -193,7 +193,9 @@ def _fit_partition(slurm: dict[str, Any], part: str, cands: list[Node], nodes: l
 # -- suggesting a block ----------------------------------------------------------------------
 def suggest(nodes: list[Node], current: dict[str, Any]) -> dict[str, Any]:
     """A `slurm:` block that fits: the default partition if it has GPUs (else the first
-    that does), its most common GPU model, and the current sizes capped at its nodes."""
+    that does), its most common GPU model, and the current sizes capped at one GPU's share
+    of its nodes (a job uses one GPU: a request of the whole node would leave the node's
+    other GPUs idle while it runs)."""
     parts = partitions(nodes)
     gpu_parts = [p for p, ns in parts.items() if any(n.n_gpus for n in ns)]
     default = default_partition(nodes)
@@ -213,10 +215,15 @@ def suggest(nodes: list[Node], current: dict[str, Any]) -> dict[str, Any]:
         "account": current.get("account", ""),
         "gpu_model": model,
         "runtime_min": min([runtime, *limits]),
-        "mem_mb": min(current.get("mem_mb", 16000), min(n.mem_mb for n in ns)),
-        "cpus_per_task": min(current.get("cpus_per_task", 4), min(n.cpus for n in ns)),
+        "mem_mb": min(current.get("mem_mb", 16000), min(_share(n.mem_mb, n) for n in ns)),
+        "cpus_per_task": min(current.get("cpus_per_task", 4), min(_share(n.cpus, n) for n in ns)),
         "modules": list(current.get("modules", [])),
     }
+
+
+def _share(amount: int, node: Node) -> int:
+    """One GPU's share of a node's CPUs or memory (all of it on a node without GPUs)."""
+    return max(1, amount // max(1, node.n_gpus))
 
 
 def table_lines(nodes: list[Node]) -> list[str]:
@@ -246,9 +253,13 @@ def block_yaml(block: dict[str, Any]) -> list[str]:
 
 # -- used by `cudalab plan` and the workflow -------------------------------------------------
 def needs_gpu(config: dict[str, Any]) -> bool:
+    """Whether the run's jobs ask for a GPU: a GPU point, or a class run (every judge job
+    asks for one, on slurm.gpu_model)."""
     from cudalab.config import enabled_experiments
     from cudalab.experiments import REGISTRY
 
+    if (config.get("exercises") or {}).get("submissions"):
+        return True
     return any(p.gpu for e in enabled_experiments(config) for p in REGISTRY[e].grid(config))
 
 

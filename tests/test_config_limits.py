@@ -168,13 +168,15 @@ def test_the_plan_counts_one_judge_job_per_student_and_warns_of_many(tmp_path, c
                  f"exercise: vector_add}}\n")
     code, out = _cli(["plan", str(p)], capsys, monkeypatch)
     assert code == 0, out
-    assert f"class run (snakemake exercises): 300 judge job(s), one per submission of " \
-        f"{folder}, + 1 baseline job = 301 sbatch job(s)" in out
+    assert f"class run (snakemake exercises): exercise vector_add, 300 judge job(s), one " \
+        f"per submission of {folder}, + 1 baseline job + 1 doctor job (the judges' GPU, " \
+        "first) = 302 sbatch job(s)" in out
+    assert "the leaderboard (results/class/vector_add/index.html)" in out
     assert "1 entry of the folder rejected" in out
     assert "at most 2 sbatch job(s) for `snakemake` (the class run's jobs are counted below)" \
         in out
     warned = [x for x in out.splitlines() if x.strip().startswith("warning: exercises.")]
-    assert len(warned) == 1 and "submits 301 sbatch jobs" in warned[0], out
+    assert len(warned) == 1 and "submits 302 sbatch jobs" in warned[0], out
     code, out = _cli(["validate", str(p)], capsys, monkeypatch)  # warned, not refused
     assert code == 0 and "warning: exercises.submissions: " in out
 
@@ -184,7 +186,7 @@ def test_a_small_class_is_counted_without_a_warning(tmp_path, capsys, monkeypatc
     p = tmp_path / "c.yaml"
     p.write_text(f"experiments: {{vector_add: {{}}}}\nexercises: {{submissions: {folder}}}\n")
     code, out = _cli(["plan", str(p)], capsys, monkeypatch)
-    assert code == 0 and "3 judge job(s)" in out and "= 4 sbatch job(s)" in out
+    assert code == 0 and "3 judge job(s)" in out and "= 5 sbatch job(s)" in out
     assert "warning:" not in out
 
 

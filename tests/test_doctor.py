@@ -184,3 +184,43 @@ def test_the_jobs_python_is_checked_with_the_modules_environment(tmp_path):
     c = doctor.check_python({**env, "PYTHONPATH": str(broken)})
     assert c.status == doctor.FAIL and "a module set PYTHONPATH" in c.value
     assert "PYTHONPATH or PYTHONHOME" in c.fix
+
+
+# -- advice by where the doctor runs -----------------------------------------------------------
+def _env(**extra: str) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith("SLURM") and k != "CUDA_VISIBLE_DEVICES"}
+    return {**base, **extra}
+
+
+def test_in_a_job_that_holds_a_gpu_the_advice_is_not_to_ask_for_one() -> None:
+    held = doctor.gpu_fix(_env(SLURM_JOB_ID="7", SLURMD_NODENAME="gpu03",
+                               CUDA_VISIBLE_DEVICES="0"))
+    assert "--gpus" not in held and "holds GPU 0" in held and "gpu03" in held
+    assert "admins" in held and "slurm.gpu_model" in held
+    assert "plain `snakemake` (without --profile slurm)" in held, "the CPU-only report"
+    none = doctor.gpu_fix(_env(SLURM_JOB_ID="7"))
+    assert "holds no GPU" in none and "slurm.gpu_model" in none
+    outside = doctor.gpu_fix(_env())
+    assert "snakemake --profile slurm" in outside and "without --profile slurm" in outside
+    c = doctor.check_libcuda(_env(SLURM_JOB_ID="7", CUDA_VISIBLE_DEVICES="0"), need_gpu=True,
+                             lib="libcuda-not-here.so.1")
+    assert c.status == doctor.FAIL and "--gpus" not in c.fix and "holds GPU 0" in c.fix
+
+
+@pytest.mark.skipif(not Path("/usr/share/lmod/lmod/init/bash").is_file(),
+                    reason="Debian's Lmod not installed (apt-get install lmod)")
+def test_one_broken_module_is_named_and_the_good_one_gets_no_wrong_advice(tmp_path) -> None:
+    """In a job whose `module load good broken` failed (Lmod loads none of them), the good
+    module is loadable but not loaded: the fix is the broken one, not --sdm env-modules."""
+    from lmod_modules import write_module
+
+    write_module(tmp_path, "cudatest/1.0")
+    env = _env(SLURM_JOB_ID="7", MODULEPATH=str(tmp_path / "modulefiles"), LOADEDMODULES="")
+    checks, _ = doctor.check_modules(["cudatest/1.0", "nosuch/9.9"], env)
+    good, bad = checks
+    assert bad.status == doctor.FAIL and "nosuch/9.9" in bad.value, bad
+    assert good.status == doctor.INFO and "stopped at nosuch/9.9" in good.value, good
+    assert "env-modules" not in good.fix, good
+    alone, _ = doctor.check_modules(["cudatest/1.0"], env)  # no broken one: --sdm is the fix
+    assert alone[0].status == doctor.FAIL and "--sdm env-modules" in alone[0].fix

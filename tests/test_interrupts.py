@@ -23,10 +23,12 @@ class Clock:
 
 
 def test_first_sigint_stops_repeats_within_the_grace_only_say_so_then_one_forces():
-    clock, said = Clock(), []
-    h = OnceInterrupt(grace_s=20, emit=said.append, clock=clock)
+    clock, said, shielded = Clock(), [], []
+    h = OnceInterrupt(grace_s=20, emit=said.append, clock=clock,
+                      shield=lambda: shielded.append(clock.t))
     with pytest.raises(KeyboardInterrupt):
         h(signal.SIGINT, None)
+    assert shielded == [100.0], "the commands the cleanup starts ignore the repeats"
     clock.t += 0.001  # `timeout -s INT` sends it to the command and to its process group
     h(signal.SIGINT, None)
     clock.t += 5
@@ -70,3 +72,39 @@ def test_a_real_second_sigint_during_the_cleanup(mode):
         assert "cudalab: stopping" in err and "KeyboardInterrupt" not in err, err
     else:
         assert "cleaned up" not in out and "KeyboardInterrupt" in err, (out, err)
+
+
+SHIELDED = textwrap.dedent("""
+    import subprocess, sys, time
+    from cudalab import interrupts
+    interrupts.install(grace_s=10)
+    try:
+        print("ready", flush=True)
+        time.sleep(30)
+    except KeyboardInterrupt:
+        print("stopping", flush=True)
+        # as the plugin's scancel: a command the cleanup starts (no shell between: dash
+        # unblocks every signal as it starts)
+        out = subprocess.run([sys.executable, "-c",
+                              "import time; time.sleep(1); print('scancel done')"],
+                             text=True, capture_output=True)
+        print(out.stdout.strip() or f"command killed (rc {out.returncode})", flush=True)
+""")
+
+
+def test_a_second_sigint_to_the_process_group_spares_the_cleanups_commands():
+    """A terminal sends Ctrl-C to the whole process group, the cleanup's scancel included:
+    after the first one, the commands the run starts inherit SIGINT blocked and finish."""
+    import os
+
+    proc = subprocess.Popen([sys.executable, "-c", SHIELDED], text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    assert proc.stdout.readline().strip() == "ready"
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.stdout.readline().strip() == "stopping"
+    time.sleep(0.4)
+    os.killpg(proc.pid, signal.SIGINT)  # the second press, while the command runs
+    out, err = proc.communicate(timeout=20)
+    assert "scancel done" in out, (out, err)
+    assert "cudalab: stopping" in err, "the repeat still reaches the handler"

@@ -105,7 +105,10 @@ def test_suggest_fits_and_names_a_model():
     assert site.fit_problems(block, ns, needs_gpu=True) == []
     one = site.suggest(nodes("one_node_two_models.txt"), {})
     assert one["partition"] == "gpu" and one["gpu_model"] == "fake"
-    assert one["mem_mb"] == 12052 and one["cpus_per_task"] == 4 and one["runtime_min"] == 60
+    # one GPU's share of the node (4 CPUs, 12052 MB, 3 GPUs), never the whole node
+    assert one["mem_mb"] == 4017 and one["cpus_per_task"] == 1 and one["runtime_min"] == 60
+    big = site.suggest(ns, slurm(cpus_per_task=64, mem_mb=500000))  # 64 CPUs, 4 GPUs a node
+    assert big["cpus_per_task"] == 16 and big["mem_mb"] == 125000
 
 
 def test_plan_lines_with_nodes(cpu_config, validated):

@@ -69,6 +69,24 @@ def cmd_check(a: argparse.Namespace) -> int:
     return {"ok": EXIT_CORRECT, "compiled": EXIT_NOT_JUDGED}.get(v["status"], EXIT_FAILED)
 
 
+def _no_gpu_in_slurm_job(verdicts: list[dict[str, Any]]) -> bool:
+    """Inside a Slurm job (which asked for a GPU), entries left `compiled` for want of a GPU
+    mean the node is wrong, not the students' files: says so on one line (True), and the
+    job fails without writing its verdicts, so the next run judges them again."""
+    import os
+
+    from cudalab.gpu import NoGpuError, _no_gpu
+
+    lost = [v for v in verdicts
+            if v.get("status") == "compiled" and "no GPU here" in v.get("message", "")]
+    if not lost or not os.environ.get("SLURM_JOB_ID"):
+        return False
+    err: NoGpuError = _no_gpu(lost[0]["message"].removeprefix("no GPU here").strip(" ()"))
+    print(f"error: NoGpuError: {err} Nothing was judged: no verdict is written "
+          "(the next run judges these entries again).", file=sys.stderr)
+    return True
+
+
 def cmd_judge(a: argparse.Namespace) -> int:
     from cudalab import results
     from cudalab.exercises import pipeline
@@ -77,6 +95,8 @@ def cmd_judge(a: argparse.Namespace) -> int:
         return 2  # no verdict: the teacher's setup, not the student's file, is at fault
     v = pipeline.judge_file(Path(a.file), exercise=a.exercise, student=a.student,
                             mode="class", sanitize=a.sanitize, **_judge_options(a))
+    if _no_gpu_in_slurm_job([v]):
+        return EXIT_NOT_JUDGED
     results.write_json_atomic(Path(a.out), v)
     print(printable(f"{a.student}: {v['status']}"
                     + (f": {v['message']}" if v.get("message") else "")))
@@ -96,6 +116,8 @@ def cmd_baseline(a: argparse.Namespace) -> int:
         out.append(pipeline.judge_cublas(ex, **opts))
     for v in out:
         print(printable(f"{v['student']}: {v['status']} {v.get('message', '')}".rstrip()))
+    if _no_gpu_in_slurm_job(out):
+        return EXIT_NOT_JUDGED
     results.write_json_atomic(Path(a.out), {"baselines": out})
     return 0
 

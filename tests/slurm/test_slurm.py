@@ -175,7 +175,8 @@ def test_plan_says_how_many_slurm_jobs(cpu_config, validated):
 def runs(slurm_cluster, tmp_path_factory) -> dict[str, Run]:
     """Three workflows at once on the one node (about 45 s):
     cpu    the CPU-only grid: a doctor job, then one measure job without GPUs
-    gpu    the same with --set-resources measure:gpu=1: sbatch --gpus=1 (to results.csv)
+    gpu    the same with --set-resources measure:gpu=2: refused before anything is submitted
+           (the GPU request comes from the config; a sweep's --gpus=<model>:1: test_sweep.py)
     fail   a GPU grid (gpu=1 by itself) whose GPU is not there: NoGpuError inside the job
            (gpu_index 63, the largest allowed, fails with or without a real GPU)
     """
@@ -183,7 +184,7 @@ def runs(slurm_cluster, tmp_path_factory) -> dict[str, Run]:
     for name, variants, extra, cli in [
         ("cpu", ["cpu"], {}, []),
         # up to results.csv only: the figures and report are the cpu run's business
-        ("gpu", ["cpu"], {}, ["results/results.csv", "--set-resources", "measure:gpu=1"]),
+        ("gpu", ["cpu"], {}, ["results/results.csv", "--set-resources", "measure:gpu=2"]),
         # doctor off: this run tests the measure job's own failure (test_slurm_site: the doctor's)
         ("fail", ["cpu", "naive"], {"gpu_index": 63}, []),
     ]:
@@ -240,20 +241,14 @@ def test_cpu_workflow_runs_through_sbatch(runs):
 
 
 @pytest.mark.slurm
-def test_gpu_request_reaches_sbatch(runs):
-    """gpu=1 -> sbatch --gpus=1: Slurm hands the job one of its (fake) GPUs."""
+def test_a_gpu_override_is_refused_before_anything_is_submitted(runs):
+    """--set-resources measure:gpu=2 would give the CPU-only jobs GPUs and leave the doctor
+    asking another request: refused with the reason, no sbatch."""
     out = runs["gpu"]
-    assert out.returncode == 0, out.log
-    jobs = submitted(out.log)
-    assert len(jobs) == 1, out.log
-    job_id = jobs[0][0]
-    # the submit line counts the jobs of Snakemake's own plan (the doctor's too)
-    assert "cudalab: submitting 2 Slurm job(s) with sbatch" in out.log, out.log
-    info = scontrol_job(job_id)
-    assert "TresPerJob=gres:gpu:1" in info, info
-    df = read_results(out.workdir)
-    assert set(df["slurm_job_id"]) == {job_id}
-    assert (df["cuda_visible_devices"] != "").all(), "Slurm sets CUDA_VISIBLE_DEVICES"
+    assert out.returncode == 1, out.log
+    assert "cudalab: --set-resources measure:gpu is refused (nothing was submitted)" in out.log
+    assert "slurm.gpu_model, slurm.gpu_models or slurm.constraint" in out.log, out.log
+    assert not submitted(out.log, ""), out.log
 
 
 @pytest.mark.slurm

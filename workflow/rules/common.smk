@@ -123,13 +123,40 @@ def job_label(experiment, folder):
     return f"{experiment}@{model}" if model else experiment
 
 
+# The GPU request of cudalab's jobs comes from the config alone, so that every job and its
+# doctor ask the same: --set-resources measure:gpu=2 gave every measure job two GPUs, the
+# CPU-only ones too, and not the doctor (half applied: every job failed).
+GPU_RESOURCES = ("gpu", "gpu_model", "gres", "gpus")
+GPU_RULES = ("measure", "doctor", "exercise_judge", "exercise_baseline")
+
+
+def gpu_override_problem():
+    """Why a --set-resources of a GPU request on cudalab's jobs is refused ('' if none)."""
+    given = workflow.resource_settings.overwrite_resources or {}
+    bad = [f"{rule}:{key}" for rule in GPU_RULES if rule in given
+           for key in GPU_RESOURCES if key in given[rule].keys()]
+    if not bad:
+        return ""
+    return (f"cudalab: --set-resources {', '.join(bad)} is refused (nothing was submitted): "
+            "the GPU request of cudalab's jobs comes from the config, the same for each job "
+            "and its doctor: one GPU per job with GPU points (a job measures on one GPU, a "
+            "second would sit idle), none for a CPU-only experiment. Set slurm.gpu_model, "
+            "slurm.gpu_models or slurm.constraint in config.yaml instead; --set-resources of "
+            "runtime, mem_mb or cpus_per_task still apply.")
+
+
 FIT = None  # the request against sinfo (main process only)
+if workflow.is_main_process and gpu_override_problem():
+    raise WorkflowError(gpu_override_problem())
 if workflow.is_main_process:  # not again inside every (Slurm) job
     from cudalab import site as cudalab_site
 
     # the request against sinfo, asked once: printed in the plan, enforced in onstart
     FIT = cudalab_site.check_fit(config)
-    for line in plan_lines(config, FIT) + [f"note: {n}" for n in _notes]:
+    # `snakemake exercises` runs the class alone; Snakemake parses the workflow before it
+    # sets its targets (run_targets), so the command line says it here
+    _CLASS_ONLY = bool(config["exercises"]["submissions"]) and "exercises" in sys.argv[1:]
+    for line in plan_lines(config, FIT, _CLASS_ONLY) + [f"note: {n}" for n in _notes]:
         print(line, file=sys.stderr)
     # A killed run leaves Snakemake's lock behind and the next run stops with LockException.
     if any(Path(".snakemake", "locks").glob("*.lock")) and "--unlock" not in sys.argv:
@@ -156,31 +183,60 @@ def _write_config_json():
         path.write_text(text)
 
 
+def finished(experiment, folder):
+    """Whether the measure job of (experiment, folder) is done: its manifest is there, was
+    written under these settings, and nothing of it must be measured again (rerun_reasons).
+    Under Slurm the settings are compared without what this machine makes of them (a login
+    node without the compute nodes' GPU would find every static-analysis job stale)."""
+    m = cudalab_runner.results.read_json(Path(folder, "raw", experiment, "_manifest.json"))
+    if m is None:
+        return False
+    key = "fingerprint" if _LOCAL or "config_fingerprint" not in m else "config_fingerprint"
+    want = cudalab_runner.job_fingerprint(config, experiment, machine=key == "fingerprint")
+    return m.get(key) == want and not cudalab_runner.rerun_reasons(Path(folder), experiment)
+
+
 def jobs_to_run():
     """(experiment, folder) of the measure jobs this run starts, from the config and what
-    is on disk (the project reads no Snakemake internals): no manifest, one written under
-    other settings (the fingerprint param), or a finished job that must run again
-    (rerun_token). --forcerun is not foreseen."""
-    out = []
-    for e, folder in measure_jobs():
-        m = cudalab_runner.results.read_json(Path(folder, "raw", e, "_manifest.json"))
-        if (m is None or m.get("fingerprint", measure_fingerprint(e)) != measure_fingerprint(e)
-                or cudalab_runner.rerun_reasons(Path(folder), e)):
-            out.append((e, folder))
-    return out
+    is on disk (the project reads no Snakemake internals). Only these are measure jobs of
+    the run (measure.smk: todo_regex): a finished job is never queued again, not even when
+    a doctor it once waited for runs again. To measure a finished experiment again, remove
+    its manifest."""
+    return [(e, folder) for e, folder in measure_jobs() if not finished(e, folder)]
+
+
+def todo_regex(todo):
+    """The measure rule's `folder` constraint: each folder followed by its experiments that
+    are to run (a lookahead), so Snakemake plans no job for a finished one."""
+    by_folder = {}
+    for e, folder in todo:
+        by_folder.setdefault(folder, []).append(e)
+    return "|".join(f"{re.escape(f)}(?=/raw/(?:{folder_regex(es)})/)"
+                    for f, es in by_folder.items()) or "(?!)"
+
+
+def forced():
+    """Whether the command line forces jobs to run again (--forcerun/-R, --forceall/-F,
+    --force/-f): then every measure job is one of the run, as Snakemake plans it (read from
+    sys.argv: Snakemake parses the workflow before it sets its DAG settings)."""
+    flags = ("-R", "--forcerun", "-F", "--forceall", "-f", "--force")
+    return any(a in flags or a.startswith(("--forcerun=", "--forceall=")) for a in sys.argv[1:])
+
+
+# decided once, in the main process (a Slurm job's own Snakemake runs the job it was given)
+TO_RUN = jobs_to_run() if workflow.is_main_process and not forced() else measure_jobs()
 
 
 def _slurm_jobs():
     """(name, GPU request) of every job this run submits with sbatch, the doctors first
     (one per folder that has a measure job to run), then a class's judges and baseline
     where `exercises` is a target (exercises.smk), and the measure jobs not rerun."""
-    # the rules named on the command line (none: `all`), known once the DAG is built:
     # `snakemake exercises` submits a class's jobs and no measure job
-    targets = set(getattr(workflow.dag_settings, "targets", None) or ())
+    targets = run_targets()
     judged = class_slurm_jobs(_gpu_flag) if "exercises" in targets else []
     if targets == {"exercises"}:
         return judged, 0
-    todo = jobs_to_run()
+    todo = TO_RUN
     folders = [f for f in FOLDERS if any(f == folder for _, folder in todo)]
     out = []
     for f in folders if SLURM["doctor"] else []:
@@ -190,6 +246,24 @@ def _slurm_jobs():
         w = SimpleNamespace(folder=f, experiment=e)
         out.append((job_label(e, f), _gpu_flag(gpu_count(w), gpu_model(w))))
     return out + judged, len(measure_jobs()) - len(todo)
+
+
+def run_targets():
+    """The rules and files named on the command line (none: `all`), known once the DAG is
+    built."""
+    return set(getattr(workflow.dag_settings, "targets", None) or ()) or {"all"}
+
+
+def closing_lines():
+    """onsuccess: where this run's products are, only those it was asked for and that are
+    there: the report and slides (`all`), a class's leaderboard (`exercises`)."""
+    targets = run_targets()
+    wanted = [("report written to", REPORT), ("slides (one per lesson) in", SLIDES_DECK)]
+    wanted = wanted if "all" in targets else []
+    if CLASS_RUN and "exercises" in targets:
+        wanted.append(("class leaderboard written to", CLASS_INDEX))  # exercises.smk
+    return [f"cudalab: {what} {Path(path).resolve()}" for what, path in wanted
+            if Path(path).exists()]
 
 
 def _gpu_flag(gpus, model):
@@ -221,6 +295,8 @@ onstart:
     _write_config_json()
     watch_failures()
     drop_leftover_doctor_flags()  # doctor.smk
+    if CLASS_RUN and "exercises" in run_targets():  # what is judged, where it is written
+        print(class_line(), file=sys.stderr)  # exercises.smk
     guard_interrupts()  # doctor.smk: a second Ctrl-C cannot leave jobs or flags behind
     # Under Slurm: never submit what cannot start, say how many sbatch jobs this run submits
     # and watch them for a PENDING reason that never clears (doctor.smk).

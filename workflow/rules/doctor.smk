@@ -14,8 +14,15 @@ from cudalab import pending as cudalab_pending
 
 _SLURM = config["slurm"]
 ANY_GPU = any(needs_gpu(e) for e in EXPERIMENTS)
+# A class run's judges (exercises.smk) have a doctor of their own, with their GPU request:
+# they always need a GPU (and nvcc), whatever the grid needs; in a sweep they run on the
+# first model, so that every entry of the leaderboard is timed on the same GPU.
+CLASS_RUN = bool(config["exercises"]["submissions"])
+CLASS_DOCTOR = "doctor_class"
+CLASS_MODEL = _SLURM["gpu_model"] or (GPU_MODELS[0] if GPU_MODELS else "")
 # doctor (results/doctor/doctor.md, results/logs/doctor.log), or doctor_<model> in a sweep
-DOCTOR_TAGS = sorted({cudalab_sweep.doctor_tag(f, RESULTS) for f in FOLDERS})
+DOCTOR_TAGS = sorted({cudalab_sweep.doctor_tag(f, RESULTS) for f in FOLDERS}
+                     | ({CLASS_DOCTOR} if CLASS_RUN else set()))
 DOCTOR_TABLE = f"{RESULTS}/doctor/{{tag}}.md"
 _STARTED = _time.time()
 _WATCH = []
@@ -32,12 +39,23 @@ def doctor_first(wildcards):
 
 def doctor_model(wildcards):
     """The GPU model the doctor asks for: the sweep's model, else slurm.gpu_model."""
+    if wildcards.tag == CLASS_DOCTOR:
+        return CLASS_MODEL
     model = wildcards.tag.removeprefix("doctor").removeprefix("_")
     return model or (_SLURM["gpu_model"] if ANY_GPU else "")
 
 
 def doctor_gpus(wildcards):
     return 1 if ANY_GPU or wildcards.tag != "doctor" else 0
+
+
+def doctor_needs(wildcards, what):
+    """--need-gpu / --need-nvcc: what the grid needs (a sweep's CPU-only grid asks for the
+    model's GPU and needs none); the class doctor's judges need both."""
+    if wildcards.tag == CLASS_DOCTOR:
+        return "yes"
+    need = ANY_GPU or (what == "nvcc" and any(REGISTRY[e].needs_nvcc for e in EXPERIMENTS))
+    return "yes" if need else "no"
 
 
 def start_pending_watch():
@@ -87,6 +105,15 @@ def guard_interrupts():
     atexit.register(remove_doctor_flags)
 
 
+def stopped_by_you():
+    """In onerror: the closing line of a run stopped by Ctrl-C (what it kept), '' where it
+    failed or the pending watcher stopped it."""
+    if not cudalab_interrupts.interrupted() or pending_cancelled():
+        return ""
+    jobs = [(job_label(e, f), Path(f, "raw", e)) for e, f in measure_jobs()]
+    return cudalab_interrupts.stopped_line(jobs, _STARTED)
+
+
 def pending_cancelled():
     """What the watcher cancelled, for the closing summary."""
     return [line for w in _WATCH if w is not None for line in w.cancelled]
@@ -97,9 +124,8 @@ rule doctor:
         temp(f"{RESULTS}/doctor/{{tag}}.ok"),
     params:
         modules=_SLURM["modules"],  # a list: `:q` quotes each name
-        # what the grid needs (a sweep's CPU-only grid asks for the model's GPU, needs none)
-        need_gpu="yes" if ANY_GPU else "no",
-        need_nvcc="yes" if ANY_GPU or any(REGISTRY[e].needs_nvcc for e in EXPERIMENTS) else "no",
+        need_gpu=lambda w: doctor_needs(w, "gpu"),
+        need_nvcc=lambda w: doctor_needs(w, "nvcc"),
         gpu_index=config["gpu_index"],
         table=DOCTOR_TABLE,
         table_json=DOCTOR_TABLE.replace(".md", ".json"),
@@ -112,7 +138,8 @@ rule doctor:
     # a short check (1 CPU, <= 4 GB, <= 10 min) with the measure jobs' GPU request
     resources:
         **slurm_request.resources(
-            _SLURM, doctor_gpus, doctor_model if ANY_GPU or GPU_MODELS else None, small=True),
+            _SLURM, doctor_gpus,
+            doctor_model if ANY_GPU or GPU_MODELS or CLASS_MODEL else None, small=True),
     conda:
         CONDA_ENV
     shell:

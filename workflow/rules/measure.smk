@@ -35,7 +35,8 @@ rule measure:
     log:
         "{folder}/logs/measure_{experiment}.log",
     wildcard_constraints:
-        folder=folder_regex(FOLDERS),
+        # only the jobs still to run (common.smk: jobs_to_run)
+        folder=todo_regex(TO_RUN),
         experiment=folder_regex(EXPERIMENTS),
     # slurm.modules, loaded with --sdm env-modules (set in profiles/slurm)
     envmodules:
