@@ -2,24 +2,23 @@
 """One launch of matmul_pipelined per pipe tile of TILES.json, then one cuBLAS SGEMM, at
 4096, through the experiment's own compile and launch geometry: for ncu.
 
-  ncu -k regex:'matmul_pipelined|gemm' ... python profile_once.py TILES.json
+  ncu -k regex:'matmul_pipelined|gemm' ... python tools/sgemm_ladder/profile_once.py TILES.json
+
+The cudalab imported is the one installed or on PYTHONPATH (the sgemm-ladder reference,
+reports/reference/NVIDIA-H100-80GB-HBM3/sgemm-ladder-2026-11-25/, was profiled with it).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
-ROOT = Path(os.environ.get("CUDALAB_ROOT") or Path(__file__).resolve().parents[4])
-sys.path.insert(0, str(ROOT))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from cudalab.experiments import matmul as mm  # noqa: E402
-from cudalab.experiments.base import Point  # noqa: E402
-from cudalab.gpu import open_session  # noqa: E402
+from cudalab.experiments import matmul as mm
+from cudalab.experiments.base import Point
+from cudalab.gpu import open_session
 
 
 def main() -> None:
