@@ -63,7 +63,7 @@ def test_plain_snakemake_runs_config_yaml(tmp_path):
 def test_config_overrides_still_apply_on_top_of_the_given_file(tmp_path):
     (tmp_path / "my.yaml").write_text(MY)
     (tmp_path / "more.yaml").write_text("experiments:\n  vector_add: {sizes: [1024], "
-                                        "threads: [256]}\n")
+                                        "threads: [256], probe_blocks: []}\n")
     plan = _snakemake_plan(tmp_path, "--configfile", "my.yaml", "more.yaml",
                            "--config", "max_points=3")
     assert "2 experiment job(s)" in plan[0] and "(max_points 3)" in "\n".join(plan)

@@ -88,7 +88,25 @@ def test_a_plain_string_question_still_works_and_says_it_has_no_answer(h100):
 
 # -- answers from a real run -----------------------------------------------------------------
 # the wgmma rungs' questions: no committed reference has run them yet (as in test_claims)
-AWAITING_A_RUN = {("tensor_cores", 3), ("tensor_cores", 4), ("tensor_cores", 5)}
+AWAITING_A_RUN = {("tensor_cores", 3), ("tensor_cores", 4), ("tensor_cores", 5),
+                  # the H100 reference is one GPU: between GPUs, see the test below
+                  ("interconnect", 0), ("interconnect", 1), ("interconnect", 2)}
+INTERCONNECT_RUN = ROOT / "reports" / "reference" / "multi-gpu-4xH200-2026-11-27" / \
+    "interconnect_results.csv"
+
+
+def test_the_interconnect_answers_read_a_run_between_gpus():
+    """Answered from the lesson run on four H200s (NV18), and the numbers follow the data."""
+    df = results.read_table(INTERCONNECT_RUN)
+    got = {k: a for k, a in _answers(df).items() if k[0] == "interconnect"}
+    assert len(got) == 3 and all(a.measured and a.numbers for a in got.values()), got
+    assert "twice" in got["interconnect", 0].text and "GB/s" in got["interconnect", 1].text
+    slower_link = df.copy()
+    m = slower_link["experiment"] == "interconnect"
+    slower_link.loc[m, "gbps"] = pd.to_numeric(slower_link.loc[m, "gbps"]) * 0.5
+    moved = {k: a for k, a in _answers(slower_link).items() if k[0] == "interconnect"}
+    assert moved["interconnect", 1].numbers["share"] == pytest.approx(
+        got["interconnect", 1].numbers["share"] * 0.5)
 
 
 def test_the_h100_reference_answers_every_question_with_its_working(h100_answers):

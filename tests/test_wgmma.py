@@ -119,7 +119,8 @@ def test_a_wgmma_point_is_skipped_as_not_applicable_before_sm90():
 
 def test_the_config_names_stage_counts_that_do_not_fit():
     with pytest.raises(cfg.ConfigError, match="wgmma_ws with 6 stages of 128 x 256 needs"):
-        cfg.validate({"experiments": {"tensor_cores": {"wgmma_stages": [2, 6]}}})
+        cfg.validate({"experiments": {"tensor_cores": {"variants": ["wgmma_ws", "cublas"],
+                                                        "wgmma_stages": [2, 6]}}})
     ok = cfg.validate({"experiments": {"tensor_cores": {
         "variants": ["wgmma_pipe", "wgmma_tma"], "wgmma_stages": [2, 6], "sizes": [256]}}})
     pts = REGISTRY["tensor_cores"].grid(ok)

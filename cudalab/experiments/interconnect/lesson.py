@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from cudalab import fmt
-from cudalab.experiments.interconnect import spec
+from cudalab.experiments.interconnect import answers, spec
 from cudalab.experiments.lesson import (
     LARGE_FRACTION,
     Claim,
@@ -23,6 +23,7 @@ from cudalab.experiments.lesson import (
     not_applicable,
     slower,
 )
+from cudalab.experiments.questions import Question
 
 if TYPE_CHECKING:
     from cudalab.run_ceilings import Ceilings
@@ -186,13 +187,14 @@ LESSON = Lesson(
                 "and each claim of this lesson says not applicable, and why"),
     ],
     questions=[
-        "With peer access off, the copy still arrives: which link does it cross, and how "
-        "often?",
-        "The course's NVLink figure counts both directions of an older GPU's links: what "
-        "does one direction of this machine's link carry in theory, and how close does the "
-        "copy come?",
-        "Why can a kernel that loads the other GPU's memory reach nearly the copy engine's "
-        "bandwidth, and what would it need to do so with fewer threads?",
+        Question("With peer access off, the copy still arrives: which link does it cross, "
+                 "and how often?", answers.peer_off_path),
+        Question("The course's NVLink figure counts both directions of an older GPU's links: "
+                 "what does one direction of this machine's link carry in theory, and how "
+                 "close does the copy come?", answers.one_direction),
+        Question("Why can a kernel that loads the other GPU's memory reach nearly the copy "
+                 "engine's bandwidth, and what would it need to do so with fewer threads?",
+                 answers.remote_read),
     ],
     sources={
         "300": "the course's NVLink figure (its multi-GPU slides); a V100's NVLink 2 "
