@@ -35,7 +35,8 @@ def gpus_env(n: int) -> str:
 
 def config(**block) -> dict:
     c = cfg.load(ROOT / "config.yaml")
-    c["experiments"] = {"interconnect": {**c["experiments"]["interconnect"], **block}}
+    c["experiments"] = {"interconnect": {**c["experiments"]["interconnect"], "enabled": True,
+                                         **block}}
     return cfg.validate(c)
 
 

@@ -186,6 +186,8 @@ LESSON = Lesson(
         TryThis("gpus: [0]", "one GPU for the whole run: nothing to measure between GPUs, "
                 "and each claim of this lesson says not applicable, and why"),
     ],
+    # measured: 0.81 A4 pages for the four-H200 run (reports/reference/multi-gpu-4xH200-*)
+    print_pages=0.85,
     questions=[
         Question("With peer access off, the copy still arrives: which link does it cross, "
                  "and how often?", answers.peer_off_path),
