@@ -155,7 +155,8 @@ def test_size_guards_use_gpu_memory_gb_and_max_points():
     assert "experiments.matmul:" in msg and "-m20000-k20000-n20000-tile8 needs 9.6 GB" in msg
     assert "4096" not in msg  # only the points that do not fit
     c = cfg.validate({"max_points": 200, "experiments": {"vector_add": {}}})
-    assert guards.plan_estimate(c)[0].startswith("  size: 84 grid points (max_points 200)")  # 24 + the block-rate probe
+    # 24 points and the block-rate probe's 60
+    assert guards.plan_estimate(c)[0].startswith("  size: 84 grid points (max_points 200)")
     assert "max_points (83)" in _err({"max_points": 83, "experiments": {"vector_add": {}}})
 
 
