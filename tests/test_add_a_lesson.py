@@ -21,7 +21,7 @@ CONFIG_LINE = "  memset_bw: {}     # the driver's memset bandwidth against the b
 # the catalogue tests: each reads every registered lesson's own declarations
 CATALOGUE = ["tests/test_kernel_owners.py", "tests/test_import_graph.py",
              "tests/test_code_health.py", "tests/test_claims.py", "tests/test_config.py",
-             "tests/test_course.py",
+             "tests/test_course.py", "tests/test_docs.py::test_every_key_list_is_the_schemas",
              "tests/test_report.py::test_every_experiment_has_try_this_and_questions_that_are"
              "_valid_configs"]
 

@@ -15,6 +15,24 @@ def test_every_key_list_is_the_schemas():
     assert r.returncode == 0, r.stderr
 
 
+def test_a_lesson_not_yet_listed_is_named_and_a_listed_block_must_match(tmp_path):
+    """A lesson just added (one folder, one config line) passes the check with a note; a
+    listed block that no longer says what its schema says fails it."""
+    doc = (ROOT / "docs" / "config.md").read_text()
+    start = doc.index("### `experiments.sobel:`")
+    end = doc.index("\n### ", start + 1)
+    check = [sys.executable, str(ROOT / "tools" / "config_docs.py"), "--check", "--doc"]
+    (tmp_path / "without.md").write_text(doc[:start] + doc[end + 1:])
+    r = subprocess.run([*check, str(tmp_path / "without.md")], capture_output=True, text=True,
+                       cwd=ROOT, timeout=120)
+    assert r.returncode == 0 and "does not list the block of sobel yet" in r.stderr, r.stderr
+    (tmp_path / "stale.md").write_text(doc.replace("### `experiments.sobel:`\n",
+                                                   "### `experiments.sobel:`\n\nstale\n", 1))
+    r = subprocess.run([*check, str(tmp_path / "stale.md")], capture_output=True, text=True,
+                       cwd=ROOT, timeout=120)
+    assert r.returncode == 1 and "is not what the schemas say" in r.stderr, r.stderr
+
+
 def _layout_block() -> str:
     text = (ROOT / "docs" / "layout.md").read_text()
     return text.split("```\n", 2)[1]
