@@ -109,7 +109,8 @@ def test_a_class_run_judges_every_submission(tmp_path):
     shutil.copy(_vector_add("    if (i < n) c[i] = a[i] + b[i];", tmp_path, "good"), subs)
     shutil.copy(_vector_add("    if (i < n) c[i] = a[i];", tmp_path, "wrong"), subs)
     shutil.copy(_vector_add("    ((float*)16)[i] = 1.0f;", tmp_path, "crash"), subs)
-    shutil.copy(_vector_add("    for (;;) { if (clock64() < 0) break; }", tmp_path, "hang"), subs)
+    shutil.copy(_vector_add("    for (;;) { if (clock64() < 0) break; }\n"  # a store after it:
+                            "    if (i < n) c[i] = a[i] + b[i];", tmp_path, "hang"), subs)
     shutil.copy(_vector_add("    c[i] = ;", tmp_path, "broken"), subs)
     c = yaml.safe_load((ROOT / "tests" / "data" / "config.cpu.yaml").read_text())
     # sandboxed where bwrap runs (tests/gpu/test_sandbox_gpu.py requires it); a GPU machine

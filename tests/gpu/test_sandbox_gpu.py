@@ -40,7 +40,9 @@ def test_a_correct_kernel_is_judged_ok_inside_the_sandbox():
 
 
 def test_a_hanging_kernel_is_killed_inside_the_sandbox():
-    v = _judge("    for (;;) { if (clock64() < 0) break; }", launch_timeout_s=3)
+    # the store after the loop: a kernel without one is judged wrong from its PTX, unlaunched
+    v = _judge("    for (;;) { if (clock64() < 0) break; }\n    if (i < n) c[i] = a[i] + b[i];",
+               launch_timeout_s=3)
     assert v["status"] == "timeout", v
     # the GPU is free again for the next child
     assert _judge("    if (i < n) c[i] = a[i] + b[i];")["status"] == "ok"
