@@ -147,8 +147,9 @@ class StaticAnalysis(Experiment):
             "timeout_s": {
                 "type": "integer", "minimum": 5, "maximum": 3600, "default": 300,
                 "x-unit": "s",
-                "description": "longest one nvcc run may take, in seconds (below the job's "
-                "slurm.runtime_min)",
+                "description": "CPU seconds each process of one nvcc run may use (cicc, "
+                "ptxas); its wall time may be 10 times that, as a build at idle priority "
+                "waits for free cores (below the job's slurm.runtime_min)",
             },
         })
     smoke = {"archs": ["sm_90"], "files": ["occupancy/occupancy.cu"]}

@@ -11,7 +11,9 @@ timings know them) first, and a build seen before is read from the cache.
 
 from __future__ import annotations
 
+import math
 import os
+import resource
 import signal
 import subprocess
 import tempfile
@@ -34,6 +36,11 @@ DEFAULT_BUILD_S = 2.0
 HIT_S = 0.02
 
 Need = tuple[str, str, str]  # (file in cuda/, flags, arch)
+# timeout_s limits a build's CPU time (each process of it), not its wall time: at idle
+# priority on a busy host a build may wait long for a core without being at fault (on four
+# H200s with every core taken, a 20 s build was killed at 300 s of wall). The wall clock
+# only stops a build that waits this many times its CPU limit.
+WALL_FACTOR = 10
 
 
 class CompileError(base.CompileFailure):
@@ -61,16 +68,29 @@ def compile_report(nvcc: str, path: Path, flags: str, arch: str, timeout_s: int 
     return timed_report(nvcc, path, flags, arch, timeout_s, background)[0]
 
 
+def _child_limits(timeout_s: float, background: bool):
+    """What nvcc's child process sets before it runs: the CPU limit its processes (cicc,
+    ptxas) each inherit, and idle priority where asked."""
+    def pre() -> None:
+        cpu = math.ceil(timeout_s)
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+        if background:
+            run_in_background()
+    return pre
+
+
 def run_child(cmd: list[str], timeout_s: float, background: bool) -> tuple[int, str, float]:
     """Run cmd: (exit code, stdout and stderr, CPU seconds it and its children used). The
     CPU time, unlike the wall time, does not depend on how busy the machine was, so the
-    plan can scale it to the load it sees (os.wait4 gives it; subprocess.run does not)."""
+    plan can scale it to the load it sees (os.wait4 gives it; subprocess.run does not).
+    Each of its processes may use timeout_s of CPU; the whole WALL_FACTOR times that of
+    wall time (subprocess.TimeoutExpired)."""
     with tempfile.TemporaryFile("w+") as log:
         # its own process group: a timeout stops nvcc's cicc and ptxas too
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True,
-                                preexec_fn=run_in_background if background else None)
-        deadline = time.monotonic() + timeout_s
+                                preexec_fn=_child_limits(timeout_s, background))
+        deadline = time.monotonic() + timeout_s * WALL_FACTOR
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
@@ -79,7 +99,7 @@ def run_child(cmd: list[str], timeout_s: float, background: bool) -> tuple[int, 
                 os.killpg(proc.pid, signal.SIGKILL)
                 os.wait4(proc.pid, 0)
                 proc.returncode = -9
-                raise subprocess.TimeoutExpired(cmd, timeout_s)
+                raise subprocess.TimeoutExpired(cmd, timeout_s * WALL_FACTOR)
             time.sleep(0.02)
         proc.returncode = os.waitstatus_to_exitcode(status)
         log.seek(0)
@@ -95,10 +115,15 @@ def timed_report(nvcc: str, path: Path, flags: str, arch: str, timeout_s: int = 
         try:
             code, text, cpu_s = run_child(cmd, timeout_s, background)
         except subprocess.TimeoutExpired as exc:
-            raise CompileError(f"nvcc took longer than {timeout_s} s: {' '.join(cmd)}") from exc
+            raise CompileError(f"nvcc took longer than {exc.timeout:g} s of wall time: "
+                               f"{' '.join(cmd)}") from exc
         except OSError as exc:
             raise CompileError(f"nvcc could not start ({exc}): {' '.join(cmd)}") from exc
         ptx = "".join(f.read_text() for f in Path(tmp).glob("*.ptx"))
+    if code != 0 and (code in (-signal.SIGXCPU, -signal.SIGKILL) or "CPU time limit" in text
+                      or cpu_s >= 0.9 * timeout_s):
+        raise CompileError(f"nvcc used more than {timeout_s} s of CPU time (timeout_s) on "
+                           f"{path.name} for {arch}: {' '.join(cmd)}")
     if code != 0:
         if "Unsupported gpu architecture" in text or "unsupported gpu architecture" in text:
             version, _ = toolkit.toolkit_version(nvcc)
