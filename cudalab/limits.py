@@ -85,8 +85,8 @@ def _static_analysis_timeout(config: dict[str, Any]) -> list[str]:
         return []
     t = block.get("timeout_s")
     if isinstance(t, int) and t >= wall:
-        return [f"experiments.static_analysis.timeout_s: {t} s of CPU time for one nvcc run, not less "
-                f"than slurm.runtime_min ({wall // 60} min = {wall} s), the whole job's "
+        return [f"experiments.static_analysis.timeout_s: {t} s of CPU time for one nvcc run, "
+                f"not less than slurm.runtime_min ({wall // 60} min = {wall} s), the whole job's "
                 f"wall-clock limit under Slurm; allowed: timeout_s < {wall} s, or raise "
                 f"slurm.runtime_min"]
     return []

@@ -114,8 +114,9 @@ def test_report_loads_in_headless_chromium_without_errors(rendered, tmp_path):
     assert errors == []
     from cudalab.experiments import REGISTRY
 
-    # matmul's figures, the run's roofline and matmul's own (as in the self-contained test)
-    assert len(images) == len(REGISTRY["matmul"].lesson.figures) + 2
+    # matmul's figures, the run's roofline, matmul's own and its printed handout figure (as
+    # in the self-contained test)
+    assert len(images) == len(REGISTRY["matmul"].lesson.figures) + 3
     for img in images:
         assert img["ok"] and img["w"] > 100 and img["h"] > 100, img
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
 from cudalab import fmt
@@ -94,89 +92,3 @@ def stages(run: Run) -> Answer:
                   {f"gflops_stages_{int(num(r['p_stages']))}": num(r["gflops"])
                    for _, r in best.iterrows()})
 
-
-def _best_wgmma(run: Run, precision: str, rungs: tuple[str, ...] | None = None
-                ) -> pd.Series | None:
-    """The fastest ok wgmma row of `precision` at the largest size measured (any rung, or
-    one of `rungs`)."""
-    d = run.ok()
-    keep = d["variant"].astype(str).str.startswith("wgmma_")
-    if rungs is not None:
-        keep &= d["variant"].astype(str).isin(rungs)
-    d = d[keep & (d["p_precision"].astype(str) == precision)].dropna(subset=["gflops"])
-    if d.empty:
-        return None
-    m = pd.to_numeric(d["p_m"])
-    d = d[m == m.max()]
-    return d.loc[pd.to_numeric(d["gflops"]).idxmax()]
-
-
-def tf32_k_major(run: Run) -> Answer:
-    tf, hf = _best_wgmma(run, "tf32"), _best_wgmma(run, "fp16")
-    if tf is None or hf is None or not math.isfinite(run.ceilings.dram):
-        return not_measured("the wgmma rungs in TF32 and FP16 on an sm_90 GPU, with the "
-                            "run's DRAM ceiling",
-                            "run tensor_cores with precisions [tf32, fp16] on an H100 or H200")
-    k, n = num(tf["p_k"]), num(tf["p_n"])
-    moved = 2 * k * n * 4  # B read and written once, 4-byte values
-    t_transpose = moved / (run.ceilings.dram * 1e9)
-    t_rung = num(tf["time_median_s"])
-    share = t_transpose / t_rung
-    work = [f"B is {fmt.integer(k)} × {fmt.integer(n)} float32: transposing it reads and "
-            f"writes 2 × {fmt.integer(k)} × {fmt.integer(n)} × 4 B = {fmt.nbytes(moved)}",
-            f"at the run's DRAM ceiling {fmt.bandwidth(run.ceilings.dram)}: "
-            f"{fmt.seconds(t_transpose)} at the least",
-            f"{cite(tf, 'time_s', fmt.seconds)}: the transpose is at least "
-            f"{fmt.percent(share, fraction=True)} of the TF32 rung's time",
-            f"FP16 for scale: {cite(hf, 'gflops', fmt.flop_rate)}; TF32 "
-            f"{cite(tf, 'gflops', fmt.flop_rate)}"]
-    return Answer("wgmma reads a TF32 B from shared memory only along K (K-major); the FP16 "
-                  "instruction has a transpose bit, TF32's has none. The rung therefore "
-                  "transposes B in global memory inside every timed launch: "
-                  f"{fmt.nbytes(moved)} of traffic, at least {fmt.seconds(t_transpose)} at "
-                  f"this GPU's DRAM ceiling, {fmt.percent(share, fraction=True)} of the rung's "
-                  f"{fmt.seconds(t_rung)}. A kernel avoids it by taking B K-major from the "
-                  "caller (a column-major B, as cuBLAS's TN form does) or by transposing "
-                  "each tile on its way into shared memory.", work,
-                  {"transpose_s": t_transpose, "share_of_rung": share})
-
-
-def swizzle_alignment(run: Run) -> Answer:
-    r = _best_wgmma(run, "fp16")
-    if r is None:
-        return not_measured("a wgmma rung fed by TMA in the 128-byte swizzle",
-                            "run tensor_cores with the wgmma rungs on an H100 or H200")
-    work = ["128-byte swizzle: the 16-byte chunk j of row r lands at chunk j XOR (r mod 8);",
-            "the pattern repeats every 8 rows × 128 B = 1024 B, and the hardware takes r from "
-            "address bits 7–9, so a stage must start where r = 0: a 1024-byte boundary",
-            cite(r, "gflops", fmt.flop_rate)]
-    return Answer("The 128-byte swizzle permutes the 16-byte chunks of each 128-byte row by "
-                  "the row's index modulo 8, which TMA and wgmma both take from the address "
-                  "bits 7–9. The pattern spans 8 rows × 128 B = 1024 B, so a stage that "
-                  "starts on a 1024-byte boundary has row 0 at phase 0. Elsewhere, the "
-                  "matrix descriptor would need its base-offset field set to the start's "
-                  "phase ((address >> 7) mod 8), or the two sides disagree on where each "
-                  f"chunk lives. In this run the fastest FP16 rung ({r['variant']}) reached "
-                  f"{fmt.flop_rate(r['gflops'])} at {fmt.integer(r['p_m'])}³ with its stages "
-                  "so aligned, every point checked against float64.", work,
-                  {"fp16_gflops": num(r["gflops"])})
-
-
-def warp_specialisation(run: Run) -> Answer:
-    one = _best_wgmma(run, "fp16", ("wgmma_tma",))
-    ws = _best_wgmma(run, "fp16", ("wgmma_ws", "wgmma_persist"))
-    if one is None or ws is None:
-        return not_measured("the one-stage and the warp-specialised wgmma rungs in FP16",
-                            "run tensor_cores with the wgmma rungs on an H100 or H200")
-    gain = num(ws["gflops"]) / num(one["gflops"])
-    work = [cite(one, "gflops", fmt.flop_rate) + " (one stage)",
-            cite(ws, "gflops", fmt.flop_rate) + f" ({ws['variant']})",
-            f"ratio {fmt.sig(gain)}"]
-    return Answer("With one stage the warps issue the TMA copy of the next slice and then "
-                  "wait on its mbarrier: the tensor cores idle for the whole copy. With warp "
-                  "specialisation one producer warpgroup only issues copies into a ring of "
-                  "stages, and the consumer warpgroups only issue wgmma: they never wait for "
-                  "a copy that was issued stages ago, only for a slot whose data has not "
-                  f"arrived yet. In this run that took FP16 from {fmt.flop_rate(one['gflops'])}"
-                  f" to {fmt.flop_rate(ws['gflops'])}, {fmt.sig(gain)}×.", work,
-                  {"ws_over_one_stage": gain})

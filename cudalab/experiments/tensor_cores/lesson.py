@@ -494,18 +494,6 @@ LESSON = Lesson(
             "What does a cp.async stage overlap, and why does mma.sync need ldmatrix.trans for "
             "a row-major B?",
             answers.stages),
-        Question(
-            "wgmma reads FP16 B N-major with its transpose bit, but TF32 B only K-major: what "
-            "does the TF32 rung pay for that, and how could a kernel avoid it?",
-            answers.tf32_k_major),
-        Question(
-            "Why do the stages of a TMA copy in the 128-byte swizzle start on a 1024-byte "
-            "boundary, and what would the descriptor need otherwise?",
-            answers.swizzle_alignment),
-        Question(
-            "With one stage, what does a warp do while TMA copies the next slice? With warp "
-            "specialisation, what do the consumer warpgroups never wait for?",
-            answers.warp_specialisation),
     ],
     sources={
         "10": "stored mantissa bits of FP16 (IEEE 754 binary16) and of TF32 (NVIDIA A100 "
