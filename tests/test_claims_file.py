@@ -134,15 +134,19 @@ def test_claims_judged_on_another_table_are_refused(aggregated, tmp_path):
 
 def test_a_folder_from_before_claims_json_is_judged_once_beside_the_output(ref, tmp_path,
                                                                            capsys):
-    """The committed reference has no claims.json: a re-render judges it once and writes
-    claims.json where it writes, never into the reference."""
-    assert not (REFERENCE / claims_file.FILE).exists()
-    run = claims_file.for_table(REFERENCE / "results.csv", ref, tmp_path)
+    """A run folder without claims.json (the reference's table, in a folder of its own): a
+    re-render judges it once and writes claims.json where it writes, never into the folder
+    it reads."""
+    old = tmp_path / "old-run"
+    old.mkdir()
+    shutil.copy(REFERENCE / "results.csv", old / "results.csv")
+    out = tmp_path / "out"
+    out.mkdir()
+    run = claims_file.for_table(old / "results.csv", ref, out)
     assert "judged it once" in capsys.readouterr().err
-    assert (tmp_path / claims_file.FILE).is_file()
-    assert not (REFERENCE / claims_file.FILE).exists()
-    assert claims_file.read(tmp_path / claims_file.FILE,
-                            REFERENCE / "results.csv").doc == run.doc
+    assert (out / claims_file.FILE).is_file()
+    assert not (old / claims_file.FILE).exists()
+    assert claims_file.read(out / claims_file.FILE, old / "results.csv").doc == run.doc
 
 
 def test_the_report_renders_the_states_the_file_holds(aggregated, tmp_path):
