@@ -29,7 +29,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 TEST_GPUS_ENV = "CUDALAB_TEST_GPUS"
 WAIT_NOTE_S = 30.0  # how often a job that waits for a GPU says so
@@ -184,6 +186,23 @@ def _try_lock(folder: Path, gpu: Gpu) -> int | None:
     return fd
 
 
+def _wait_for(attempt: Callable[[], T | None], t0: float, timeout_s: float | None,
+              say: Callable[[str], None] | None, timed_out: Callable[[], str],
+              waiting: Callable[[], str]) -> T:
+    """attempt() until it gives something; meanwhile say waiting() every WAIT_NOTE_S
+    seconds, and TimeoutError(timed_out()) once timeout_s has passed since t0."""
+    noted = t0
+    while (got := attempt()) is None:
+        now = time.monotonic()
+        if timeout_s is not None and now - t0 > timeout_s:
+            raise TimeoutError(timed_out())
+        if now - noted > WAIT_NOTE_S:
+            noted = now
+            (say or _stderr)(waiting())
+        time.sleep(0.2)
+    return got
+
+
 def claim(gpus: list[Gpu], prefer_uuid: str = "", folder: Path | None = None,
           say: Callable[[str], None] | None = None, timeout_s: float | None = None
           ) -> Claim:
@@ -192,22 +211,22 @@ def claim(gpus: list[Gpu], prefer_uuid: str = "", folder: Path | None = None,
     TimeoutError after timeout_s (None: no limit)."""
     folder = lock_dir() if folder is None else folder
     order = sorted(gpus, key=lambda g: (g.uuid != prefer_uuid, g.index))
-    t0 = noted = time.monotonic()
-    while True:
+
+    def first_free() -> tuple[Gpu, int] | None:
         for gpu in order:
             fd = _try_lock(folder, gpu)
             if fd is not None:
-                before = os.environ.get("CUDA_VISIBLE_DEVICES")
-                os.environ["CUDA_VISIBLE_DEVICES"] = gpu.uuid
-                return Claim(gpu, fd, before)
-        now = time.monotonic()
-        if timeout_s is not None and now - t0 > timeout_s:
-            raise TimeoutError(f"no free GPU among {len(gpus)} after {timeout_s:g} s")
-        if now - noted > WAIT_NOTE_S:
-            noted = now
-            (say or _stderr)(f"waiting for a free GPU: all {len(gpus)} are in use by other "
-                             f"cudalab jobs of this user ({holders(folder, gpus)})")
-        time.sleep(0.2)
+                return gpu, fd
+        return None
+
+    gpu, fd = _wait_for(
+        first_free, time.monotonic(), timeout_s, say,
+        lambda: f"no free GPU among {len(gpus)} after {timeout_s:g} s",
+        lambda: f"waiting for a free GPU: all {len(gpus)} are in use by other cudalab jobs "
+                f"of this user ({holders(folder, gpus)})")
+    before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = gpu.uuid
+    return Claim(gpu, fd, before)
 
 
 def claim_all(gpus: list[Gpu], folder: Path | None = None,
@@ -219,18 +238,14 @@ def claim_all(gpus: list[Gpu], folder: Path | None = None,
     a one-GPU job never waits while holding a lock. Waits, saying so, while one is taken."""
     folder = lock_dir() if folder is None else folder
     held: list[tuple[Gpu, int]] = []
-    t0 = noted = time.monotonic()
+    t0 = time.monotonic()
     try:
         for gpu in sorted(gpus, key=lambda g: g.index):
-            while (fd := _try_lock(folder, gpu)) is None:
-                now = time.monotonic()
-                if timeout_s is not None and now - t0 > timeout_s:
-                    raise TimeoutError(f"GPU {gpu.index} still in use after {timeout_s:g} s")
-                if now - noted > WAIT_NOTE_S:
-                    noted = now
-                    (say or _stderr)(f"waiting for every GPU ({len(held)} of {len(gpus)} "
-                                     f"locked): {holders(folder, [gpu])}")
-                time.sleep(0.2)
+            fd = _wait_for(
+                lambda g=gpu: _try_lock(folder, g), t0, timeout_s, say,
+                lambda g=gpu: f"GPU {g.index} still in use after {timeout_s:g} s",
+                lambda g=gpu: f"waiting for every GPU ({len(held)} of {len(gpus)} locked): "
+                              f"{holders(folder, [g])}")
             held.append((gpu, fd))
     except BaseException:
         for _, fd in held:
