@@ -54,7 +54,8 @@ def test_a_small_grid_in_three_trials(session, tmp_path):
         "measurement": {"warmup": 1, "min_samples": 5, "max_samples": 60, "budget_s": 0.1,
                         "trials": 3},
         "telemetry": {"nvidia_smi": False, "nvml": False},
-        "experiments": {"vector_add": {"sizes": [50000, 1 << 22], "threads": [256]}}})
+        "experiments": {"vector_add": {"sizes": [50000, 1 << 22], "threads": [256],
+                                          "probe_blocks": []}}})
     m = runner.run_experiment(config, "vector_add", tmp_path)
     assert m["counts"]["ok"] == 2 and math.isfinite(m["floor"]["floor_s"])
     for rec in results.iter_records(tmp_path / "raw"):

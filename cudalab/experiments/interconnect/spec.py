@@ -51,7 +51,7 @@ def pcie_of(index: int, pci_bus_id: str) -> float:
     """The GPU's PCIe link at its maximum generation and width, GB/s per direction (NaN
     where NVML cannot tell)."""
     from cudalab.experiments.transfer import pcie_gbps
-    from cudalab.telemetry import NvmlClockObserver
+    from cudalab.nvml_clocks import NvmlClockObserver
 
     facts = NvmlClockObserver(index, pci_bus_id=pci_bus_id).device_facts()
     return pcie_gbps(facts.get("pcie_gen_max"), facts.get("pcie_width_max"))
