@@ -36,7 +36,9 @@ from wgmma_bench import cublas_launch, inputs, time_it  # noqa: E402
 
 RUNGS = ["wgmma_tma", "wgmma_pipe", "wgmma_ws", "wgmma_persist"]
 PRECS = ["fp16", "bf16", "tf32", "fp16_bt"]
-SMALL = [(128, 256, 64), (256, 256, 256), (384, 512, 192)]
+# (m, n, k): one tile; square (tests of transposed operands); 3 x 2 tiles of a grouped order;
+# more tiles than an H100 has SMs (the persistent grid's blocks take several)
+SMALL = [(128, 256, 64), (256, 256, 256), (384, 512, 192), (2048, 4096, 128)]
 BUILDS = {"s4": (4, 256), "swap": (4, 256), "s3": (3, 256), "bn128": (4, 128), "s6": (6, 128)}
 
 
@@ -247,8 +249,10 @@ def random_check(cuda, cp, mod, build, rung, prec, m, k, n) -> bool:
     say(f"  random {m}x{n}x{k}: err {err:.2e} (tol {tol:.1e}) {'ok' if ok else 'WRONG'}")
     if not ok:
         bad = ~np.isclose(C, ref, rtol=0, atol=max(1e-3, 50 * tol) * np.abs(ref).max())
+        blk = max(16, m // 32, n // 32)  # at most 32 x 32 characters
         say(f"    {bad.mean():.1%} wrong, NaN {np.isnan(C).mean():.1%}, zero "
-            f"{(C == 0).mean():.1%}; 16x16 blocks: " + blocks(block_map(bad, np.isnan(C))))
+            f"{(C == 0).mean():.1%}; {blk}x{blk} blocks: "
+            + blocks(block_map(bad, np.isnan(C), blk)))
         for i, j in np.argwhere(bad)[:3]:
             say(f"    C[{i},{j}]={C[i, j]:.4g} want {ref[i, j]:.4g}")
         if m == n == k:
