@@ -9,8 +9,9 @@ process and time-boxed (a fault or a hang costs that step only), printed compact
             B every output got (A one-hot: C[m,n] = B[m%64, n]; B one-hot: C[m,n] =
             A[m, n%64]), then random inputs at small sizes against the float64 product,
             with a map of 16 x 16 blocks where wrong and a few tests of transposed operands
-  memcheck  compute-sanitizer on one small launch of each rung (fp16, tf32)
   time      4096^3: the rungs that passed, checked there too, against cuBLAS (TFLOP/s, %)
+  memcheck  compute-sanitizer on one small launch of each rung (fp16, tf32); then
+            racecheck if time is left
 
     python3 tools/wgmma_diag.py --cubins DIR [--out DIR] [--budget 225]
 
@@ -433,15 +434,15 @@ def plan(d: Driver) -> None:
     if any(s4.get((r, "fp16")) is False and s4.get((r, "fp16_bt")) for r in RUNGS):
         d.echo("fp16 with B N-major wrong, B^T right: the build with the N-major strides swapped")
         d.run("rung:swap:wgmma_ws", 30, precs="fp16,bf16")
-    out = d.run("quick", 80, wrap=["compute-sanitizer", "--tool", "memcheck",
-                                   "--print-limit", "8"], save="memcheck.log")
-    sanitizer_summary(d, out)
     pairs = d.passed("s4") + d.passed("swap")
     for build, rungs in (("s3", RUNGS[1:]), ("bn128", RUNGS[2:]), ("s6", RUNGS[2:])):
         pairs += [f"{build}:{r}:{p}" for r in rungs for p in ("fp16", "bf16")
                   if f"s4:{r}:{p}" in pairs]
-    if pairs:
-        d.run("time", 100, extra=["--pairs", *pairs])
+    if pairs:  # before the sanitizers, whose time is harder to foresee
+        d.run("time", 75, extra=["--pairs", *pairs])
+    out = d.run("quick", 80, wrap=["compute-sanitizer", "--tool", "memcheck",
+                                   "--print-limit", "8"], save="memcheck.log")
+    sanitizer_summary(d, out)
     if d.left() > 70:
         out = d.run("quick", 60, wrap=["compute-sanitizer", "--tool", "racecheck",
                                        "--print-limit", "8"], save="racecheck.log")
