@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -49,6 +50,70 @@ def test_the_kernels_build_for_sm90a_without_spills(defines, tmp_path):
                            re.S))
     assert int(regs["tc_wgmma_ws_fp16"]) <= 168
     assert "C7508" not in log and "setmaxnreg" not in log.lower()  # honoured, not ignored
+
+
+def _kernel_params(cubin: bytes, kernel: str) -> list[tuple[int, int]]:
+    """(offset, size) of each parameter of `kernel`, in order, as the cubin's .nv.info.<kernel>
+    section tells the driver (EIATTR_KPARAM_INFO records; what cuobjdump -elf prints)."""
+    shoff = struct.unpack_from("<Q", cubin, 0x28)[0]
+    entsize, count, strndx = struct.unpack_from("<HHH", cubin, 0x3A)
+    secs = [struct.unpack_from("<IIQQQQ", cubin, shoff + i * entsize) for i in range(count)]
+    names = secs[strndx][4]
+
+    def name(sec: tuple) -> str:
+        start = names + sec[0]
+        return cubin[start:cubin.index(b"\0", start)].decode()
+
+    sec = next(s for s in secs if name(s) == f".nv.info.{kernel}")
+    info, i, params = cubin[sec[4]:sec[4] + sec[5]], 0, {}
+    while i < len(info):
+        fmt, attr = info[i], info[i + 1]
+        if fmt != 4:  # records without a payload: format, attribute, 16-bit value
+            i += 4
+            continue
+        size = struct.unpack_from("<H", info, i + 2)[0]
+        if attr == 0x17:  # KPARAM_INFO: index, ordinal, offset, flags (size in bits 18..31)
+            _, ordinal, offset, flags = struct.unpack_from("<IHHI", info, i + 4)
+            params[ordinal] = (offset, (flags >> 18) & 0x3FFF)
+        i += 4 + size
+    return [params[k] for k in sorted(params)]
+
+
+def _packed_fields(fmt: str) -> list[tuple[int, int]]:
+    """(offset, size) of each field that pycuda's packing (native alignment, like struct's)
+    gives the arguments of `fmt`, pad bytes ('x') skipped."""
+    fields = re.findall(r"(\d*)([xsPi])", fmt)
+    out, prefix = [], ""
+    for count, code in fields:
+        prefix += count + code
+        if code != "x":
+            size = struct.calcsize(count + code)
+            out.append((struct.calcsize(prefix) - size, size))
+    return out
+
+
+@needs_nvcc
+def test_the_parameter_buffer_is_packed_where_the_kernels_read_it(tmp_path):
+    """The first GPU run faulted writing to address 0: pycuda packed the two 64-byte aligned
+    tensor maps from byte 0, the kernels read them from 48 and C, M, N, K past the end of
+    the buffer. PARAM_FORMAT must put every argument where the compiled kernels read it."""
+    _ptxas(["-gencode=arch=compute_90a,code=sm_90a"], tmp=tmp_path)
+    cubin = (tmp_path / "k.cubin").read_bytes()
+    packed = _packed_fields(wgmma.PARAM_FORMAT)
+    assert packed == [(48, 128), (176, 128), (304, 8), (312, 4), (316, 4), (320, 4)]
+    for kernel in ("tc_wgmma_tma_fp16", "tc_wgmma_ws_tf32", "tc_wgmma_persist_fp16_bt",
+                   "tc_wgmma_dump_fp16", wgmma.PROBE_KERNEL):
+        assert _kernel_params(cubin, kernel) == packed, kernel
+    assert _kernel_params(cubin, "tc_wgmma_tma_fp16") != _packed_fields("128s128sPiii")
+    assert _kernel_params(cubin, "tc_transpose_b16") == _packed_fields("PPii")
+
+
+def test_the_probe_expects_what_was_packed():
+    map_a, map_b = bytes(range(128)), bytes(range(128, 256))
+    sent = wgmma.params_sent((map_a, map_b, 0x7F0000001000, 256, 384, 512))
+    assert sent[:4] == [0x7F0000001000, 256, 384, 512]
+    assert sent[4] == int.from_bytes(bytes(range(8)), "little")
+    assert sent[7] == int.from_bytes(bytes(range(248, 256)), "little")
 
 
 @needs_nvcc

@@ -18,7 +18,12 @@
 //
 // Kernel parameters: (tensor map of A, tensor map of B, C, M, N, K); the maps are 128-byte
 // CUtensorMaps made on the host by cuTensorMapEncodeTiled (tensor_cores/tma.py) and passed
-// by value as __grid_constant__ parameters. A's map: the M x K matrix, box 128 rows x 128
+// by value as __grid_constant__ parameters. They are 64-byte aligned, and the compiler aligns
+// a parameter's address in the constant bank (parameters from byte 0x210 on sm_90), so the
+// parameter buffer starts with 48 bytes of padding: ta at 48, tb at 176, C at 304, M, N, K
+// at 312, 316, 320 (cuobjdump -elf shows them as EIATTR_KPARAM_INFO). pycuda hands the
+// driver one packed buffer, copied as is: wgmma.py packs it that way, and checks it once per
+// module with tc_wgmma_param_probe. tc_wgmma_dump_* are a diagnostic (the swizzled stage). A's map: the M x K matrix, box 128 rows x 128
 // bytes of K. B's map: fp16/bf16 B itself (K x N, "N-major", box BK rows x 64 columns,
 // read by wgmma with its transpose bit); tf32 (and the *_bt kernels) B^T, N x K, box
 // BN rows x 128 bytes, since wgmma reads tf32 operands K-major only.
@@ -385,6 +390,25 @@ __device__ void gemm_ws(const TensorMap* ta, const TensorMap* tb, float* C, int 
     }
 }
 
+// Diagnostic: k-slice 0 of block tile (0, 0) as rung 1 loads it (A's 128 rows, then B's 128
+// columns), copied byte for byte from shared memory to C, where the host checks the swizzle.
+template <int P, bool BT>
+__device__ void tma_dump(const TensorMap* ta, const TensorMap* tb, float* C)
+{
+    __shared__ uint64_t full;
+    extern __shared__ uint8_t dyn[];
+    uint8_t* sA = align1024(dyn);
+    if (threadIdx.x == 0) {
+        mbar_init(&full, 1);
+        mbar_init_fence();
+        load_slice<P, 128, BT>(sA, sA + BM * ROW, ta, tb, &full, 0, 0, 0);
+    }
+    __syncthreads();
+    mbar_wait(&full, 0);
+    for (int i = threadIdx.x; i < (BM + 128) * ROW / 16; i += blockDim.x)
+        reinterpret_cast<uint4*>(C)[i] = reinterpret_cast<const uint4*>(sA)[i];
+}
+
 template <typename T>
 __device__ void transpose(const T* __restrict__ in, T* __restrict__ out, int rows, int cols)
 {
@@ -421,12 +445,33 @@ __device__ void transpose(const T* __restrict__ in, T* __restrict__ out, int row
     extern "C" __global__ void __launch_bounds__(384, 1) tc_wgmma_persist_##SUFFIX(PARAMS)    \
     {                                                                                          \
         BODY((gemm_ws<P, WS_BN, BT, true>(&ta, &tb, C, M, N, K)));                            \
+    }                                                                                          \
+    extern "C" __global__ void tc_wgmma_dump_##SUFFIX(PARAMS)                                  \
+    {                                                                                          \
+        BODY((tma_dump<P, BT>(&ta, &tb, C)));                                                  \
     }
 
 RUNGS(fp16, FP16, false)
 RUNGS(bf16, BF16, false)
 RUNGS(tf32, TF32, true)
 RUNGS(fp16_bt, FP16, true)  // B^T (K-major) for fp16 too: the layout tf32 must use
+
+// What a launch's parameters arrive as: C, M, N, K and the first and last 8 bytes of each map.
+// The host compares them with what it packed before it launches a rung (wgmma.py); they go
+// to a module global, not through C, so that a wrong layout is reported, not a fault.
+__device__ unsigned long long tc_wgmma_params_seen[8];
+extern "C" __global__ void tc_wgmma_param_probe(PARAMS)
+{
+    unsigned long long* o = tc_wgmma_params_seen;
+    o[0] = reinterpret_cast<unsigned long long>(C);
+    o[1] = static_cast<unsigned>(M);
+    o[2] = static_cast<unsigned>(N);
+    o[3] = static_cast<unsigned>(K);
+    o[4] = ta.v[0];
+    o[5] = ta.v[15];
+    o[6] = tb.v[0];
+    o[7] = tb.v[15];
+}
 
 // out (cols x rows) = in (rows x cols)^T, 32 x 32 tiles, block (32, 8): B^T for the K-major rungs.
 extern "C" __global__ void tc_transpose_b32(const uint32_t* __restrict__ in, uint32_t* __restrict__ out,

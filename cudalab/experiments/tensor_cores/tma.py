@@ -5,7 +5,7 @@ The driver makes them (cuTensorMapEncodeTiled, CUDA 12.0 and newer); pycuda does
 that call, so it goes through ctypes on libcuda. The map holds the matrix's device address,
 its shape and row stride, the box one copy moves and the shared-memory swizzle; the wgmma
 kernels take it by value as a `const __grid_constant__` kernel parameter (pycuda packs the
-128 bytes as a "128s" argument, at a 64-byte aligned offset: first in the parameter list).
+128 bytes as a "128s" argument where the kernel expects it: wgmma.PARAM_FORMAT).
 
 Only what the wgmma rungs use: 2-D row-major matrices, the 128-byte swizzle (a box row of
 exactly 128 bytes), 256-byte L2 promotion, no interleave, no out-of-bounds fill (the

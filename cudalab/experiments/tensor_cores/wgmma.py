@@ -35,6 +35,18 @@ MAX_SMEM_OPTIN = 227 * 1024
 # K-major only in wgmma for tf32: those kernels read B^T, made by a transpose kernel that
 # is part of every timed launch
 K_MAJOR_B = {"tf32"}
+# The rungs' parameter buffer: (map A, map B, C, M, N, K). Kernel parameters start at byte
+# PARAM_BASE of constant bank 0 on sm_90 and the compiler aligns each one's address there, so
+# the 64-byte aligned maps start 48 bytes into the buffer (cuobjdump -elf: KPARAM_INFO).
+# pycuda hands the driver one packed buffer that is copied as is: without the padding C, M,
+# N and K arrive as zeros (the first GPU run's fault at address 0).
+PARAM_BASE = 0x210
+PARAM_FORMAT = f"{-PARAM_BASE % 64}x128s128sPiii"
+PROBE_KERNEL, PROBE_GLOBAL = "tc_wgmma_param_probe", "tc_wgmma_params_seen"
+
+
+class ParamLayoutError(RuntimeError):
+    """The kernel received other parameters than the host packed."""
 
 
 @dataclass(frozen=True)
@@ -110,17 +122,51 @@ def tensor_maps(precision: str, a_ptr: int, b_ptr: int, m: int, k: int, n: int, 
     return map_a, map_b
 
 
+def params_seen(module: Any, args: tuple, fmt: str = PARAM_FORMAT) -> list[int]:
+    """Launch the probe kernel (the rungs' parameter list) with `args` packed as `fmt`:
+    what it received as [C, M, N, K, map A's first and last 8 bytes, map B's]."""
+    import pycuda.driver as cuda
+
+    probe = module.get_function(PROBE_KERNEL)
+    probe.prepare(fmt)
+    ptr, _ = module.get_global(PROBE_GLOBAL)
+    cuda.memset_d8(ptr, 0, 64)
+    probe.prepared_call((1, 1), (1, 1, 1), *args)
+    seen = np.zeros(8, np.uint64)
+    cuda.memcpy_dtoh(seen, ptr)
+    return [int(v) for v in seen]
+
+
+def params_sent(args: tuple) -> list[int]:
+    """What params_seen should return for `args` = (map A, map B, C, M, N, K)."""
+    map_a, map_b, c_ptr, *dims = args
+    words = [int.from_bytes(m[i:i + 8], "little") for m in (map_a, map_b) for i in (0, 120)]
+    return [int(c_ptr), *(int(d) for d in dims), *words]
+
+
+def check_params(module: Any, args: tuple) -> None:
+    """Raise ParamLayoutError unless the kernels receive `args` as packed (PARAM_FORMAT)."""
+    seen, sent = params_seen(module, args), params_sent(args)
+    if seen != sent:
+        names = ["C", "M", "N", "K", "A[0:8]", "A[120:128]", "B[0:8]", "B[120:128]"]
+        diff = ", ".join(f"{n} sent {a:#x} got {b:#x}" for n, a, b in zip(names, sent, seen)
+                         if a != b)
+        raise ParamLayoutError(f"the wgmma kernels' parameters arrive other than packed as "
+                               f"{PARAM_FORMAT!r}: {diff}")
+
+
 def launcher(module: Any, rung: str, precision: str, a_ptr: int, b_ptr: int, c_ptr: int,
              m: int, k: int, n: int, sm_count: int, scratch_ptr: int | None = None,
              stages: int = DEFAULT_STAGES, bn: int = DEFAULT_BN, kmajor_b: bool = False
              ) -> tuple[Callable[[], None], dict[str, Any]]:
     """(launch, facts) of one rung on a pycuda module built from SOURCE with
     defines(stages, bn). tf32 (and fp16 with kmajor_b) needs `scratch_ptr`, k x n elements
-    for B^T; its transpose runs in every launch."""
+    for B^T; its transpose runs in every launch. Checks first, with the probe kernel, that
+    the parameters arrive as packed (ParamLayoutError if not)."""
     s = shape(rung, stages, bn)
     kmajor_b = kmajor_b or precision in K_MAJOR_B
     func = module.get_function(kernel_name(rung, precision, kmajor_b))
-    func.prepare("128s128sPiii")
+    func.prepare(PARAM_FORMAT)
     import pycuda.driver as cuda
 
     if s.smem_bytes > 48 * 1024:
@@ -137,6 +183,7 @@ def launcher(module: Any, rung: str, precision: str, a_ptr: int, b_ptr: int, c_p
     map_a, map_b = tensor_maps(precision, a_ptr, b_read, m, k, n, s.bn, kmajor_b)
     blocks = grid(rung, m, n, s.bn, sm_count)
     dims = (np.int32(m), np.int32(n), np.int32(k))
+    check_params(module, (map_a, map_b, c_ptr, *dims))
 
     def launch() -> None:
         if transpose is not None:  # B (k x n) -> B^T (n x k)
