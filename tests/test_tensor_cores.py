@@ -121,19 +121,18 @@ def test_tolerance_numbers():
 def test_default_grid_and_smoke_grid():
     exp = REGISTRY["tensor_cores"]
     pts = exp.grid(cfg.validate({"experiments": {"tensor_cores": {}}}))
-    # cuBLAS 4 precisions, WMMA 3, mma 2 per tile; the wgmma rungs only when named (their
-    # first GPU run failed its checks)
-    per_size = 4 + 3 + 2 * len(kernels.DEFAULT_MMA_TILES)
+    # cuBLAS 4 precisions, WMMA 3, mma 2 per tile, each wgmma rung 3 at one stage count
+    per_size = 4 + 3 + 2 * len(kernels.DEFAULT_MMA_TILES) + 3 * len(wgmma.RUNGS)
     assert len(pts) == 3 * per_size
-    assert not {p.variant for p in pts} & set(wgmma.RUNGS)
-    named = exp.grid(cfg.validate({"experiments": {"tensor_cores": {
-        "variants": kernels.VARIANTS}}}))
-    assert len(named) == 3 * (per_size + 3 * len(wgmma.RUNGS))  # each rung 3, one stage count
+    assert {p.variant for p in pts} == set(kernels.VARIANTS)
+    without = exp.grid(cfg.validate({"experiments": {"tensor_cores": {
+        "variants": ["wmma", "mma", "cublas"]}}}))
+    assert len(without) == 3 * (per_size - 3 * len(wgmma.RUNGS))
     assert all(p.params["precision"] in kernels.RUNS[p.variant] for p in pts)
     assert [p.params["m"] for p in pts] == sorted(p.params["m"] for p in pts)
     assert len({p.point_id for p in pts}) == len(pts)
     smoke = exp.grid(cfg.validate({"experiments": {"tensor_cores": dict(exp.smoke)}}))
-    assert {p.variant for p in smoke} == {"wmma", "mma", "cublas"}
+    assert {p.variant for p in smoke} == set(kernels.VARIANTS)
     assert exp.check_config(dict(exp.smoke) | {"mma_tiles": kernels.DEFAULT_MMA_TILES}) == []
 
 
