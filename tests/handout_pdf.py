@@ -75,7 +75,7 @@ def text_sizes(pdf: bytes) -> dict[float, tuple[int, str]]:
 def handout_pngs(page_html: Path) -> list[dict[str, Any]]:
     """The handout PNG's info (pixel size, smallest font, dpi) of each printed figure."""
     return [handout.png_info(base64.b64decode(src)) for src in re.findall(
-        r'<figure class="handout print-only">\s*<img src="data:image/png;base64,([^"]+)"',
+        r'<figure class="handout print-only[^"]*"[^>]*>\s*<img src="data:image/png;base64,([^"]+)"',
         page_html.read_text())]
 
 
