@@ -204,9 +204,14 @@ def why_row(entry: dict[str, Any], judged: RunClaims, experiment: str) -> dict[s
                 "evidence": "" if said else "not measured in this run"}
     if "claim" in why:
         c: ClaimResult | None = judged.claim(experiment, why["claim"])
-        if c is None:
-            return {"kind": "claim", "statement": why["claim"], "state": "not measured",
-                    "evidence": "not measured in this run"}
+        if c is None:  # the reader gets the claim's words, never its key
+            spec = next((k for k in REGISTRY[experiment].lesson.claims
+                         if k.key == why["claim"]), None)
+            ran = bool(judged.claims(experiment))
+            return {"kind": "claim", "statement": spec.statement if spec else why["claim"],
+                    "state": "not measured",
+                    "evidence": "not measured in this run" if ran
+                    else f"the {experiment} lesson is not in this run"}
         return {"kind": "claim", "statement": c.statement, "state": c.state.value,
                 "evidence": c.evidence}
     return {"kind": "hypothesis", "statement": why["hypothesis"], "test": why["test"]}

@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 FILE = "handout"  # figures/<experiment>/handout.png
 PRINT_WIDTH_IN = 7.2  # 183 mm of A4's 194 mm between the handout's 8 mm margins
 PRINT_HEIGHT_IN = 3.0  # 76 mm: under a third of the page, the rest is the lesson's text
+# a figure at most this wide prints beside the lesson's claims, which keep a column of at
+# least 60 mm (about 35 characters at 9 pt) of the 194 mm between the margins
+BESIDE_TEXT_MM = 130.0
 MIN_PT = 7.0  # every label of the printed figure (legible on paper from 6 pt)
 DPI = 200
 FONT_KEY = "cudalab-print"  # PNG text chunk: {"min_font_pt": .., "dpi": ..}

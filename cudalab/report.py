@@ -196,7 +196,8 @@ def handout_figure(name: str, figures_dir: Path) -> dict[str, Any] | None:
     if not png.exists():
         return None
     width = handout.printed_width_mm(handout.png_info(png.read_bytes()))
-    return {"src": data_uri(png), "width_mm": width}
+    return {"src": data_uri(png), "width_mm": width,
+            "beside": width is not None and width <= handout.BESIDE_TEXT_MM}
 
 
 def _roofline_figure(rooflines: dict[str, dict[str, str]], name: str) -> dict[str, str] | None:

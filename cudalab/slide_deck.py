@@ -127,12 +127,21 @@ def course_rows(judged: RunClaims, limit: int = COURSE_ROWS) -> list[dict[str, A
     return [r for _, r in sorted(picked, key=lambda kr: kr[0])]
 
 
+def course_source(course_gpu: str) -> str:
+    """Where a course number not measured on the K80 comes from, in a word or two for the
+    slide's course column ('' for the K80's, which the column header names)."""
+    if course_gpu == "Tesla K80" or course_gpu.startswith("Tesla K80,"):
+        return ""
+    return " (slides)" if "slides" in course_gpu else " (older GPU)"
+
+
 def _course_slide(judged: RunClaims, gpu: str) -> str:
     rows = course_rows(judged)
     lessons = [r for r in judged.course if r["kind"] == "lesson" and r["verdict"]]
     counts = {v: sum(r["verdict"]["state"] == v for r in lessons) for v in VERDICT_MARK}
     body = "".join(
-        f'<tr><td>{_e(r["lesson"])}</td><td class="num">{_e(r["text"]["course_q"])}</td>'
+        f'<tr><td>{_e(r["lesson"])}</td><td class="num">{_e(r["text"]["course_q"])}'
+        f'{_e(course_source(r["course_gpu"]))}</td>'
         f'<td class="num">{_e(r["text"]["this_q"])}</td>'
         f'<td class="num"><span class="state {_e(r["verdict"]["state"].replace(" ", "-"))}" '
         f'data-state="{_e(r["verdict"]["state"])}">'

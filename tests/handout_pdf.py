@@ -10,6 +10,7 @@ import io
 import json
 import math
 import re
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,11 @@ BODY_PT = 9.0  # the handout's body text, at least
 FIGURE_PT = 6.0  # its figures' labels, at least
 MM = 96 / 25.4  # CSS px per mm
 A4_PRINTABLE_MM = (210 - 16, 297 - 16)  # the stylesheet's 8 mm margins
+MARGIN_PT = 8 / 25.4 * 72
+# blank at the foot of a page that is followed by another, on average: a lesson's title
+# kept with its first lines, a lesson whose text ends before the figure pushed to the next
+# page. A page per lesson, or figures that leave the rest of their page blank, waste more.
+MAX_BLANK_PER_PAGE = 0.08
 PAGE_PX = A4_PRINTABLE_MM[1] * MM
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
@@ -72,10 +78,50 @@ def text_sizes(pdf: bytes) -> dict[float, tuple[int, str]]:
     return sizes
 
 
+def _lines(page: Any) -> list[Any]:
+    from pdfminer.layout import LTImage, LTTextLine
+
+    return [o for o in _walk(page) if isinstance(o, LTTextLine | LTImage)
+            and (isinstance(o, LTImage) or o.get_text().strip())]
+
+
+def blank_at_foot(pdf: bytes) -> list[float]:
+    """The share of each page's printable height left blank below its last line or image."""
+    out = []
+    for page in pages(pdf):
+        lowest = min((o.y0 for o in _lines(page)), default=page.height - MARGIN_PT)
+        out.append(max(0.0, (lowest - MARGIN_PT) / (page.height - 2 * MARGIN_PT)))
+    return out
+
+
+def last_lines(pdf: bytes) -> list[str]:
+    """The text of each page's lowest line."""
+    from pdfminer.layout import LTTextLine
+
+    out = []
+    for page in pages(pdf):
+        text = [o for o in _lines(page) if isinstance(o, LTTextLine)]
+        line = min(text, key=lambda o: o.y0).get_text() if text else ""
+        out.append(unicodedata.normalize("NFKC", line).strip())  # "ﬁ" -> "fi"
+    return out
+
+
+def assert_no_page_wasted(pdf: bytes, titles: list[str]) -> None:
+    """Pages are filled: on average at most MAX_BLANK_PER_PAGE of a page that has another
+    after it is blank at its foot, and no page ends on a lesson's title."""
+    blank = blank_at_foot(pdf)[:-1]
+    assert sum(blank) <= MAX_BLANK_PER_PAGE * len(blank), (
+        f"{sum(blank):.2f} pages blank at the feet of {len(blank)} pages: "
+        f"{[round(b, 2) for b in blank]}")
+    alone = [(n, line) for n, line in enumerate(last_lines(pdf)[:-1], 1)
+             if line and any(t.startswith(line) for t in titles)]
+    assert not alone, f"a lesson's title alone at a page's foot (page, line): {alone}"
+
+
 def handout_pngs(page_html: Path) -> list[dict[str, Any]]:
     """The handout PNG's info (pixel size, smallest font, dpi) of each printed figure."""
     return [handout.png_info(base64.b64decode(src)) for src in re.findall(
-        r'<figure class="handout print-only">\s*<img src="data:image/png;base64,([^"]+)"',
+        r'<figure class="handout print-only[^"]*"[^>]*>\s*<img src="data:image/png;base64,([^"]+)"',
         page_html.read_text())]
 
 
@@ -104,7 +150,7 @@ def figure_label_sizes(pdf: bytes, page_html: Path) -> list[tuple[int, float]]:
 def assert_legible_handout(page_html: Path, pdf: bytes, heights: dict[str, float],
                            experiments: list[str]) -> None:
     """Body text >= BODY_PT; one figure per lesson with a figure, its labels >= FIGURE_PT;
-    each lesson within its declared pages, the PDF within their sum."""
+    each lesson within its declared pages, the PDF within their sum, no page wasted."""
     sizes = text_sizes(pdf)
     assert sizes, "no text in the PDF"
     small = {s: where for s, where in sizes.items() if s < BODY_PT - 0.01}
@@ -122,3 +168,4 @@ def assert_legible_handout(page_html: Path, pdf: bytes, heights: dict[str, float
     assert sorted(lessons) == sorted(experiments)
     n_pages = len(pages(pdf))
     assert n_pages <= math.ceil(handout.declared_pages(lessons)), (n_pages, lessons)
+    assert_no_page_wasted(pdf, [REGISTRY[n].lesson.title for n in lessons])

@@ -234,3 +234,15 @@ def test_a_run_without_a_gpu_gets_not_measured_verdicts(h100):
     assert "measured, not measured" not in page
     assert course.verdict_counts(rows)["not measured"] == sum(r["kind"] == "lesson"
                                                               for r in rows)
+
+
+def test_a_reason_whose_lesson_did_not_run_gives_the_claims_words(rows):
+    """A row whose reason is a claim of a lesson the run left out (the H100 reference has no
+    interconnect lesson) states that claim and why it is not measured, not its key."""
+    why = rows["multi-GPU: the host link"]["why"]
+    statement = next(c.statement for c in REGISTRY["interconnect"].lesson.claims
+                     if c.key == "host_is_bottleneck")
+    assert why["state"] == "not measured" and why["statement"] == statement
+    assert why["evidence"] == "the interconnect lesson is not in this run"
+    page = _render_course_table(list(rows.values()))
+    assert "host_is_bottleneck" not in page

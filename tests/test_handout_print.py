@@ -8,7 +8,11 @@ folder), printed on A4.
 - paper: one figure per lesson; each lesson takes at most the pages it declares
   (Lesson.print_pages), and the PDF at most the sum of those of its printed lessons
   (with the title and course table's share), which for the default grid is at most
-  handout.DEFAULT_GRID_PAGES.
+  handout.DEFAULT_GRID_PAGES; the reference (the default grid and tensor cores) prints
+  within them too;
+- no page wasted: pages that have another after them are filled but for a small share
+  at their feet (figures float to the next page's top while the text fills this one), and
+  none ends on a lesson's title.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from handout_pdf import (
     BODY_PT,
     FIGURE_PT,
     assert_legible_handout,
+    assert_no_page_wasted,
     figure_label_sizes,
+    pages,
     print_a4,
     text_sizes,
 )
@@ -104,6 +110,27 @@ def test_the_reference_handout_is_legible_and_keeps_to_its_pages(reference_pdf):
     page_html, pdf, heights = reference_pdf
     experiments = sorted(set(results.read_table(REFERENCE / "results.csv")["experiment"]))
     assert_legible_handout(page_html, pdf, heights, experiments)
+    # the default grid and the tensor-core lesson: still within the default grid's pages
+    assert len(pages(pdf)) <= handout.DEFAULT_GRID_PAGES, len(pages(pdf))
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_the_measurement_sees_wasted_pages(reference_pdf, tmp_path):
+    """The same report with a page per lesson fails the waste check, and so does one whose
+    figures stay where they stand in the text (a figure that does not fit under the text
+    before it leaves the rest of that page blank)."""
+    page_html, _, _ = reference_pdf
+    titles = [REGISTRY[n].lesson.title for n in REGISTRY]
+    for css in ("section.lesson { break-before: page; }",
+                "figure.handout { float: none !important; width: auto !important; }"):
+        html = page_html.read_text().replace("</style>", f"@media print {{ {css} }}</style>", 1)
+        path = tmp_path / "wasteful.html"
+        path.write_text(html)
+        pdf, _ = print_a4(path)
+        with pytest.raises(AssertionError, match="blank at the feet"):
+            assert_no_page_wasted(pdf, titles)
+        assert len(pages(pdf)) > handout.DEFAULT_GRID_PAGES, css
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ no text under MIN_PT, no text colliding; the deck in headless Chromium: no text 
 from __future__ import annotations
 
 import dataclasses
+import html
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -362,6 +363,19 @@ def test_the_course_slide_shows_the_lessons_that_did_not_hold_first(judged):
     order = [judged.course.index(r) for r in rows]
     assert order == sorted(order)  # shown in the course's order
     assert all(r["kind"] == "lesson" for r in rows)  # no property of the GPU, no self-test
+
+
+def test_the_course_slide_names_numbers_not_measured_on_the_k80(judged):
+    """The course column is headed K80; a number from the course's slides or an older GPU
+    says where it comes from (the latency rows are the slides' ~5 cycles)."""
+    page = slide_deck._course_slide(judged, judged.gpu or "no GPU")
+    rows = slide_deck.course_rows(judged)
+    assert {r["course_gpu"] for r in rows} - {"Tesla K80"}, "no row to check"
+    for r in rows:
+        cell = html.escape(r["text"]["course_q"] + slide_deck.course_source(r["course_gpu"]))
+        assert f'<td class="num">{cell}</td>' in page, cell
+        assert (slide_deck.course_source(r["course_gpu"]) == "") == r["course_gpu"].startswith(
+            "Tesla K80"), r["course_gpu"]
 
 
 def test_a_run_without_a_gpu_says_not_measured_on_every_slide(ref, tmp_path):

@@ -238,7 +238,7 @@ LESSON = Lesson(
         "Dashed line: the tolerance.",
     },
     print_figure=("counter", None),  # on paper: the racy counter's lost updates
-    print_pages=0.85,  # its share of the A4 handout
+    print_pages=0.75,  # its share of the A4 handout
     claims=CLAIMS,
     try_this=TRY_THIS,
     questions=[

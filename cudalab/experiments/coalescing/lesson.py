@@ -554,7 +554,7 @@ LESSON = Lesson(
         "and tile padded against bank conflicts, beside cudaMemcpy of the same bytes.",
     },
     print_figure=("offset", None),  # on paper: the course's offset copy
-    print_pages=0.9,  # its share of the A4 handout
+    print_pages=0.88,  # its share of the A4 handout
     claims=CLAIMS,
     explanations=EXPLANATIONS,
     try_this=TRY_THIS,

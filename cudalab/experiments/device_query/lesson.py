@@ -77,7 +77,7 @@ CLAIMS = (
 
 LESSON = Lesson(
     title="Device query: the GPU's limits and theoretical peaks",
-    print_pages=0.6,  # its share of the A4 handout
+    print_pages=0.55,  # its share of the A4 handout
     caption=(
         "What deviceQuery prints: SMs, clocks, memory bus, caches, shared memory and "
         "registers per block and per SM, copy engines, PCIe. The theoretical peaks follow "

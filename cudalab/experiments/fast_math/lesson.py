@@ -228,7 +228,7 @@ LESSON = Lesson(
         "tolerances.",
     },
     print_figure=("time_error", None),  # on paper: time and error side by side
-    print_pages=0.75,  # its share of the A4 handout
+    print_pages=0.72,  # its share of the A4 handout
     claims=CLAIMS,
     explanations=EXPLANATIONS,
     try_this=TRY_THIS,

@@ -347,7 +347,7 @@ LESSON = Lesson(
         "and ~500 cycles.",
     },
     print_figure=("latency", None),  # on paper: every memory's plateau
-    print_pages=1.05,  # its share of the A4 handout
+    print_pages=1.0,  # its share of the A4 handout
     claims=CLAIMS,
     explanations=EXPLANATIONS,
     try_this=TRY_THIS,

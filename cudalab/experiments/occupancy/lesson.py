@@ -380,7 +380,7 @@ LESSON = Lesson(
         "occupancy: memory-bound kernels need enough resident warps to reach full bandwidth.",
     },
     print_figure=("occupancy", 0),  # vec_mul's panel: four are not legible on paper
-    print_pages=1.15,  # its share of the A4 handout
+    print_pages=1.05,  # its share of the A4 handout
     claims=CLAIMS,
     explanations=EXPLANATIONS,
     course_facts={"small_blocks_limiter": small_blocks_limiter,

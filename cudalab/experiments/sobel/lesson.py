@@ -186,7 +186,7 @@ LESSON = Lesson(
         "reach a quarter of it; elsewhere the panel says it is off the scale.",
     },
     print_figure=("gbps", None),  # on paper: every image size
-    print_pages=0.75,  # its share of the A4 handout
+    print_pages=0.72,  # its share of the A4 handout
     claims=CLAIMS,
     explanations=EXPLANATIONS,
     try_this=[

@@ -229,7 +229,7 @@ LESSON = Lesson(
         "architecture; a cross marks a kernel that spills.",
     },
     print_figure=("registers_by_arch", None),  # the heatmaps are a page tall
-    print_pages=0.7,  # its share of the A4 handout
+    print_pages=0.55,  # its share of the A4 handout
     claims=CLAIMS,
     explanations=EXPLANATIONS,
     try_this=TRY_THIS,

@@ -382,7 +382,7 @@ LESSON = Lesson(
         "faint: queued behind another stream's operation of the same kind.",
     },
     print_figure=("pipeline", None),  # on paper: time against streams
-    print_pages=0.8,  # its share of the A4 handout
+    print_pages=0.85,  # its share of the A4 handout
     claims=CLAIMS,
     explanations=EXPLANATIONS,
     try_this=TRY_THIS,

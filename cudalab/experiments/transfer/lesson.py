@@ -290,7 +290,7 @@ LESSON = Lesson(
         "pageable and pinned host memory; dashed: the PCIe link's theoretical bandwidth.",
     },
     print_figure=("bandwidth", None),  # on paper: pageable against pinned
-    print_pages=0.75,  # its share of the A4 handout
+    print_pages=0.7,  # its share of the A4 handout
     claims=CLAIMS,
     explanations=EXPLANATIONS,
     try_this=TRY_THIS,
