@@ -87,15 +87,31 @@ def stopped_line(jobs: Iterable[tuple[str, Path]], started: float) -> str:
     """The closing line of a run you stopped: what it kept. jobs: (label, raw folder of one
     measure job); a job is finished where its manifest is there, and every record written
     since `started` stays for the next run, which measures only what is missing."""
+    return (f"cudalab: stopped by you (Ctrl-C). {kept(jobs, started)} Nothing failed: the "
+            "same command again submits only what is missing (no finished experiment, no "
+            "doctor for a GPU without work).")
+
+
+def failure_stop_line(failed: Iterable[str], jobs: Iterable[tuple[str, Path]],
+                      started: float) -> str:
+    """The closing line of a run that does not keep going, stopped after a failure (its
+    other jobs cancelled as Ctrl-C cancels them)."""
+    return (f"cudalab: stopped after a failure ({', '.join(failed)}): keep-going is off, so "
+            f"the run's other Slurm jobs were cancelled at once. {kept(jobs, started)} Fix "
+            "the cause above and run the same command again: it submits only what is "
+            "missing.")
+
+
+def kept(jobs: Iterable[tuple[str, Path]], started: float) -> str:
+    """What a stopped run kept: finished experiment jobs (their manifest is there) and the
+    point records written since `started`."""
     jobs = list(jobs)
     done = [label for label, raw in jobs if (raw / "_manifest.json").is_file()]
     written = sum(1 for _, raw in jobs for p in raw.glob("*.json")
                   if p.name != "_manifest.json" and _mtime(p) >= started)
-    return (f"cudalab: stopped by you (Ctrl-C). kept: {len(done)} of {len(jobs)} experiment "
-            f"job(s) finished{' (' + ', '.join(done) + ')' if done else ''}, and {written} "
-            "point record(s) this run wrote in raw/. Nothing failed: the same command again "
-            "submits only what is missing (no finished experiment, no doctor for a GPU "
-            "without work).")
+    return (f"kept: {len(done)} of {len(jobs)} experiment job(s) finished"
+            f"{' (' + ', '.join(done) + ')' if done else ''}, and {written} point record(s) "
+            "this run wrote in raw/.")
 
 
 def _mtime(path: Path) -> float:

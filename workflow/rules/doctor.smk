@@ -11,6 +11,7 @@ import time as _time
 
 from cudalab import interrupts as cudalab_interrupts
 from cudalab import pending as cudalab_pending
+from cudalab import status_wake as cudalab_status_wake
 
 _SLURM = config["slurm"]
 ANY_GPU = any(needs_gpu(e) for e in EXPERIMENTS)
@@ -26,6 +27,7 @@ DOCTOR_TAGS = sorted({cudalab_sweep.doctor_tag(f, RESULTS) for f in FOLDERS}
 DOCTOR_TABLE = f"{RESULTS}/doctor/{{tag}}.md"
 _STARTED = _time.time()
 _WATCH = []
+_WAKER = []  # the executor's wakeable sleep (cudalab/status_wake.py), under Slurm
 _FLAGS_REMOVED = []  # set once remove_doctor_flags ran: it runs at most once per run
 
 
@@ -59,8 +61,15 @@ def doctor_needs(wildcards, what):
 
 
 def start_pending_watch():
-    """Called in onstart under Slurm: cancel jobs stuck in PENDING (cudalab/pending.py)."""
-    _WATCH.append(cudalab_pending.start(os.getcwd()))
+    """Called in onstart under Slurm: cancel jobs stuck in PENDING (cudalab/pending.py);
+    a job's end wakes the plugin's status check, and where keep-going is off, a failure
+    stops the run at once, its other jobs cancelled (cudalab/status_wake.py)."""
+    waker = cudalab_status_wake.install(cudalab_status_wake.executor_of(workflow))
+    if waker is not None:
+        _WAKER.append(waker)
+        if not workflow.execution_settings.keep_going and _FAILURE_NOW:  # common.smk
+            _FAILURE_NOW[0].on_failure = waker.stop_after
+    _WATCH.append(cudalab_pending.start(os.getcwd(), waker))
 
 
 def doctor_flags():
@@ -108,10 +117,20 @@ def guard_interrupts():
 def stopped_by_you():
     """In onerror: the closing line of a run stopped by Ctrl-C (what it kept), '' where it
     failed or the pending watcher stopped it."""
-    if not cudalab_interrupts.interrupted() or pending_cancelled():
+    if not cudalab_interrupts.interrupted() or pending_cancelled() or stopped_by_failure():
         return ""
     jobs = [(job_label(e, f), Path(f, "raw", e)) for e, f in measure_jobs()]
     return cudalab_interrupts.stopped_line(jobs, _STARTED)
+
+
+def stopped_by_failure():
+    """In onerror: the closing line of a run without keep-going that a failure stopped
+    ('' otherwise)."""
+    failed = [name for w in _WAKER for name in w.failed if w.stopping]
+    if not failed:
+        return ""
+    jobs = [(job_label(e, f), Path(f, "raw", e)) for e, f in measure_jobs()]
+    return cudalab_interrupts.failure_stop_line(failed, jobs, _STARTED)
 
 
 def pending_cancelled():
