@@ -111,6 +111,7 @@ site_python() {
   mkdir -p $SITE/python
   cp -a $SRC_PY $SITE/python/3.11
   rm -rf $SITE/python/3.11/lib/python3.11/site-packages/{__editable__*cudalab*,cudalab-*.dist-info}
+  rm -f $SITE/python/3.11/bin/cudalab
   grep -rlI "^#!$SRC_PY" $SITE/python/3.11/bin | xargs -r sed -i "1s|^#!$SRC_PY|#!$SITE/python/3.11|"
 }
 
