@@ -14,6 +14,7 @@ workflow also removes the flags at exit, so even a forced stop leaves none).
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -26,22 +27,53 @@ GRACE_S = 20.0  # scancel (<= 60 s when slurmctld is slow, usually well under a 
 # plus onerror's wait for the doctor jobs to end (<= 30 s)
 
 
+RETRY_S = 0.1
+MAX_DEFER_S = 5.0
+
+
+def _in_event_loop() -> bool:
+    """Whether this (the main) thread is inside a running asyncio loop."""
+    import asyncio
+
+    return asyncio._get_running_loop() is not None
+
+
+def _signal_again() -> None:
+    """SIGINT to this process again in RETRY_S (a daemon timer)."""
+    timer = threading.Timer(RETRY_S, os.kill, (os.getpid(), signal.SIGINT))
+    timer.daemon = True
+    timer.start()
+
+
 class OnceInterrupt:
     """A SIGINT handler: raise KeyboardInterrupt once, then ignore repeats for grace_s."""
 
     def __init__(self, grace_s: float = GRACE_S,
                  emit: Callable[[str], None] | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 shield: Callable[[], None] | None = None) -> None:
+                 shield: Callable[[], None] | None = None,
+                 busy: Callable[[], bool] = _in_event_loop,
+                 later: Callable[[], None] = _signal_again) -> None:
         self.grace_s, self.clock = grace_s, clock
         self.shield = shield or _shield_children
+        self.busy, self.later = busy, later
         self.emit = emit or (lambda line: print(line, file=sys.stderr, flush=True))
         self.first: float | None = None
+        self.deferred: float | None = None  # when a first SIGINT was put off
         self.ignored = 0
 
     def __call__(self, signum: int, frame: Any) -> None:
         now = self.clock()
         if self.first is None or now - self.first > self.grace_s:
+            # Inside one of Snakemake's asyncio runs (a finished job's outputs are checked
+            # in one) a KeyboardInterrupt breaks the loop: Snakemake's teardown then fails
+            # ("Cannot close a running event loop") and the process hangs at exit (seen).
+            # Put it off until the run is over, RETRY_S at a time, at most MAX_DEFER_S.
+            self.deferred = self.deferred if self.deferred is not None else now
+            if self.busy() and now - self.deferred < MAX_DEFER_S:
+                self.later()
+                return
+            self.deferred = None
             self.first = now
             self.shield()
             raise KeyboardInterrupt
