@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-CLONE = Path.home() / "cudalab"
+CLONE = Path(os.environ.get("CLONE", Path.home() / "cudalab"))  # the card's project root
 RUNS = Path.home() / "runs"
 SUBMITTED = re.compile(r"has been submitted with SLURM jobid (\d+) \(log: ([^)]+)\)")
 CORRECT = """// cudalab-exercise: vector_add
