@@ -51,8 +51,9 @@ onerror:
         print("\n" + cudalab_failures.summary(log, Path(RESULTS) / "logs", _STARTED,
                                               Path(RESULTS) / "doctor", pending_cancelled()),
               file=sys.stderr)
+    _after_failure = stopped_by_failure()  # doctor.smk: keep-going off, a job failed
     print(
-        f"\n{_by_you}\n" if _by_you else
+        f"\n{_by_you or _after_failure}\n" if _by_you or _after_failure else
         "\ncudalab: the run stopped. Points already measured are kept in results/raw/ "
         "and a rerun measures only what is missing. Logs: results/logs/ "
         "(and .snakemake/slurm_logs/ under Slurm). If Snakemake says the directory is "

@@ -249,6 +249,9 @@ class FailureNow(logging.Handler):
         self.workdir, self.read, self.n = workdir, read, n
         self.out = out or (lambda text: print(text, file=sys.stderr, flush=True))
         self.failed: list[str] = []
+        # called with the job's name once its cause is out (a run that does not keep going
+        # stops then: cudalab/status_wake.py)
+        self.on_failure: Callable[[str], None] | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
         event = getattr(record, "event", None)
@@ -259,6 +262,8 @@ class FailureNow(logging.Handler):
                                  str(getattr(record, "rule_msg", "") or ""),
                                  [str(x).removesuffix(_LOG_NOTE)
                                   for x in getattr(record, "log", None) or []]))
+            if self.on_failure is not None:
+                self.on_failure(self.failed[-1])
         except Exception:  # noqa: BLE001 - never break Snakemake's own logging
             self.handleError(record)
 

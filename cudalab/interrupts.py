@@ -14,6 +14,7 @@ workflow also removes the flags at exit, so even a forced stop leaves none).
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -26,22 +27,53 @@ GRACE_S = 20.0  # scancel (<= 60 s when slurmctld is slow, usually well under a 
 # plus onerror's wait for the doctor jobs to end (<= 30 s)
 
 
+RETRY_S = 0.1
+MAX_DEFER_S = 5.0
+
+
+def _in_event_loop() -> bool:
+    """Whether this (the main) thread is inside a running asyncio loop."""
+    import asyncio
+
+    return asyncio._get_running_loop() is not None
+
+
+def _signal_again() -> None:
+    """SIGINT to this process again in RETRY_S (a daemon timer)."""
+    timer = threading.Timer(RETRY_S, os.kill, (os.getpid(), signal.SIGINT))
+    timer.daemon = True
+    timer.start()
+
+
 class OnceInterrupt:
     """A SIGINT handler: raise KeyboardInterrupt once, then ignore repeats for grace_s."""
 
     def __init__(self, grace_s: float = GRACE_S,
                  emit: Callable[[str], None] | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 shield: Callable[[], None] | None = None) -> None:
+                 shield: Callable[[], None] | None = None,
+                 busy: Callable[[], bool] = _in_event_loop,
+                 later: Callable[[], None] = _signal_again) -> None:
         self.grace_s, self.clock = grace_s, clock
         self.shield = shield or _shield_children
+        self.busy, self.later = busy, later
         self.emit = emit or (lambda line: print(line, file=sys.stderr, flush=True))
         self.first: float | None = None
+        self.deferred: float | None = None  # when a first SIGINT was put off
         self.ignored = 0
 
     def __call__(self, signum: int, frame: Any) -> None:
         now = self.clock()
         if self.first is None or now - self.first > self.grace_s:
+            # Inside one of Snakemake's asyncio runs (a finished job's outputs are checked
+            # in one) a KeyboardInterrupt breaks the loop: Snakemake's teardown then fails
+            # ("Cannot close a running event loop") and the process hangs at exit (seen).
+            # Put it off until the run is over, RETRY_S at a time, at most MAX_DEFER_S.
+            self.deferred = self.deferred if self.deferred is not None else now
+            if self.busy() and now - self.deferred < MAX_DEFER_S:
+                self.later()
+                return
+            self.deferred = None
             self.first = now
             self.shield()
             raise KeyboardInterrupt
@@ -87,15 +119,31 @@ def stopped_line(jobs: Iterable[tuple[str, Path]], started: float) -> str:
     """The closing line of a run you stopped: what it kept. jobs: (label, raw folder of one
     measure job); a job is finished where its manifest is there, and every record written
     since `started` stays for the next run, which measures only what is missing."""
+    return (f"cudalab: stopped by you (Ctrl-C). {kept(jobs, started)} Nothing failed: the "
+            "same command again submits only what is missing (no finished experiment, no "
+            "doctor for a GPU without work).")
+
+
+def failure_stop_line(failed: Iterable[str], jobs: Iterable[tuple[str, Path]],
+                      started: float) -> str:
+    """The closing line of a run that does not keep going, stopped after a failure (its
+    other jobs cancelled as Ctrl-C cancels them)."""
+    return (f"cudalab: stopped after a failure ({', '.join(failed)}): keep-going is off, so "
+            f"the run's other Slurm jobs were cancelled at once. {kept(jobs, started)} Fix "
+            "the cause above and run the same command again: it submits only what is "
+            "missing.")
+
+
+def kept(jobs: Iterable[tuple[str, Path]], started: float) -> str:
+    """What a stopped run kept: finished experiment jobs (their manifest is there) and the
+    point records written since `started`."""
     jobs = list(jobs)
     done = [label for label, raw in jobs if (raw / "_manifest.json").is_file()]
     written = sum(1 for _, raw in jobs for p in raw.glob("*.json")
                   if p.name != "_manifest.json" and _mtime(p) >= started)
-    return (f"cudalab: stopped by you (Ctrl-C). kept: {len(done)} of {len(jobs)} experiment "
-            f"job(s) finished{' (' + ', '.join(done) + ')' if done else ''}, and {written} "
-            "point record(s) this run wrote in raw/. Nothing failed: the same command again "
-            "submits only what is missing (no finished experiment, no doctor for a GPU "
-            "without work).")
+    return (f"kept: {len(done)} of {len(jobs)} experiment job(s) finished"
+            f"{' (' + ', '.join(done) + ')' if done else ''}, and {written} point record(s) "
+            "this run wrote in raw/.")
 
 
 def _mtime(path: Path) -> float:

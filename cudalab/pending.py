@@ -18,6 +18,11 @@ for ever (seen on Slurm 22.05 with slurmdbd). A reason that may clear by itself
 (a partition down, nodes drained or reserved, an admin hold) is reported once, not
 cancelled. It is started by the workflow under the Slurm executor (workflow/rules/
 doctor.smk) and stops with the process (or stop()).
+
+The same poll sees a job end: a job the executor plugin still counts as running that has
+left the queue wakes the plugin's status check (cudalab/status_wake.py), so Snakemake
+reports it, with its cause, within seconds, and the run ends then when nothing else runs.
+One `squeue --me` call every POLL_S (5) seconds, against the plugin's back-off to 180 s.
 """
 
 from __future__ import annotations
@@ -32,8 +37,9 @@ import threading
 from collections.abc import Callable
 
 from cudalab import slurm_limits
+from cudalab.status_wake import Waker
 
-POLL_S = float(os.environ.get("CUDALAB_PENDING_POLL_S", "15"))
+POLL_S = float(os.environ.get("CUDALAB_PENDING_POLL_S", "5"))
 # Slurm's reason codes that no amount of waiting changes -> what the user should do
 NEVER_CLEARS = {
     "PartitionConfig": "the request exceeds the partition's limits or nodes (cpus_per_task, "
@@ -85,6 +91,13 @@ def stuck_jobs(squeue_out: str, workdir: str) -> list[tuple[str, str, str]]:
         if code in STUCK or slurm_limits.is_limit_reason(code):
             out.append((f[0], f[3], f[2]))
     return out
+
+
+def ended_jobs(squeue_out: str, active: set[str]) -> set[str]:
+    """The jobs the executor waits for that are no longer queued, running or completing
+    (squeue's default states): they ended."""
+    queued = {line.split("|")[0].strip() for line in squeue_out.splitlines() if "|" in line}
+    return active - queued
 
 
 def message(job_id: str, comment: str, reason: str, cancelled: bool = False,
@@ -141,12 +154,13 @@ class PendingWatch(threading.Thread):
                  emit: Callable[[str], None] | None = None,
                  stop_run: Callable[[], None] = interrupt_run,
                  read: slurm_limits.Reader | None = None,
-                 cancel: Callable[[str], bool] = scancel) -> None:
+                 cancel: Callable[[str], bool] = scancel,
+                 waker: Waker | None = None) -> None:
         super().__init__(name="cudalab-pending-watch", daemon=True)
         self.workdir, self.poll_s, self.stop_run = workdir, poll_s, stop_run
         # the seam: Slurm's commands (tests feed saved squeue/scontrol/sacctmgr text)
         self.read = read or (lambda cmd: _run(cmd))
-        self.cancel = cancel
+        self.cancel, self.waker = cancel, waker
         self.emit = emit or (lambda line: print(line, file=sys.stderr, flush=True))
         self.stopped = threading.Event()
         self.seen: set[tuple[str, str]] = set()
@@ -175,7 +189,10 @@ class PendingWatch(threading.Thread):
         self.emit(message(job_id, comment, reason, code=code))
 
     def poll(self) -> None:
-        out = self.read(["squeue", "--me", "-h", "-t", "PENDING", "-o", FORMAT])
+        # the queue's jobs of every state that is not final (squeue's default)
+        out = self.read(["squeue", "--me", "-h", "-o", FORMAT])
+        if self.waker is not None and ended_jobs(out, self.waker.active_ids()):
+            self.waker.wake()  # the plugin checks now: Snakemake reports the end in seconds
         for job_id, comment, reason in stuck_jobs(out, self.workdir):
             if (job_id, reason) not in self.seen:
                 self.seen.add((job_id, reason))
@@ -212,10 +229,10 @@ def wait_for_jobs(workdir: str, comment_prefix: str, timeout_s: float = 30,
         time.sleep(poll_s)
 
 
-def start(workdir: str) -> PendingWatch | None:
+def start(workdir: str, waker: Waker | None = None) -> PendingWatch | None:
     """Start watching (None where squeue is missing or CUDALAB_PENDING_POLL_S=0)."""
     if shutil.which("squeue") is None or POLL_S <= 0:
         return None
-    watch = PendingWatch(workdir)
+    watch = PendingWatch(workdir, waker=waker)
     watch.start()
     return watch

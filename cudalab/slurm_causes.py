@@ -46,9 +46,15 @@ class JobCause:
             state = "OUT_OF_MEMORY" if "OUT_OF_MEMORY" in self.states else "killed for memory"
             asked = f"asked {self.asked_mb} MB (slurm.mem_mb)" if self.asked_mb else ""
             used = f"used {self.used_mb} MB ({self.used_from})" if self.used_mb else ""
-            sizes = ", ".join(x for x in (asked, used) if x)
             fix = (f"raise slurm.mem_mb above {self.used_mb}" if self.used_mb
                    else "raise slurm.mem_mb")
+            if self.used_mb and self.asked_mb and self.used_mb <= self.asked_mb:
+                # MaxRSS is sampled (JobAcctGatherFrequency): the peak the kernel killed
+                # came after the last sample, above what was asked
+                used = (f"{self.used_mb} MB at the last sample ({self.used_from}) before "
+                        "the kill, its peak above what was asked")
+                fix = f"raise slurm.mem_mb above {self.asked_mb}"
+            sizes = ", ".join(x for x in (asked, used) if x)
             return (f"Slurm job {self.job_id} ran out of memory (OOM, {state}"
                     f"{': ' + sizes if sizes else ''}); fix: {fix}")
         bad = next((s for s in self.states if s.split()[0] in BAD_STATES), "")

@@ -108,3 +108,54 @@ def test_a_second_sigint_to_the_process_group_spares_the_cleanups_commands():
     out, err = proc.communicate(timeout=20)
     assert "scancel done" in out, (out, err)
     assert "cudalab: stopping" in err, "the repeat still reaches the handler"
+
+
+def test_a_first_sigint_inside_an_event_loop_waits_until_the_loop_is_done():
+    clock, later = Clock(), []
+    busy = [True]
+    h = OnceInterrupt(clock=clock, shield=lambda: None, busy=lambda: busy[0],
+                      later=lambda: later.append(clock.t))
+    h(signal.SIGINT, None)  # put off: no KeyboardInterrupt inside the loop
+    assert later == [100.0] and h.first is None
+    busy[0] = False
+    clock.t += 0.1
+    with pytest.raises(KeyboardInterrupt):
+        h(signal.SIGINT, None)  # the retry, once the loop is over
+    clock.t, busy[0] = 200.0, True
+    h2 = OnceInterrupt(clock=clock, shield=lambda: None, busy=lambda: True,
+                       later=lambda: None)
+    h2(signal.SIGINT, None)
+    clock.t += 6  # a loop that never ends does not swallow the Ctrl-C
+    with pytest.raises(KeyboardInterrupt):
+        h2(signal.SIGINT, None)
+
+
+LOOP_CHILD = textwrap.dedent("""
+    import asyncio, sys, time
+    from cudalab import interrupts
+    interrupts.install(grace_s=10)
+
+    async def outputs_check():  # as Snakemake checks a finished job's outputs
+        print("in loop", flush=True)
+        time.sleep(1.0)
+        await asyncio.sleep(0.2)
+
+    runner = asyncio.Runner()
+    try:
+        runner.run(outputs_check())
+        print("loop done", flush=True)
+        time.sleep(5)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+    runner.close()  # raises "Cannot close a running event loop" if the loop was broken
+    print("closed", flush=True)
+""")
+
+
+def test_a_real_sigint_during_an_event_loop_run_leaves_the_loop_whole():
+    proc = subprocess.Popen([sys.executable, "-c", LOOP_CHILD], text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline().strip() == "in loop"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=20)
+    assert out.split() == ["loop", "done", "interrupted", "closed"], (out, err)

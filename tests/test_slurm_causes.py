@@ -126,3 +126,13 @@ def test_the_cause_is_printed_when_snakemake_reports_the_failure(tmp_path: Path)
     assert said[1].startswith("cudalab: measure failed at "), said[1]
     assert "refused by sbatch: Invalid qos specification" in said[1], said[1]
     assert "last 15 lines" not in said[1]
+
+
+def test_an_oom_whose_sampled_maxrss_is_below_the_limit_is_not_told_to_fit_the_sample():
+    """With cgroups the kernel kills the job between two samples of MaxRSS (seen on a site
+    cluster: 103 MB sampled, 256 MB asked): the fix is above what was asked."""
+    c = slurm_causes.JobCause("6", states=["FAILED", "OUT_OF_MEMORY"], oom=True,
+                              asked_mb=256, used_mb=103)
+    assert c.text() == ("Slurm job 6 ran out of memory (OOM, OUT_OF_MEMORY: asked 256 MB "
+                        "(slurm.mem_mb), 103 MB at the last sample (MaxRSS) before the kill, "
+                        "its peak above what was asked); fix: raise slurm.mem_mb above 256")

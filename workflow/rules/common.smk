@@ -277,7 +277,11 @@ def watch_failures():
 
     from cudalab import failures as cudalab_failures
 
-    logging.getLogger("snakemake.logging").addHandler(cudalab_failures.FailureNow(Path.cwd()))
+    _FAILURE_NOW[:] = [cudalab_failures.FailureNow(Path.cwd())]
+    logging.getLogger("snakemake.logging").addHandler(_FAILURE_NOW[0])
+
+
+_FAILURE_NOW = []  # the handler, once onstart added it (doctor.smk: stop after a failure)
 
 
 def slurm_fit():

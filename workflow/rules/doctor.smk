@@ -11,6 +11,7 @@ import time as _time
 
 from cudalab import interrupts as cudalab_interrupts
 from cudalab import pending as cudalab_pending
+from cudalab import status_wake as cudalab_status_wake
 
 _SLURM = config["slurm"]
 ANY_GPU = any(needs_gpu(e) for e in EXPERIMENTS)
@@ -25,7 +26,11 @@ DOCTOR_TAGS = sorted({cudalab_sweep.doctor_tag(f, RESULTS) for f in FOLDERS}
                      | ({CLASS_DOCTOR} if CLASS_RUN else set()))
 DOCTOR_TABLE = f"{RESULTS}/doctor/{{tag}}.md"
 _STARTED = _time.time()
+# the run's directory (--directory): Snakemake goes back to where it was started before the
+# process exits, so what runs at exit finds the flags by this absolute path
+_WORKDIR = os.getcwd()
 _WATCH = []
+_WAKER = []  # the executor's wakeable sleep (cudalab/status_wake.py), under Slurm
 _FLAGS_REMOVED = []  # set once remove_doctor_flags ran: it runs at most once per run
 
 
@@ -59,14 +64,21 @@ def doctor_needs(wildcards, what):
 
 
 def start_pending_watch():
-    """Called in onstart under Slurm: cancel jobs stuck in PENDING (cudalab/pending.py)."""
-    _WATCH.append(cudalab_pending.start(os.getcwd()))
+    """Called in onstart under Slurm: cancel jobs stuck in PENDING (cudalab/pending.py);
+    a job's end wakes the plugin's status check, and where keep-going is off, a failure
+    stops the run at once, its other jobs cancelled (cudalab/status_wake.py)."""
+    waker = cudalab_status_wake.install(cudalab_status_wake.executor_of(workflow))
+    if waker is not None:
+        _WAKER.append(waker)
+        if not workflow.execution_settings.keep_going and _FAILURE_NOW:  # common.smk
+            _FAILURE_NOW[0].on_failure = waker.stop_after
+    _WATCH.append(cudalab_pending.start(os.getcwd(), waker))
 
 
 def doctor_flags():
     """The doctors' flags on disk: temp(), so removed once their measure jobs ended; one
     that is there before the doctor ran is left from a run that was stopped."""
-    return sorted(Path(RESULTS, "doctor").glob("*.ok"))
+    return sorted(Path(_WORKDIR, RESULTS, "doctor").glob("*.ok"))
 
 
 def drop_leftover_doctor_flags():
@@ -91,7 +103,7 @@ def remove_doctor_flags():
     if _FLAGS_REMOVED:
         return
     if workflow.executor_plugin is not None and workflow.executor_plugin.name == "slurm":
-        cudalab_pending.wait_for_jobs(os.getcwd(), "rule_doctor")
+        cudalab_pending.wait_for_jobs(_WORKDIR, "rule_doctor")
     for flag in doctor_flags():
         flag.unlink(missing_ok=True)
     _FLAGS_REMOVED.append(True)
@@ -102,16 +114,42 @@ def guard_interrupts():
     the run's jobs or the removal of the doctors' flags (cudalab/interrupts.py), and the
     flags go at exit even when a forced stop skipped onerror."""
     cudalab_interrupts.install()
-    atexit.register(remove_doctor_flags)
+    atexit.register(at_exit)
+
+
+def at_exit():
+    """At exit: the flags go even where onerror did not run, and a Ctrl-C still gets its
+    closing line there. Snakemake skips onerror when the KeyboardInterrupt hits one of its
+    input or resource functions (it wraps it in an InputFunctionException; seen when the
+    Ctrl-C came as a job finished)."""
+    hooks_ran = bool(_FLAGS_REMOVED)  # onsuccess and onerror remove the flags first
+    remove_doctor_flags()
+    if hooks_ran or not cudalab_interrupts.interrupted():
+        return
+    os.chdir(_WORKDIR)  # the closing line reads the manifests by relative paths
+    line = stopped_by_failure() or stopped_by_you()
+    if line:
+        print(f"\n{line} (Snakemake's KeyboardInterrupt message above is that stop.)\n",
+              file=sys.stderr, flush=True)
 
 
 def stopped_by_you():
     """In onerror: the closing line of a run stopped by Ctrl-C (what it kept), '' where it
     failed or the pending watcher stopped it."""
-    if not cudalab_interrupts.interrupted() or pending_cancelled():
+    if not cudalab_interrupts.interrupted() or pending_cancelled() or stopped_by_failure():
         return ""
     jobs = [(job_label(e, f), Path(f, "raw", e)) for e, f in measure_jobs()]
     return cudalab_interrupts.stopped_line(jobs, _STARTED)
+
+
+def stopped_by_failure():
+    """In onerror: the closing line of a run without keep-going that a failure stopped
+    ('' otherwise)."""
+    failed = [name for w in _WAKER for name in w.failed if w.stopping]
+    if not failed:
+        return ""
+    jobs = [(job_label(e, f), Path(f, "raw", e)) for e, f in measure_jobs()]
+    return cudalab_interrupts.failure_stop_line(failed, jobs, _STARTED)
 
 
 def pending_cancelled():
