@@ -121,13 +121,17 @@ def test_tolerance_numbers():
 def test_default_grid_and_smoke_grid():
     exp = REGISTRY["tensor_cores"]
     pts = exp.grid(cfg.validate({"experiments": {"tensor_cores": {}}}))
-    # cuBLAS 4 precisions, WMMA 3, mma 2 per tile, each wgmma rung 3 at one stage count
-    per_size = 4 + 3 + 2 * len(kernels.DEFAULT_MMA_TILES) + 3 * len(wgmma.RUNGS)
+    # cuBLAS 4 precisions, WMMA 3, mma 2 per tile; the wgmma rungs 3 each, the pipelined
+    # ones at each stage count of the default sweep
+    wg = 3 + 3 * 3 * len(wgmma.DEFAULT_STAGE_SWEEP)
+    per_size = 4 + 3 + 2 * len(kernels.DEFAULT_MMA_TILES) + wg
     assert len(pts) == 3 * per_size
     assert {p.variant for p in pts} == set(kernels.VARIANTS)
+    assert {p.params.get("stages") for p in pts if p.variant == "wgmma_ws"} == set(
+        wgmma.DEFAULT_STAGE_SWEEP)
     without = exp.grid(cfg.validate({"experiments": {"tensor_cores": {
         "variants": ["wmma", "mma", "cublas"]}}}))
-    assert len(without) == 3 * (per_size - 3 * len(wgmma.RUNGS))
+    assert len(without) == 3 * (per_size - wg)
     assert all(p.params["precision"] in kernels.RUNS[p.variant] for p in pts)
     assert [p.params["m"] for p in pts] == sorted(p.params["m"] for p in pts)
     assert len({p.point_id for p in pts}) == len(pts)

@@ -87,7 +87,7 @@ class TensorCores(Experiment):
         },
         "wgmma_stages": {
             "type": "array", "items": {"enum": wgmma.STAGE_CHOICES}, "minItems": 1,
-            "uniqueItems": True, "default": [wgmma.DEFAULT_STAGES],
+            "uniqueItems": True, "default": wgmma.DEFAULT_STAGE_SWEEP,
             "description": "shared-memory stages of the pipelined wgmma rungs (wgmma_pipe, "
                            "wgmma_ws, wgmma_persist), one point per value: pipeline depth "
                            "against time; wgmma_tma has one stage by design",
@@ -109,7 +109,7 @@ class TensorCores(Experiment):
             msgs += [f"mma_tiles[{i}]: {m}" for m in kernels.check_mma_tile(t)]
         chosen = block.get("variants", SHIPPED_VARIANTS)
         for rung in (r for r in wgmma.RUNGS[1:] if r in chosen):
-            for st in block.get("wgmma_stages", [wgmma.DEFAULT_STAGES]):
+            for st in block.get("wgmma_stages", wgmma.DEFAULT_STAGE_SWEEP):
                 bn = block.get("wgmma_bn", wgmma.DEFAULT_BN)
                 msgs += [f"wgmma_stages: {m}" for m in wgmma.shape_problems(rung, st, bn)]
         return msgs
@@ -137,7 +137,7 @@ class TensorCores(Experiment):
         for the pipeline, stages and bn for the warp-specialised ones."""
         if rung == "wgmma_tma":
             return [{}]
-        stages = block.get("wgmma_stages", [wgmma.DEFAULT_STAGES])
+        stages = block.get("wgmma_stages", wgmma.DEFAULT_STAGE_SWEEP)
         if rung == "wgmma_pipe":
             return [{"stages": int(s)} for s in stages]
         return [{"stages": int(s), "bn": int(block.get("wgmma_bn", wgmma.DEFAULT_BN))}

@@ -30,6 +30,11 @@ ALIGN_SLACK = 1024  # the kernel aligns its stages to the swizzle's 1024-byte pe
 STAGE_CHOICES = [2, 3, 4, 5, 6]
 BN_CHOICES = [128, 256]
 DEFAULT_STAGES = 4
+# The stage counts a block without `wgmma_stages` sweeps: two, so the lesson shows pipeline
+# depth against time. On an H200 at 4096 FP16 the pipeline ran best at 3 (591 TFLOP/s, 4:
+# 510), the warp-specialised rungs at 4 (684, 3: 657); 6 was slower for all
+# (reports/reference/wgmma-diag-2026-11-27/h200-run/).
+DEFAULT_STAGE_SWEEP = [3, 4]
 DEFAULT_BN = 256
 MAX_SMEM_OPTIN = 227 * 1024
 # K-major only in wgmma for tf32: those kernels read B^T, made by a transpose kernel that
