@@ -267,11 +267,16 @@ def test_the_hand_kernel_s_gap_to_cublas_is_shown_with_its_cause_as_a_hypothesis
     from cudalab.experiments.tensor_cores.lesson import hand_vs_cublas
 
     d = _contradicted()
-    said = hand_vs_cublas(d, None)
+    no_wgmma = d[~d["variant"].isin(wgmma.RUNGS)]
+    said = hand_vs_cublas(no_wgmma, None)
     assert said.startswith("FP16 at n = 4") and "of cuBLAS" in said
     assert "Hypothesis for the gap (not measured" in said and "profile.ncu" in said
     # Ampere: no warpgroup MMA to blame, no hypothesis
-    assert "Hypothesis" not in hand_vs_cublas(d.assign(compute_capability="8.0"), None)
+    assert "Hypothesis" not in hand_vs_cublas(no_wgmma.assign(compute_capability="8.0"), None)
+    # the run measured the wgmma rungs: their best share is said instead of a hypothesis
+    said = hand_vs_cublas(d, None)
+    assert "Hypothesis" not in said and "Measured in this run: the wgmma rungs" in said
+    assert "= 60 % of cuBLAS" in said and "warp-specialised" in said.split("(")[-1], said
 
 
 def test_missing_points_are_not_measured_and_missing_units_not_applicable():

@@ -32,7 +32,7 @@ from cudalab.experiments.lesson import (
     with_value,
 )
 from cudalab.experiments.questions import Question
-from cudalab.experiments.tensor_cores import answers, wgmma_lesson
+from cudalab.experiments.tensor_cores import answers, wgmma, wgmma_lesson
 from cudalab.experiments.tensor_cores.numerics import expected_input_error
 from cudalab.experiments.tensor_cores.table import (
     CUBLAS,
@@ -281,6 +281,15 @@ def _hand_pair(d: pd.DataFrame) -> tuple[str, pd.Series, pd.Series] | Judgement:
     return why
 
 
+def _wgmma_at(d: pd.DataFrame, prec: str, like: pd.Series) -> pd.DataFrame:
+    """The wgmma rungs' ok rows of this precision at the shape of `like`."""
+    o = ok(d)
+    keep = o["variant"].isin(wgmma.RUNGS) & (o["p_precision"] == prec)
+    for k in ("p_m", "p_n", "p_k"):
+        keep &= col(o, k) == like[k]
+    return o[keep]
+
+
 def hand_vs_cublas(d: pd.DataFrame, c: Ceilings) -> str | None:
     """How close the best hand kernel comes to cuBLAS, and the gap's cause as a hypothesis:
     a share of cuBLAS alone cannot tell a missing instruction from a slow kernel, and no
@@ -292,6 +301,13 @@ def hand_vs_cublas(d: pd.DataFrame, c: Ceilings) -> str | None:
     said = (f"{p.upper()} at {size_text(h)}: the best hand kernel ({NAMES[h['variant']]}) "
             f"reaches {rate_text(h)} = {fmt.percent(100 * h['gflops'] / cub['gflops'])} of "
             f"cuBLAS {rate_text(cub)}.")
+    rungs = _wgmma_at(d, p, h)
+    if not rungs.empty:  # the run measured the instruction the hypothesis would name
+        best = rungs.loc[rungs["gflops"].idxmax()]
+        return said + (f" Measured in this run: the wgmma rungs, which issue asynchronous "
+                       f"warpgroup MMAs, reach up to {rate_text(best)} = "
+                       f"{fmt.percent(100 * best['gflops'] / cub['gflops'])} of cuBLAS at "
+                       f"this size ({NAMES[best['variant']]}).")
     cc = cc_of(d)
     if cc and int(cc.split(".")[0]) in ASYNC_MMA_MAJORS:
         said += (" Hypothesis for the gap (not measured: this run did not profile cuBLAS): "
