@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from cudalab.results import jobs_of
 from cudalab.telemetry import parse_nvidia_smi_csv, throttling_samples
 
 # A job shorter than this many samples (device_query) gets no figure of its own: its
@@ -28,9 +29,10 @@ def load_jobs(results_dir: Path) -> list[dict[str, Any]]:
     jobs = []
     for m in sorted(Path(results_dir).glob("raw/*/_manifest.json")):
         try:
-            jobs.append(json.loads(m.read_text()))
+            manifest = json.loads(m.read_text())
         except (OSError, json.JSONDecodeError):
             continue
+        jobs.extend(jobs_of(manifest))  # a lesson measured in shards: each shard's job
     return jobs
 
 
