@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from cudalab import devicespec, gpu_slots, results, trials
-from cudalab.shards import MANIFEST, Shard, points_of
 from cudalab.config import block_hash
 from cudalab.experiments import REGISTRY
 from cudalab.experiments.base import Experiment, Point, RunContext, Skipped
@@ -33,6 +32,7 @@ from cudalab.gpu_slots import Claim
 from cudalab.harness import Harness, Settings
 from cudalab.point_record import cache_key, code_hash, record_body, summary_line, throttle_check_of
 from cudalab.provenance import job_provenance, now_iso, nvidia_driver_version
+from cudalab.shards import MANIFEST, Shard, points_of
 
 if TYPE_CHECKING:
     from cudalab.ceilings import Ceilings
@@ -536,7 +536,8 @@ def _write_manifest(job: Job, t_job: float) -> dict[str, Any]:
         results.write_json_atomic(job.telemetry_dir / "phases.json", manifest)
     results.write_json_atomic(job.raw_dir / job.manifest, manifest)
     c = manifest["counts"]
-    log(f"{job.name}{' shard ' + job.shard.tag if job.shard else ''}: done: {c['ok']} ok, {c['wrong']} wrong, {c['failed']} failed, "
+    log(f"{job.name}{' shard ' + job.shard.tag if job.shard else ''}: done: {c['ok']} ok, "
+        f"{c['wrong']} wrong, {c['failed']} failed, "
         f"{c['skipped']} skipped, {c['not_measured']} not measured "
         f"in {manifest['t_end'] - t_job:.1f} s")
     return manifest
