@@ -11,9 +11,13 @@ SLURM = config["slurm"]
 
 
 def _run_gpus():
-    """The GPU jobs a local run starts at once (common.smk sets it); 1 under Slurm."""
-    given = workflow.global_resources["gpu"] if _LOCAL else 1
-    return int(getattr(given, "value", given))
+    """The GPUs a local run's shards may spread over: the GPU jobs it starts at once
+    (common.smk; --resources gpu=N may lower it), never more than the GPUs its jobs can
+    lock and pin (gpu_slots); 1 under Slurm."""
+    if not _LOCAL:
+        return 1
+    given = workflow.global_resources["gpu"]
+    return min(int(getattr(given, "value", given)), cudalab_gpu_slots.local_gpu_count(config))
 
 
 # experiment -> its shard count (1: one measure job, the measure rule), from the grid alone
