@@ -77,6 +77,12 @@ def test_a_lesson_runs_in_one_shard_per_gpu_merges_and_resumes(tmp_path):
     assert len(table) == 16 and table["point_id"].is_unique
     assert set(table["job_id"]) == {s["job_id"] for s in merged["shards"]}
 
+    # GPU points left not measured (no GPU here): the same command runs both shards again
+    rc, out = _snakemake(tmp_path, TWO)
+    assert rc == 0, out[-3000:]
+    assert "matmul: 8 GPU point(s) not measured yet" in out
+    assert _jobs(out) == {"doctor": 1, "measure_shard": 2, "merge_shards": 1, "aggregate": 1}
+
     # finished (as on a GPU machine): the same command runs nothing
     for name in ("_manifest.json", "_shard-1of2.json", "_shard-2of2.json"):
         _as_measured(tmp_path / RAW / name)
@@ -85,6 +91,17 @@ def test_a_lesson_runs_in_one_shard_per_gpu_merges_and_resumes(tmp_path):
     rc, out = _snakemake(tmp_path, TWO)
     assert rc == 0, out[-3000:]
     assert "measure_shard" not in _jobs(out) and "merge_shards" not in _jobs(out), out[-3000:]
+
+    # a damaged record of shard 2's: shard 2 alone runs again (its rerun token), then the merge
+    victim = sorted(json.loads((tmp_path / RAW / "_shard-2of2.json").read_text())["points"])[0]
+    (tmp_path / RAW / f"{victim}.json").write_text("{damaged")
+    rc, out = _snakemake(tmp_path, TWO)
+    assert rc == 0, out[-3000:]
+    assert _jobs(out) == {"doctor": 1, "measure_shard": 1, "merge_shards": 1, "aggregate": 1}
+    assert "--shard 2of2" in out and "--shard 1of2" not in out
+    assert json.loads((tmp_path / RAW / f"{victim}.json").read_text())["point_id"] == victim
+    for name in ("_manifest.json", "_shard-2of2.json"):
+        _as_measured(tmp_path / RAW / name)
 
     # stopped while shard 2 ran (Ctrl-C): its manifest, the lesson's and the table are
     # missing; the rerun measures shard 2 alone, then merges
