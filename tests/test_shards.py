@@ -255,3 +255,40 @@ def test_a_stopped_run_names_the_shards_it_finished(tmp_path):
            "finished, and 1 point record(s)" in line
     assert telemetry_report.job_label({"experiment": "mm", "shard": "1of2"}) == "mm 1of2"
     assert telemetry_report.job_label({"experiment": "mm"}) == "mm"
+
+
+def test_a_cached_image_that_does_not_load_is_built_again_without_the_cache(monkeypatch):
+    """pycuda writes its disk cache in place: a shard that reads an entry another shard is
+    still writing loads a truncated image. pycuda cannot run here, so its SourceModule is a
+    stand-in that fails the way a truncated cached image does, once."""
+    import types
+
+    from cudalab.gpu import GpuSession
+
+    class LogicError(Exception):
+        pass
+
+    class CompileError(Exception):
+        pass
+
+    calls = []
+
+    def source_module(src, cache_dir=None, **kw):
+        calls.append(cache_dir)
+        if kw["options"][-1] == "-DBROKEN=1":
+            raise CompileError("nvcc failed")
+        if cache_dir is None:
+            raise LogicError("cuModuleLoadDataEx failed: device kernel image is invalid")
+        return "module"
+
+    compiler = types.ModuleType("pycuda.compiler")
+    compiler.SourceModule = source_module
+    monkeypatch.setitem(__import__("sys").modules, "pycuda.compiler", compiler)
+    cuda = types.SimpleNamespace(LogicError=LogicError, RuntimeError=RuntimeError)
+    gpu = GpuSession(index=0, cuda=cuda, device=None, context=None)
+    assert gpu.compile("matmul/matmul.cu").module == "module"
+    assert calls == [None, False], "once with pycuda's cache, then without"
+    calls.clear()
+    with pytest.raises(CompileError):
+        gpu.compile("matmul/matmul.cu", defines={"BROKEN": 1})
+    assert calls == [None], "a failed build is not built again"
