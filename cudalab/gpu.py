@@ -8,6 +8,7 @@ The primary context (not pycuda.autoinit's own) is used so CuPy / cuBLAS can sha
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import os
 import re
@@ -98,6 +99,10 @@ class GpuSession:
     context: Any
     _kernels: dict[tuple, Kernel] = field(default_factory=dict)
     _queued: tuple[Any, str] | None = None
+    # a shard's job (cudalab.shards): the lesson's other shards build the same kernels at
+    # the same time, so each build holds this lock (shards.build_lock) of its key, and the
+    # others then find it in pycuda's cache
+    build_lock: Callable[[str], contextlib.AbstractContextManager[Any]] | None = None
 
     # -- device facts -------------------------------------------------------------------
     @cached_property
@@ -160,10 +165,12 @@ class GpuSession:
 
         kw = {"options": opts, "no_extern_c": True, "include_dirs": [str(CUDA_DIR)],
               "arch": arch}
-        try:
-            return SourceModule(src, **kw)
-        except (self.cuda.LogicError, self.cuda.RuntimeError):
-            return SourceModule(src, cache_dir=False, **kw)
+        key = "\0".join([src, *opts, str(arch)])
+        with self.build_lock(key) if self.build_lock else contextlib.nullcontext():
+            try:
+                return SourceModule(src, **kw)
+            except (self.cuda.LogicError, self.cuda.RuntimeError):
+                return SourceModule(src, cache_dir=False, **kw)
 
     # -- timing -------------------------------------------------------------------------
     def event_timer(self, stream: Any = None) -> EventTimer:

@@ -32,7 +32,7 @@ from cudalab.gpu_slots import Claim
 from cudalab.harness import Harness, Settings
 from cudalab.point_record import cache_key, code_hash, record_body, summary_line, throttle_check_of
 from cudalab.provenance import job_provenance, now_iso, nvidia_driver_version
-from cudalab.shards import MANIFEST, Shard, points_of
+from cudalab.shards import MANIFEST, Shard, build_lock, points_of, walk_order
 
 if TYPE_CHECKING:
     from cudalab.ceilings import Ceilings
@@ -294,6 +294,7 @@ def _open_gpu(job: Job) -> None:
             "run the workflow again on a GPU machine to measure them")
         return
     job.env |= job.gpu.info
+    job.gpu.build_lock = build_lock if job.shard else None  # its other shards build alike
     if job.slot is not None:
         job.env |= job.slot.provenance()
         log(f"{job.name}: measures on {'; '.join(g.label() for g in job.slot.gpus)}")
@@ -414,13 +415,14 @@ def _profile(job: Job, ctx: RunContext) -> None:
 
 
 def _walk(job: Job, ctx: RunContext, t_job: float) -> None:
-    """Every point in grid order, each written to disk as soon as it is done."""
+    """Every point in grid order (a shard: in its walk order, shards.walk_order), each written
+    to disk as soon as it is done."""
     peaks = (devicespec.device_peaks(job.gpu)
              if job.gpu is not None and job.exp.vs_device_peak else {})
     if peaks and job.ceilings is not None:
         peaks |= job.ceilings.values
     done = 0
-    for i, point in enumerate(job.points, 1):
+    for i, point in enumerate(walk_order(job.points, job.shard) if job.shard else job.points, 1):
         rec, note = _one_point(job, ctx, point, peaks)
         job.statuses[point.point_id] = rec["status"]
         if note is None:

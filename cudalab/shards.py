@@ -18,16 +18,22 @@ every shard gets as many points (± 1) and as many large ones as small ones.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import math
+import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from cudalab.experiments.base import Point
+from cudalab.gpu_slots import lock_dir
 
 MIN_POINTS_PER_SHARD = 8  # fewer points than this per shard: its set-up costs more than it gains
 MANIFEST = "_manifest.json"  # the lesson's manifest (the measure rule's output)
+BUILD_LOCKS = 64  # lock files the shards' kernel builds are striped over
 _TAG = re.compile(r"([1-9][0-9]{0,2})(?:of|/)([1-9][0-9]{0,2})")
 
 
@@ -89,6 +95,31 @@ def split(points: Sequence[Point], count: int) -> list[list[Point]]:
 
 def points_of(points: Sequence[Point], shard: Shard) -> list[Point]:
     return split(points, shard.count)[shard.index - 1]
+
+
+def walk_order(points: Sequence[Point], shard: Shard) -> list[Point]:
+    """A shard's points in the order its job walks them: grid order, from (i-1)/k of the way
+    in round to the start, so the shards of a lesson reach its kernels in different orders
+    and build different ones at once (each build once: gpu.build_lock)."""
+    start = (shard.index - 1) * len(points) // shard.count
+    return [*points[start:], *points[:start]]
+
+
+@contextlib.contextmanager
+def build_lock(key: str) -> Iterator[None]:
+    """One build of a kernel (its source, options and target: `key`) at a time among this
+    user's jobs on this machine: of the shards that need it, one builds it and fills
+    pycuda's cache, the others wait and find it there (a cold matmul job spent 109 of its
+    143 s building). BUILD_LOCKS files in the GPU lock folder (gpu_slots.lock_dir), the key
+    picking one; the kernel releases the lock of a job that ends, killed or not."""
+    stripe = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % BUILD_LOCKS
+    fd = os.open(lock_dir() / f"build-{stripe:02d}.lock",
+                 os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def shard_count(points: Sequence[Point], gpus: int, max_shards: int,

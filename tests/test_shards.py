@@ -257,13 +257,15 @@ def test_a_stopped_run_names_the_shards_it_finished(tmp_path):
     assert telemetry_report.job_label({"experiment": "mm"}) == "mm"
 
 
-def test_a_cached_image_that_does_not_load_is_built_again_without_the_cache(monkeypatch):
+def test_a_cached_image_that_does_not_load_is_built_again_without_the_cache(monkeypatch,
+                                                                             tmp_path):
     """pycuda writes its disk cache in place: a shard that reads an entry another shard is
     still writing loads a truncated image. pycuda cannot run here, so its SourceModule is a
     stand-in that fails the way a truncated cached image does, once."""
     import types
 
     from cudalab.gpu import GpuSession
+    from cudalab.shards import build_lock
 
     class LogicError(Exception):
         pass
@@ -285,10 +287,56 @@ def test_a_cached_image_that_does_not_load_is_built_again_without_the_cache(monk
     compiler.SourceModule = source_module
     monkeypatch.setitem(__import__("sys").modules, "pycuda.compiler", compiler)
     cuda = types.SimpleNamespace(LogicError=LogicError, RuntimeError=RuntimeError)
-    gpu = GpuSession(index=0, cuda=cuda, device=None, context=None)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    gpu = GpuSession(index=0, cuda=cuda, device=None, context=None, build_lock=build_lock)
     assert gpu.compile("matmul/matmul.cu").module == "module"
     assert calls == [None, False], "once with pycuda's cache, then without"
+    assert list(tmp_path.glob("cudalab-gpu-locks-*/build-*.lock")), "a shard's build locks"
     calls.clear()
     with pytest.raises(CompileError):
         gpu.compile("matmul/matmul.cu", defines={"BROKEN": 1})
     assert calls == [None], "a failed build is not built again"
+
+
+def test_each_shard_walks_its_points_from_its_own_place():
+    from cudalab.shards import walk_order
+
+    grid = GRIDS["matmul"]
+    firsts = set()
+    for sh in all_shards(4):
+        mine = points_of(grid, sh)
+        walk = walk_order(mine, sh)
+        assert sorted(p.point_id for p in walk) == sorted(p.point_id for p in mine)
+        firsts.add(walk[0].point_id)
+        i = walk.index(mine[0])  # the rest of the grid order, round to the start
+        assert walk[i:] + walk[:i] == mine
+    assert walk_order(grid, Shard(1, 4)) == list(grid)
+    assert len(firsts) == 4
+
+
+def test_one_build_of_a_kernel_at_a_time_among_the_shards(tmp_path, monkeypatch):
+    """Real locks between two threads (flock: one per open file): the second build of a key
+    waits for the first; other keys mostly do not (BUILD_LOCKS stripes)."""
+    import threading
+    import time
+
+    from cudalab.shards import BUILD_LOCKS, build_lock
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    held, waited = threading.Event(), []
+
+    def first():
+        with build_lock("kernel A"):
+            held.set()
+            time.sleep(0.4)
+
+    t = threading.Thread(target=first)
+    t.start()
+    held.wait(5)
+    t0 = time.monotonic()
+    with build_lock("kernel A"):
+        waited.append(time.monotonic() - t0)
+    t.join()
+    assert waited[0] > 0.25, "the second build of the key waited for the first"
+    locks = list((tmp_path / f"cudalab-gpu-locks-{__import__('os').getuid()}").glob("build-*"))
+    assert len(locks) == 1 and int(locks[0].stem.split("-")[1]) < BUILD_LOCKS
