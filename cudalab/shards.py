@@ -31,7 +31,10 @@ from typing import Any
 from cudalab.experiments.base import Point
 from cudalab.gpu_slots import lock_dir
 
-MIN_POINTS_PER_SHARD = 8  # fewer points than this per shard: its set-up costs more than it gains
+# fewer points than this a shard: its set-up (a process, a CUDA context, the ceilings and
+# the floor: 2-3 s) weighs too much against what it measures (on an H200 the default grid's
+# points take 0.1-1 s each)
+MIN_POINTS_PER_SHARD = 16
 MANIFEST = "_manifest.json"  # the lesson's manifest (the measure rule's output)
 BUILD_LOCKS = 64  # lock files the shards' kernel builds are striped over
 _TAG = re.compile(r"([1-9][0-9]{0,2})(?:of|/)([1-9][0-9]{0,2})")

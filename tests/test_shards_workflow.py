@@ -22,8 +22,10 @@ from cudalab.gpu_slots import Gpu
 ROOT = Path(__file__).resolve().parent.parent
 TWO = [Gpu(0, "GPU-aaaaaaaa-0000", "00000000:18:00.0", "NVIDIA H100"),
        Gpu(1, "GPU-bbbbbbbb-1111", "00000000:2A:00.0", "NVIDIA H100")]
-# 16 points (8 sizes x cpu and tiled): large enough for two shards of 8
-CONFIG = ("experiments:\n  matmul:\n    sizes: [16, 24, 32, 48, 64, 96, 128, 160]\n"
+# 32 points (16 sizes x cpu and tiled): large enough for two shards of 16 (MIN_POINTS_PER_SHARD)
+SIZES = [16 + 8 * i for i in range(16)]
+CONFIG = (f"measurement: {{budget_s: 0.02, min_samples: 3, trials: 1}}\n"
+          f"experiments:\n  matmul:\n    sizes: {SIZES}\n"
           "    variants: [cpu, tiled]\n    tiles: [16]\n")
 RAW = Path("results/raw/matmul")
 
@@ -67,20 +69,20 @@ def test_a_lesson_runs_in_one_shard_per_gpu_merges_and_resumes(tmp_path):
     pinned = set()
     for tag in ("1of2", "2of2"):
         log = (tmp_path / f"results/logs/measure_matmul_shard-{tag}.log").read_text()
-        assert f"8 grid points (4 on the GPU) in shard {tag[0]} of 2" in log
+        assert f"16 grid points (8 on the GPU) in shard {tag[0]} of 2" in log
         pinned |= set(re.findall(r"CUDA_VISIBLE_DEVICES='(GPU-[\w-]+)'", log))
     assert pinned <= {g.uuid for g in TWO} and pinned, "each shard pinned itself to a GPU"
     merged = json.loads((tmp_path / RAW / "_manifest.json").read_text())
     assert [s["shard"] for s in merged["shards"]] == ["1of2", "2of2"]
-    assert len(merged["points"]) == 16 and merged["counts"]["not_measured"] == 8
+    assert len(merged["points"]) == 32 and merged["counts"]["not_measured"] == 16
     table = pd.read_csv(tmp_path / "results/results.csv")
-    assert len(table) == 16 and table["point_id"].is_unique
+    assert len(table) == 32 and table["point_id"].is_unique
     assert set(table["job_id"]) == {s["job_id"] for s in merged["shards"]}
 
     # GPU points left not measured (no GPU here): the same command runs both shards again
     rc, out = _snakemake(tmp_path, TWO)
     assert rc == 0, out[-3000:]
-    assert "matmul: 8 GPU point(s) not measured yet" in out
+    assert "matmul: 16 GPU point(s) not measured yet" in out
     assert _jobs(out) == {"doctor": 1, "measure_shard": 2, "merge_shards": 1, "aggregate": 1}
 
     # finished (as on a GPU machine): the same command runs nothing
@@ -112,7 +114,7 @@ def test_a_lesson_runs_in_one_shard_per_gpu_merges_and_resumes(tmp_path):
     assert _jobs(out).get("measure_shard") == 1 and _jobs(out).get("merge_shards") == 1
     assert "--shard 2of2" in out and "--shard 1of2" not in out
     assert shard1.stat().st_mtime_ns == before, "the finished shard was not run again"
-    assert len(json.loads((tmp_path / RAW / "_manifest.json").read_text())["points"]) == 16
+    assert len(json.loads((tmp_path / RAW / "_manifest.json").read_text())["points"]) == 32
 
 
 @pytest.mark.slow
