@@ -14,6 +14,10 @@ The split is deterministic (it reads the grid alone, never what is on disk, so a
 run has the same shards): the points sorted by an estimate of their work (the product of
 their numeric parameters, largest first) are dealt out in snake order (1..k, k..1, ...), so
 every shard gets as many points (± 1) and as many large ones as small ones.
+
+The shards of a lesson need mostly the same kernels: each build is done once, under a lock
+of its key (build_lock), and each shard starts its walk at its own place (walk_order), so
+they build different kernels at once.
 """
 
 from __future__ import annotations
