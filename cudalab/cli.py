@@ -157,6 +157,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
 
 
 def cmd_measure(a: argparse.Namespace) -> int:
+    from cudalab import shards
     from cudalab.gpu import NoGpuError
     from cudalab.runner import run_experiment
 
@@ -165,10 +166,45 @@ def cmd_measure(a: argparse.Namespace) -> int:
         print(f"error: experiment {a.experiment!r} is not enabled in {a.config}", file=sys.stderr)
         return 2
     try:
-        run_experiment(config, a.experiment, Path(a.results))
+        shard = shards.Shard.parse(a.shard) if a.shard else None
+    except shards.ShardError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        run_experiment(config, a.experiment, Path(a.results), shard)
     except NoGpuError as exc:  # only under Slurm (a GPU job); elsewhere: not_measured points
         print(f"error: NoGpuError: {exc}", file=sys.stderr)
         return 3
+    return 0
+
+
+def cmd_merge_shards(a: argparse.Namespace) -> int:
+    """raw/<E>/_manifest.json from the manifests of its shards' measure jobs."""
+    from cudalab import results, shards
+    from cudalab.experiments import REGISTRY
+
+    config = _config(a.config)
+    raw = Path(a.results) / "raw" / a.experiment
+    if a.experiment not in cfg.enabled_experiments(config):
+        print(f"error: experiment {a.experiment!r} is not enabled in {a.config}", file=sys.stderr)
+        return 2
+    parts = []
+    for shard in shards.all_shards(a.count):
+        m = results.read_json(raw / shard.manifest)
+        if m is None:
+            print(f"error: {raw / shard.manifest} is missing or unreadable: its measure job "
+                  "must run (again) first", file=sys.stderr)
+            return 2
+        parts.append(m)
+    try:
+        merged = shards.merge(a.experiment, REGISTRY[a.experiment].grid(config), parts)
+    except shards.ShardError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    results.write_json_atomic(raw / shards.MANIFEST, merged)
+    c = merged["counts"]
+    print(f"{a.experiment}: merged {a.count} shards: {len(merged['points'])} points, "
+          + ", ".join(f"{n} {k}" for k, n in c.items() if n))
     return 0
 
 
@@ -224,10 +260,10 @@ def _judged(a: argparse.Namespace, df: Any, out_dir: Path) -> Any:
 
 def _write_ceilings(manifests: list[dict[str, Any]], path: Path) -> None:
     """results/ceilings.csv: the measured and theoretical ceilings of every GPU job."""
-    from cudalab import ceilings
+    from cudalab import ceilings, results
     from cudalab.results import atomic_path
 
-    table = ceilings.ceilings_table(manifests)
+    table = ceilings.ceilings_table(j for m in manifests for j in results.jobs_of(m))
     with atomic_path(path) as tmp:
         table.to_csv(tmp, index=False)
     print(f"wrote {path} ({len(table)} GPU jobs)")
@@ -403,7 +439,14 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("experiment")
     s.add_argument("--config", default="config.yaml")
     s.add_argument("--results", default="results")
+    s.add_argument("--shard", default="", help="measure one shard of the grid: i/k")
     s.set_defaults(fn=cmd_measure)
+    s = sub.add_parser("merge-shards", help="a lesson's manifest from its shards'")
+    s.add_argument("experiment")
+    s.add_argument("--count", type=int, required=True, help="how many shards it ran in")
+    s.add_argument("--config", default="config.yaml")
+    s.add_argument("--results", default="results")
+    s.set_defaults(fn=cmd_merge_shards)
     s = sub.add_parser("aggregate")
     s.add_argument("--results", default="results")
     s.add_argument("--out", default="results/results.csv")

@@ -8,6 +8,7 @@ The primary context (not pycuda.autoinit's own) is used so CuPy / cuBLAS can sha
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import os
 import re
@@ -98,6 +99,10 @@ class GpuSession:
     context: Any
     _kernels: dict[tuple, Kernel] = field(default_factory=dict)
     _queued: tuple[Any, str] | None = None
+    # a shard's job (cudalab.shards): the lesson's other shards build the same kernels at
+    # the same time, so each build holds this lock (shards.build_lock) of its key, and the
+    # others then find it in pycuda's cache
+    build_lock: Callable[[str], contextlib.AbstractContextManager[Any]] | None = None
 
     # -- device facts -------------------------------------------------------------------
     @cached_property
@@ -138,8 +143,6 @@ class GpuSession:
     ) -> Kernel:
         """Compile cuda/<source_file> once per job per (defines, options, arch); arch: an nvcc
         target such as sm_90a (default: the device's own, sm_XY)."""
-        from pycuda.compiler import SourceModule
-
         defines = defines or {}
         opts = ["-O3", "-lineinfo", *options] + [f"-D{k}={v}" for k, v in sorted(defines.items())]
         opts += planted_options()
@@ -148,11 +151,26 @@ class GpuSession:
         if key not in self._kernels:
             path = CUDA_DIR / source_file
             src = path.read_text()
-            mod = SourceModule(src, options=opts, no_extern_c=True, include_dirs=[str(CUDA_DIR)],
-                               arch=arch)
+            mod = self._source_module(src, opts, arch)
             h = hashlib.sha256((src + "\0" + " ".join(recorded)).encode()).hexdigest()[:16]
             self._kernels[key] = Kernel(mod, source_file, recorded, h)
         return self._kernels[key]
+
+    def _source_module(self, src: str, opts: list[str], arch: str | None) -> Any:
+        """pycuda's SourceModule, built again without pycuda's disk cache where loading the
+        image fails: pycuda writes a cache entry in place, so a job that reads it while
+        another job (a shard of the same lesson, on another GPU) is still writing it loads a
+        truncated image. A failed build (CompileError) is not retried."""
+        from pycuda.compiler import SourceModule
+
+        kw = {"options": opts, "no_extern_c": True, "include_dirs": [str(CUDA_DIR)],
+              "arch": arch}
+        key = "\0".join([src, *opts, str(arch)])
+        with self.build_lock(key) if self.build_lock else contextlib.nullcontext():
+            try:
+                return SourceModule(src, **kw)
+            except (self.cuda.LogicError, self.cuda.RuntimeError):
+                return SourceModule(src, cache_dir=False, **kw)
 
     # -- timing -------------------------------------------------------------------------
     def event_timer(self, stream: Any = None) -> EventTimer:

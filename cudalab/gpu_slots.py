@@ -273,20 +273,22 @@ def _stderr(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def last_gpu(raw_dir: Path) -> str:
-    """The UUID the experiment's last job ran on (its manifest), '' where none."""
+def last_gpu(raw_dir: Path, manifest_name: str = "_manifest.json") -> str:
+    """The UUID the experiment's (or its shard's) last job ran on (its manifest), '' where
+    none."""
     from cudalab import results
 
-    manifest = results.read_json(raw_dir / "_manifest.json") or {}
+    manifest = results.read_json(raw_dir / manifest_name) or {}
     prov = manifest.get("provenance") or {}
     return str(prov.get("gpu_uuid") or "")
 
 
 def claim_for_job(config: dict[str, Any], raw_dir: Path,
-                  say: Callable[[str], None] | None = None, every: bool = False
-                  ) -> Claim | None:
+                  say: Callable[[str], None] | None = None, every: bool = False,
+                  manifest: str = "_manifest.json") -> Claim | None:
     """The GPU a local measure job takes (every usable GPU where `every`: a job measuring
-    between GPUs), or None where jobs are not pinned."""
+    between GPUs), or None where jobs are not pinned; `manifest`: the job's own in raw_dir
+    (a shard's), whose GPU it tries first."""
     found = nvml_gpus()
     gpus = usable_gpus(config, found)
     if found and not gpus:
@@ -302,7 +304,7 @@ def claim_for_job(config: dict[str, Any], raw_dir: Path,
         return None
     if every:
         return claim_all(gpus, say=say)
-    return claim(gpus, last_gpu(raw_dir), say=say)
+    return claim(gpus, last_gpu(raw_dir, manifest), say=say)
 
 
 def problem(config: dict[str, Any]) -> str:

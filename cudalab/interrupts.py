@@ -140,10 +140,13 @@ def kept(jobs: Iterable[tuple[str, Path]], started: float) -> str:
     jobs = list(jobs)
     done = [label for label, raw in jobs if (raw / "_manifest.json").is_file()]
     written = sum(1 for _, raw in jobs for p in raw.glob("*.json")
-                  if p.name != "_manifest.json" and _mtime(p) >= started)
+                  if not p.name.startswith("_") and _mtime(p) >= started)
+    # a lesson split over GPUs (cudalab/shards.py): its shards finished by this run
+    shards = sum(1 for _, raw in jobs for p in raw.glob("_shard-*.json") if _mtime(p) >= started)
     return (f"kept: {len(done)} of {len(jobs)} experiment job(s) finished"
-            f"{' (' + ', '.join(done) + ')' if done else ''}, and {written} point record(s) "
-            "this run wrote in raw/.")
+            f"{' (' + ', '.join(done) + ')' if done else ''}, "
+            + (f"{shards} shard job(s) of split lessons finished, " if shards else "")
+            + f"and {written} point record(s) this run wrote in raw/.")
 
 
 def _mtime(path: Path) -> float:

@@ -300,7 +300,8 @@ def select_records(records: Iterable[dict[str, Any]], manifests: list[dict[str, 
     manifests: a GPU-model sweep has several). Returns (kept, summary of the left-out ones);
     summary["line"] says it in one line."""
     grid = {m["experiment"]: set(m.get("points") or ()) for m in manifests}
-    gpus = {(m.get("provenance") or {}).get("gpu_uuid") for m in manifests} - {None, ""}
+    gpus = {(j.get("provenance") or {}).get("gpu_uuid")
+            for m in manifests for j in jobs_of(m)} - {None, ""}
     kept: list[dict[str, Any]] = []
     left: dict[str, dict[str, int]] = {}
     for rec in records:
@@ -347,6 +348,13 @@ def read_manifests(raw_dir: Path, paths: Iterable[Path] | None = None) -> list[d
         if (manifest := read_json(p)) is not None:
             out.append(manifest)
     return out
+
+
+def jobs_of(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The measure jobs behind one lesson's manifest: itself, or the manifests of the shards
+    it was merged from (cudalab.shards), each with its own GPU, telemetry and ceilings."""
+    shards = manifest.get("shards")
+    return [s for s in shards if isinstance(s, dict)] if isinstance(shards, list) else [manifest]
 
 
 def read_left_out(results_dir: Path) -> dict[str, Any] | None:

@@ -32,6 +32,7 @@ from cudalab.gpu_slots import Claim
 from cudalab.harness import Harness, Settings
 from cudalab.point_record import cache_key, code_hash, record_body, summary_line, throttle_check_of
 from cudalab.provenance import job_provenance, now_iso, nvidia_driver_version
+from cudalab.shards import MANIFEST, Shard, build_lock, points_of, walk_order
 
 if TYPE_CHECKING:
     from cudalab.ceilings import Ceilings
@@ -84,10 +85,16 @@ class Job:
     floor: dict[str, Any] | None = None  # the resolution floor, once per GPU job with trials
     profile: dict[str, Any] = field(default_factory=dict)  # the ncu step's summary, if it ran
     slot: Claim | None = None  # the GPU a local job locked (cudalab.gpu_slots), held to the end
+    shard: Shard | None = None  # one shard of the grid (cudalab.shards); None: all of it
 
     @property
     def block(self) -> dict[str, Any]:
         return self.config["experiments"][self.name]
+
+    @property
+    def manifest(self) -> str:
+        """The file name of this job's manifest in raw_dir."""
+        return self.shard.manifest if self.shard else MANIFEST
 
     @property
     def needs_gpu(self) -> bool:
@@ -117,15 +124,17 @@ def profiling(config: dict[str, Any]) -> bool:
     return bool((config.get("profile") or {}).get("ncu"))
 
 
-def rerun_reasons(results_dir: Path, name: str) -> list[str]:
-    """Why a finished job of `name` must run again although its manifest exists: damaged
-    raw records (unreadable JSON; named) and points a GPU-less run left not measured."""
+def rerun_reasons(results_dir: Path, name: str, shard: Shard | None = None) -> list[str]:
+    """Why a finished job of `name` (or of one shard of it) must run again although its
+    manifest exists: damaged raw records (unreadable JSON; named; a shard's own points only)
+    and points a GPU-less run left not measured."""
     raw_dir = Path(results_dir) / "raw" / name
-    manifest = results.read_json(raw_dir / "_manifest.json")
+    manifest = results.read_json(raw_dir / (shard.manifest if shard else MANIFEST))
     if manifest is None:
         return []
+    mine = set(manifest.get("points") or ()) if shard else None
     why = [f"damaged record {p} ({err}): its point is measured again"
-           for p, err in results.damaged_records(raw_dir)]
+           for p, err in results.damaged_records(raw_dir) if mine is None or p.stem in mine]
     missing = [k for k, v in (manifest.get("points") or {}).items() if v == "not_measured"]
     if missing:
         why.append(f"{len(missing)} GPU point(s) not measured yet (no GPU in an earlier run)")
@@ -167,9 +176,11 @@ def not_measured_summary(results_dir: Path, names: list[str]) -> str:
             "reused from results/raw/.")
 
 
-def run_experiment(config: dict[str, Any], name: str, results_dir: Path) -> dict[str, Any]:
-    """Measure every point of one experiment; returns (and writes) the job manifest."""
-    job = _new_job(config, name, results_dir)
+def run_experiment(config: dict[str, Any], name: str, results_dir: Path,
+                   shard: Shard | None = None) -> dict[str, Any]:
+    """Measure every point of one experiment (or of one shard of its grid: cudalab.shards);
+    returns (and writes) the job manifest."""
+    job = _new_job(config, name, results_dir, shard)
     try:
         return _run_job(job)
     finally:
@@ -183,6 +194,7 @@ def _run_job(job: Job) -> dict[str, Any]:
         _open_gpu(job)
     ctx = _context(job)
     log(f"{name}: {len(job.points)} grid points ({sum(p.gpu for p in job.points)} on the GPU)"
+        + (f" in shard {job.shard.index} of {job.shard.count}" if job.shard else "")
         + (f" on {job.env.get('gpu_name')} (cc {job.env.get('compute_capability')})"
            if job.gpu else ""))
     for src in job.sources:
@@ -241,7 +253,8 @@ def cpu_threads(job: Job) -> Iterator[None]:
         yield
 
 
-def _new_job(config: dict[str, Any], name: str, results_dir: Path) -> Job:
+def _new_job(config: dict[str, Any], name: str, results_dir: Path,
+             shard: Shard | None = None) -> Job:
     exp = REGISTRY[name]
     settings = Settings.from_config(config["measurement"])
     # the config hash covers the block and the measurement settings: both shape the numbers
@@ -250,13 +263,15 @@ def _new_job(config: dict[str, Any], name: str, results_dir: Path) -> Job:
     env["timestamp"] = now_iso()
     env["code_hash"] = code_hash(exp)
     env |= exp.tool_provenance(config["experiments"][name])
-    job_id = f"{name}-{time.strftime('%Y%m%dT%H%M%S')}"
+    job_id = f"{name}{'-' + shard.tag if shard else ''}-{time.strftime('%Y%m%dT%H%M%S')}"
     raw_dir = results_dir / "raw" / name
     raw_dir.mkdir(parents=True, exist_ok=True)
-    return Job(name=name, exp=exp, config=config, points=exp.grid(config), settings=settings,
+    points = exp.grid(config)
+    return Job(name=name, exp=exp, config=config,
+               points=points_of(points, shard) if shard else points, settings=settings,
                env=env, job_id=job_id,
                seed=config.get("seed") or int.from_bytes(np.random.bytes(4), "little"),
-               raw_dir=raw_dir, telemetry_dir=results_dir / "telemetry" / job_id)
+               raw_dir=raw_dir, telemetry_dir=results_dir / "telemetry" / job_id, shard=shard)
 
 
 def _open_gpu(job: Job) -> None:
@@ -267,7 +282,7 @@ def _open_gpu(job: Job) -> None:
     try:
         # several GPUs here: lock a free one and pin this process to it before CUDA starts
         job.slot = gpu_slots.claim_for_job(job.config, job.raw_dir, say=log,
-                                           every=job.exp.all_gpus)
+                                           every=job.exp.all_gpus, manifest=job.manifest)
         job.gpu = gpumod.open_session(0 if job.slot else job.config["gpu_index"])
     except gpumod.NoGpuError as exc:
         if job.env.get("slurm_job_id"):
@@ -279,6 +294,7 @@ def _open_gpu(job: Job) -> None:
             "run the workflow again on a GPU machine to measure them")
         return
     job.env |= job.gpu.info
+    job.gpu.build_lock = build_lock if job.shard else None  # its other shards build alike
     if job.slot is not None:
         job.env |= job.slot.provenance()
         log(f"{job.name}: measures on {'; '.join(g.label() for g in job.slot.gpus)}")
@@ -399,13 +415,14 @@ def _profile(job: Job, ctx: RunContext) -> None:
 
 
 def _walk(job: Job, ctx: RunContext, t_job: float) -> None:
-    """Every point in grid order, each written to disk as soon as it is done."""
+    """Every point in grid order (a shard: in its walk order, shards.walk_order), each written
+    to disk as soon as it is done."""
     peaks = (devicespec.device_peaks(job.gpu)
              if job.gpu is not None and job.exp.vs_device_peak else {})
     if peaks and job.ceilings is not None:
         peaks |= job.ceilings.values
     done = 0
-    for i, point in enumerate(job.points, 1):
+    for i, point in enumerate(walk_order(job.points, job.shard) if job.shard else job.points, 1):
         rec, note = _one_point(job, ctx, point, peaks)
         job.statuses[point.point_id] = rec["status"]
         if note is None:
@@ -515,11 +532,14 @@ def _write_manifest(job: Job, t_job: float) -> dict[str, Any]:
         manifest["floor"] = job.floor
     if job.profile:
         manifest["profile"] = {k: v for k, v in job.profile.items() if k != "line"}
+    if job.shard:
+        manifest["shard"] = job.shard.tag
     if job.gpu is not None:
         results.write_json_atomic(job.telemetry_dir / "phases.json", manifest)
-    results.write_json_atomic(job.raw_dir / "_manifest.json", manifest)
+    results.write_json_atomic(job.raw_dir / job.manifest, manifest)
     c = manifest["counts"]
-    log(f"{job.name}: done: {c['ok']} ok, {c['wrong']} wrong, {c['failed']} failed, "
+    log(f"{job.name}{' shard ' + job.shard.tag if job.shard else ''}: done: {c['ok']} ok, "
+        f"{c['wrong']} wrong, {c['failed']} failed, "
         f"{c['skipped']} skipped, {c['not_measured']} not measured "
         f"in {manifest['t_end'] - t_job:.1f} s")
     return manifest

@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from cudalab.results import jobs_of
 from cudalab.telemetry import parse_nvidia_smi_csv, throttling_samples
 
 # A job shorter than this many samples (device_query) gets no figure of its own: its
@@ -28,10 +29,17 @@ def load_jobs(results_dir: Path) -> list[dict[str, Any]]:
     jobs = []
     for m in sorted(Path(results_dir).glob("raw/*/_manifest.json")):
         try:
-            jobs.append(json.loads(m.read_text()))
+            manifest = json.loads(m.read_text())
         except (OSError, json.JSONDecodeError):
             continue
+        jobs.extend(jobs_of(manifest))  # a lesson measured in shards: each shard's job
     return jobs
+
+
+def job_label(manifest: dict[str, Any]) -> str:
+    """The job's name in a legend: its experiment, and its shard where the lesson was split."""
+    shard = manifest.get("shard")
+    return f"{manifest['experiment']} {shard}" if shard else str(manifest["experiment"])
 
 
 def telemetry_dir(results_dir: Path, manifest: dict[str, Any]) -> Path:
@@ -223,7 +231,7 @@ def _run_samples(results_dir: Path) -> tuple[pd.DataFrame, list[dict[str, Any]]]
         df = load_samples(smi, m)
         if df.empty or df["t"].isna().all():
             continue
-        frames.append(df.assign(job=m["experiment"]))
+        frames.append(df.assign(job=job_label(m)))
         jobs.append(m)
     return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()), jobs
 
@@ -248,7 +256,7 @@ def plot_run(df: pd.DataFrame, jobs: list[dict[str, Any]]):
     for ax, (col, lab) in zip(axes[:, 0], panels):
         for m, c in zip(jobs, colors):
             ax.axvspan(m["t_start"] - t0, m["t_end"] - t0, color=c, alpha=0.35, lw=0,
-                       label=m["experiment"])
+                       label=job_label(m))
         ax.plot(x, df[col], ".", ms=2, color="0.15")
         ax.set_ylabel(lab, fontsize=9)
         if col == "clocks.sm" and "clocks.max.sm" in df and df["clocks.max.sm"].notna().any():

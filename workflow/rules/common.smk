@@ -92,25 +92,32 @@ def measure_fingerprint(experiment):
     return cudalab_runner.job_fingerprint(config, experiment)
 
 
-def rerun_token(folder, experiment):
+def rerun_token(folder, experiment, shard=None):
     """A measure param that changes, so Snakemake reruns the finished job, exactly when it
     must run again (runner.rerun_reasons: damaged records, GPU points a GPU-less run left
     unmeasured). Read only: the job writes the token it ran with to raw/<e>/_rerun.txt, and
     while the job is not stale the token is that file's text, so it equals what Snakemake
     recorded and triggers nothing; a stale job gets a token of its reasons and its manifest,
-    new after every run that leaves it stale."""
+    new after every run that leaves it stale. shard: the same for one shard's job
+    (measure.smk), with its own manifest and marker."""
     raw = Path(folder, "raw", experiment)
-    why = cudalab_runner.rerun_reasons(Path(folder), experiment)
+    why = cudalab_runner.rerun_reasons(Path(folder), experiment, shard)
     if why:
         try:
-            manifest = (raw / "_manifest.json").read_bytes()
+            manifest = (raw / (shard.manifest if shard else "_manifest.json")).read_bytes()
         except OSError:
             manifest = b""
         return "stale " + cudalab_config.block_hash([why, manifest.decode(errors="replace")])
     try:
-        return (raw / cudalab_runner.RERUN_MARKER).read_text().strip() or "fresh"
+        return Path(rerun_marker(folder, experiment, shard)).read_text().strip() or "fresh"
     except OSError:
         return "fresh"
+
+
+def rerun_marker(folder, experiment, shard=None):
+    """Where a measure job writes the token it ran with (rerun_token)."""
+    name = f"_rerun-{shard.tag}.txt" if shard else cudalab_runner.RERUN_MARKER
+    return f"{folder}/raw/{experiment}/{name}"
 
 
 def measure_jobs():
@@ -183,17 +190,20 @@ def _write_config_json():
         path.write_text(text)
 
 
-def finished(experiment, folder):
+def finished(experiment, folder, shard=None):
     """Whether the measure job of (experiment, folder) is done: its manifest is there, was
     written under these settings, and nothing of it must be measured again (rerun_reasons).
     Under Slurm the settings are compared without what this machine makes of them (a login
-    node without the compute nodes' GPU would find every static-analysis job stale)."""
-    m = cudalab_runner.results.read_json(Path(folder, "raw", experiment, "_manifest.json"))
+    node without the compute nodes' GPU would find every static-analysis job stale).
+    shard: the same for the job of one shard of its grid (its own manifest; measure.smk)."""
+    name = shard.manifest if shard else "_manifest.json"
+    m = cudalab_runner.results.read_json(Path(folder, "raw", experiment, name))
     if m is None:
         return False
     key = "fingerprint" if _LOCAL or "config_fingerprint" not in m else "config_fingerprint"
     want = cudalab_runner.job_fingerprint(config, experiment, machine=key == "fingerprint")
-    return m.get(key) == want and not cudalab_runner.rerun_reasons(Path(folder), experiment)
+    return m.get(key) == want and not cudalab_runner.rerun_reasons(Path(folder), experiment,
+                                                                    shard)
 
 
 def jobs_to_run():
@@ -325,3 +335,5 @@ onstart:
         if cudalab_gpu_slots.problem(config):
             raise WorkflowError("cudalab: " + cudalab_gpu_slots.problem(config))
         print(cudalab_gpu_slots.summary_line(config), file=sys.stderr)
+        if shard_line():  # measure.smk
+            print(shard_line(), file=sys.stderr)
