@@ -123,6 +123,18 @@ def local_gpu_count(config: dict[str, Any]) -> int:
     return max(1, len(gpus)) if pins(config, gpus) else 1
 
 
+def shardable_gpu_count(config: dict[str, Any]) -> tuple[int, str]:
+    """(how many GPUs one lesson's shards may spread over, why not more). A lesson split
+    over GPUs of different models would mix their speeds in one lesson's comparisons, so
+    a machine whose usable GPUs differ keeps one job per lesson."""
+    gpus = usable_gpus(config)
+    n = local_gpu_count(config)
+    models = sorted({g.name for g in gpus})
+    if n > 1 and len(models) > 1:
+        return 1, "its GPUs are of different models (" + ", ".join(models) + ")"
+    return n, ""
+
+
 def lock_dir() -> Path:
     """One folder per user and machine (never world-writable: another user's files there
     would decide which GPU we take)."""

@@ -27,10 +27,12 @@ SIZES = [16 + 8 * i for i in range(16)]
 CONFIG = (f"measurement: {{budget_s: 0.02, min_samples: 3, trials: 1}}\n"
           f"experiments:\n  matmul:\n    sizes: {SIZES}\n"
           "    variants: [cpu, tiled]\n    tiles: [16]\n")
+SPLIT = CONFIG + "max_shards: 8\n"  # splitting is off by default until a GPU run checks it
+MIXED = [TWO[0], Gpu(1, "GPU-cccccccc-2222", "00000000:2A:00.0", "NVIDIA L40S")]
 RAW = Path("results/raw/matmul")
 
 
-def _snakemake(workdir: Path, gpus: list[Gpu], *extra: str, config: str = CONFIG
+def _snakemake(workdir: Path, gpus: list[Gpu], *extra: str, config: str = SPLIT
                ) -> tuple[int, str]:
     (workdir / "c.yaml").write_text(config)
     cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory",
@@ -118,10 +120,14 @@ def test_a_lesson_runs_in_one_shard_per_gpu_merges_and_resumes(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("gpus,config", [(TWO[:1], CONFIG), (TWO, CONFIG + "max_shards: 1\n")],
-                         ids=["one-gpu", "max_shards-1"])
+@pytest.mark.parametrize("gpus,config", [
+    (TWO[:1], SPLIT), (TWO, CONFIG + "max_shards: 1\n"), (TWO, CONFIG), (MIXED, SPLIT)],
+    ids=["one-gpu", "max_shards-1", "default", "mixed-models"])
 def test_with_one_gpu_or_max_shards_1_a_lesson_is_one_job(tmp_path, gpus, config):
     rc, out = _snakemake(tmp_path, gpus, "-n", config=config)
     assert rc == 0, out[-3000:]
     assert _jobs(out) == {"doctor": 1, "measure": 1, "aggregate": 1}
     assert "lessons split" not in out
+    if gpus is MIXED:
+        assert ("no lesson is split over the GPUs: its GPUs are of different models "
+                "(NVIDIA H100, NVIDIA L40S)") in out

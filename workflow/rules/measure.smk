@@ -17,7 +17,10 @@ def _run_gpus():
     if not _LOCAL:
         return 1
     given = workflow.global_resources["gpu"]
-    return min(int(getattr(given, "value", given)), cudalab_gpu_slots.local_gpu_count(config))
+    n, why = cudalab_gpu_slots.shardable_gpu_count(config)
+    if why and config["max_shards"] > 1:
+        print(f"cudalab: no lesson is split over the GPUs: {why}", file=sys.stderr)
+    return min(int(getattr(given, "value", given)), n)
 
 
 # experiment -> its shard count (1: one measure job, the measure rule), from the grid alone
