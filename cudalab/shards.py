@@ -1,9 +1,11 @@
 """One lesson's grid over several GPUs: its points split into shards, one measure job each.
 
 A local run with several GPUs runs one measure job per lesson at once, one per GPU; the
-longest lesson then bounds the wall time (on 4 H200s matmul alone took 143 s of 390 s). A
-lesson with GPU points and a grid of at least 2 × MIN_POINTS_PER_SHARD points is therefore
-split into k shards, k = min(GPUs, the config's `max_shards`, points // MIN_POINTS_PER_SHARD).
+longest lesson then bounds the wall time (on 4 H200s matmul alone took 143 s of 390 s).
+Where the config's `max_shards` is above 1 (the default, 1, keeps one job per lesson until a
+GPU run has checked the split) and the run's GPUs are all one model, a lesson with GPU
+points and a grid of at least 2 × MIN_POINTS_PER_SHARD points is split into k shards,
+k = min(GPUs, the config's `max_shards`, points // MIN_POINTS_PER_SHARD).
 Each shard is a measure job of its own (`cudalab measure E --shard i/k`): it locks its own
 GPU, measures its GPU's ceilings and resolution floor for its own records, walks its points
 and writes raw/<E>/_shard-<i>of<k>.json. `cudalab merge-shards` then writes the lesson's
