@@ -2,18 +2,20 @@
 # The shipped config.yaml's wall time on one GPU against every GPU of the machine, like for
 # like: each run in its own folder with its own empty compile caches (pycuda's kernel cache
 # and cudalab's build cache both live under XDG_CACHE_HOME), alone on the host.
-#   bash tools/gpu_speedup.sh OUT_DIR one [SECONDS]   the run on GPU 0 (gpus=[0])
-#   bash tools/gpu_speedup.sh OUT_DIR all [SECONDS]   the run on every GPU (the profile's count)
+#   bash tools/gpu_speedup.sh OUT_DIR one [SECONDS [KEY=VALUE...]]   the run on GPU 0 (gpus=[0])
+#   bash tools/gpu_speedup.sh OUT_DIR all [SECONDS [KEY=VALUE...]]   the run on every GPU
+# KEY=VALUE: config overrides for both runs alike, e.g. max_shards=8 (split large lessons).
 #   bash tools/gpu_speedup.sh OUT_DIR report          the speed-up, and cudalab compare of the two
 # One run per call (each takes minutes); a run cut by SECONDS records its exit status, and the
 # report then says the speed-up was not measured.
 set -uo pipefail
-out=$(readlink -f "$1"); what=$2; secs=${3:-560}
+out=$(readlink -f "$1"); what=$2; secs=${3:-560}; shift $(( $# < 3 ? $# : 3 ))
 mkdir -p "$out"
 case $what in
   one|all)
     dir=$out/run-$what; rm -rf "$dir"; mkdir -p "$dir/cache"
-    extra=(); [ "$what" = one ] && extra=(--config "gpus=[0]")
+    sets=("$@"); [ "$what" = one ] && sets+=("gpus=[0]")
+    extra=(); [ ${#sets[@]} -gt 0 ] && extra=(--config "${sets[@]}")
     t0=$(date +%s.%N)
     XDG_CACHE_HOME=$dir/cache timeout -s INT -k 20 "$secs" python3 -m snakemake \
       -s "$PWD/Snakefile" --directory "$dir" --configfile "$PWD/config.yaml" "${extra[@]}" \
