@@ -22,7 +22,8 @@ doctor.smk) and stops with the process (or stop()).
 The same poll sees a job end: a job the executor plugin still counts as running that has
 left the queue wakes the plugin's status check (cudalab/status_wake.py), so Snakemake
 reports it, with its cause, within seconds, and the run ends then when nothing else runs.
-One `squeue --me` call every POLL_S (5) seconds, against the plugin's back-off to 180 s.
+One `squeue --me` call every POLL_S (2) seconds, against the plugin's back-off to 180 s;
+an exit is wanted within 5 s of the last job, and the poll is most of that wait.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from collections.abc import Callable
 from cudalab import slurm_limits
 from cudalab.status_wake import Waker
 
-POLL_S = float(os.environ.get("CUDALAB_PENDING_POLL_S", "5"))
+POLL_S = float(os.environ.get("CUDALAB_PENDING_POLL_S", "2"))
 # Slurm's reason codes that no amount of waiting changes -> what the user should do
 NEVER_CLEARS = {
     "PartitionConfig": "the request exceeds the partition's limits or nodes (cpus_per_task, "
