@@ -85,6 +85,17 @@ def gpu_model(wildcards):
     return model or (SLURM["gpu_model"] if needs_gpu(wildcards.experiment) else "")
 
 
+def measure_shell(extra):
+    """A measure job's command (the measure and measure_shard rules'): the modules' guard,
+    the log, the rerun marker once it ended well, the log's last lines on failure. extra: more
+    arguments of `cudalab measure` (a shard's)."""
+    return ("{{ {MODULES_GUARD}"
+            "{CUDALAB} measure {wildcards.experiment:q}" + extra +
+            " --config {CONFIG_JSON:q} --results {wildcards.folder:q}; }} > {log:q} 2>&1"
+            " && printf '%s\\n' {params.token:q} > {params.marker:q}"
+            " || {{ rc=$?; tail -n 5 {log:q} >&2; exit $rc; }}")
+
+
 rule measure:
     input:
         doctor=doctor_first,  # the doctor of this job's GPU passed (workflow/rules/doctor.smk)
@@ -113,11 +124,7 @@ rule measure:
     # MODULES_GUARD (common.smk) fails the job when a module did not load. On failure the
     # log's last lines go to Snakemake's output (and the Slurm log) too.
     shell:
-        "{{ {MODULES_GUARD}"
-        "{CUDALAB} measure {wildcards.experiment:q} --config {CONFIG_JSON:q}"
-        " --results {wildcards.folder:q}; }} > {log:q} 2>&1"
-        " && printf '%s\\n' {params.token:q} > {params.marker:q}"
-        " || {{ rc=$?; tail -n 5 {log:q} >&2; exit $rc; }}"
+        measure_shell("")
 
 
 # One shard of a lesson's grid (cudalab/shards.py): the measure rule's job for its points,
@@ -145,11 +152,7 @@ rule measure_shard:
     conda:
         CONDA_ENV
     shell:
-        "{{ {MODULES_GUARD}"
-        "{CUDALAB} measure {wildcards.experiment:q} --shard {wildcards.shard:q}"
-        " --config {CONFIG_JSON:q} --results {wildcards.folder:q}; }} > {log:q} 2>&1"
-        " && printf '%s\\n' {params.token:q} > {params.marker:q}"
-        " || {{ rc=$?; tail -n 5 {log:q} >&2; exit $rc; }}"
+        measure_shell(" --shard {wildcards.shard:q}")
 
 
 localrules:
