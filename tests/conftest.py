@@ -95,8 +95,42 @@ def _skip_multi_gpu(items) -> None:
             item.add_marker(pytest.mark.skip(reason=f"needs {n} GPUs, {have} here"))
 
 
+def _group_for_workers(items) -> None:
+    """With pytest-xdist (`pytest --slow -n auto`, as CI runs), each file's tests stay on one
+    worker (its module fixtures, e.g. a Snakemake run, are made once) and tests/slurm's on one
+    worker together (one cluster, started once per worker that runs them). Only read under
+    `--dist loadgroup`; a plain run ignores the mark."""
+    for item in items:
+        path = Path(str(item.fspath))
+        group = "slurm" if SLURM_TESTS in path.parents else path.name
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+SLURM_TESTS = ROOT / "tests" / "slurm"
+
+
+@pytest.hookimpl(wrapper=True)  # a wrapper runs before xdist's hook, which picks `load`
+def pytest_cmdline_main(config: pytest.Config):
+    """`pytest -n auto` (pytest-xdist) distributes by the groups above: as if `--dist
+    loadgroup` were given (xdist's own default, `load`, would split a file's tests and the
+    Slurm tests over workers). An explicit `--dist` is kept."""
+    if getattr(config.option, "numprocesses", None) and config.option.dist == "no":
+        config.option.dist = "loadgroup"
+    return (yield)
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook (controller side)
+def pytest_configure_node(node) -> None:
+    """A worker parses the command line again, without the choice above: tell it."""
+    node.workerinput["cudalab_loadgroup"] = node.config.getvalue("dist") == "loadgroup"
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config, items):
     _deselect_slow(config, items)
+    if getattr(config, "workerinput", {}).get("cudalab_loadgroup"):
+        config.option.loadgroup = True  # read by xdist's hook, which runs after this one
+    _group_for_workers(items)
     _skip_multi_gpu(items)
     if not any("gpu" in item.keywords for item in items):
         return
