@@ -45,6 +45,13 @@ SHORT_NAMES: dict[str, str] = {
     "sm__throughput.avg.pct_of_peak_sustained_elapsed": "sm_throughput_pct",
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum": "smem_bank_conflicts_ld",
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum": "smem_bank_conflicts_st",
+    # who moves the operands of a matrix product into shared memory and out of it (the
+    # tensor-core lesson: mma.sync's cp.async and ldmatrix against wgmma's TMA)
+    "smsp__inst_executed_op_ldgsts.sum": "cp_async_inst",
+    "smsp__inst_executed_op_ldsm.sum": "ldmatrix_inst",
+    "smsp__sass_inst_executed_op_tma_ld.sum": "tma_load_inst",
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum": "smem_lsu_wavefronts",
+    "smsp__inst_executed.sum": "warp_inst",
     "launch__registers_per_thread": "registers",
     "launch__occupancy_limit_registers": "occupancy_limit_registers",
     "launch__occupancy_limit_shared_mem": "occupancy_limit_smem",

@@ -379,7 +379,9 @@ def test_counters_land_in_the_records_and_the_table(fake_job, capsys):
              "dram_bytes", "l2_hit_rate_pct", "l2_throughput_pct", "l1_hit_rate_pct",
              "sm_throughput_pct", "smem_bank_conflicts_ld", "smem_bank_conflicts_st",
              "registers", "occupancy_limit_registers", "occupancy_limit_smem",
-             "occupancy_limit_warps", "occupancy_limit_blocks", "replay_time_us"}
+             "occupancy_limit_warps", "occupancy_limit_blocks", "replay_time_us",
+             "smem_lsu_wavefronts", "cp_async_inst", "ldmatrix_inst", "tma_load_inst",
+             "warp_inst"}
     derived = {"smem_bank_conflicts", "top_stall", "kernel", "kernels", "status",
                "time_us", "time_runs", "clock_mhz", "time_status"}
     assert {c for c in df.columns if c.startswith("m_ncu_")} == {

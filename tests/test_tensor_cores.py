@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from cudalab import claims, results
 from cudalab import config as cfg
@@ -323,7 +324,8 @@ def test_the_wgmma_facts_read_the_rungs():
     d = _contradicted().assign(p_bm=128, p_bn=[256 if v == "wgmma_ws" else 128 for v in
                                                _contradicted()["variant"]],
                                p_bk=64, p_wm=64, p_wn=64)
-    ladder, depth, copies = (f(d, None) for f in wgmma_lesson.EXPLANATIONS)
+    ladder, depth, copies, counted = (f(d, None) for f in wgmma_lesson.EXPLANATIONS)
+    assert counted is None  # not profiled: the counts are not said
     assert ladder.startswith("The rungs at the largest size measured: FP16: mma.sync 90")
     assert "wgmma warp-specialised 60.0 TFLOP/s, 60 % of cuBLAS" in ladder
     assert "TF32: wgmma warp-specialised 40.0 TFLOP/s, 50 % of cuBLAS" in ladder
@@ -334,6 +336,55 @@ def test_the_wgmma_facts_read_the_rungs():
     # 128x128x64 mma.sync, 4 warps: (128*64 + 64*128) * 2 / 16 cp.async, 4 x 128 x 64 x 2 B
     assert "issues 2\u202f048 16-byte cp.async" in copies and "copy 64 KiB" in copies
     assert "issues 5 TMA copies from one thread" in copies
+
+
+def _profiled(d: pd.DataFrame, counts: dict[str, dict[str, float]]) -> pd.DataFrame:
+    """d with Nsight Compute's counts on the rows of the named variants (FP16, n = 4096)."""
+    d = d.assign(m_ncu_status="not profiled: profile.ncu is off")
+    for variant, values in counts.items():
+        rows = (d["variant"] == variant) & (d["p_precision"] == "fp16") & (d["p_m"] == 4096)
+        d.loc[rows, "m_ncu_status"] = "ok"
+        for column, v in values.items():
+            d.loc[rows, f"m_ncu_{column}"] = v
+    return d
+
+
+def test_the_measured_shared_memory_traffic_is_said_from_the_profiler():
+    """The counts the H200's first ncu run gave for the mma.sync tile (tc_mma_fp16 at 4096:
+    8 388 608 ldmatrix, 38 858 752 LSU shared wavefronts, 140 365 824 instructions) beside
+    made-up wgmma ones: each count is said as measured, with the ratio of wavefronts."""
+    mma = {"ldmatrix_inst": 8_388_608, "cp_async_inst": 2_097_152,
+           "tma_load_inst": 0, "smem_lsu_wavefronts": 38_858_752, "warp_inst": 140_365_824}
+    ws = {"ldmatrix_inst": 0, "cp_async_inst": 0, "tma_load_inst": 98_304,
+          "smem_lsu_wavefronts": 388_587, "warp_inst": 9_000_000}
+    got = wgmma_lesson.shared_traffic_measured(
+        _profiled(_contradicted(), {"mma": mma, "wgmma_ws": ws}), None)
+    assert got.startswith("Nsight Compute counted, FP16 at n = 4\u202f096: the mma.sync tile "
+                          "2\u202f097\u202f152 cp.async, 8\u202f388\u202f608 ldmatrix, 0 TMA load, "
+                          "38\u202f858\u202f752 shared-memory wavefronts"), got
+    assert "the warp-specialised wgmma rung 0 cp.async, 0 ldmatrix, 98\u202f304 TMA load" in got
+    assert "(100× fewer wavefronts)." in got, got
+    # none through the load/store unit at all; a count not collected is left out
+    ws0 = {k: v for k, v in ws.items() if k != "tma_load_inst"} | {"smem_lsu_wavefronts": 0}
+    got = wgmma_lesson.shared_traffic_measured(
+        _profiled(_contradicted(), {"mma": mma, "wgmma_ws": ws0}), None)
+    assert got.endswith("(no wavefront at all).") and "TMA load" not in got.split("rung")[-1]
+    # only one of the two profiled, or the counter not collected: nothing is said
+    assert wgmma_lesson.shared_traffic_measured(
+        _profiled(_contradicted(), {"mma": mma}), None) is None
+    no_counter = _profiled(_contradicted(), {"mma": {"warp_inst": 1}, "wgmma_ws": {"warp_inst": 1}})
+    assert wgmma_lesson.shared_traffic_measured(no_counter, None) is None
+
+
+def test_the_shipped_metrics_give_the_traffic_columns():
+    """The shipped config collects what the fact reads, under the columns it reads."""
+    from cudalab import ncu_csv
+
+    shipped = yaml.safe_load((ROOT / "config.yaml").read_text())["profile"]["metrics"]
+    columns = {f"m_ncu_{ncu_csv.SHORT_NAMES[m]}" for m in shipped if m in ncu_csv.SHORT_NAMES}
+    wanted = {c for c, _ in wgmma_lesson.TRAFFIC} | {wgmma_lesson.WAVEFRONTS,
+                                                     wgmma_lesson.WARP_INST}
+    assert wanted <= columns, wanted - columns
 
 
 def test_the_wgmma_claims_are_not_applicable_before_hopper():

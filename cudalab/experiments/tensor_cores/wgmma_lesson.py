@@ -6,11 +6,13 @@ one-stage rung; the warp-specialised rung beats the best mma.sync tile. On a GPU
 compute capability than 9.x they are not applicable (wgmma is an sm_90a instruction). Facts:
 each rung's rate, share of cuBLAS and of the dense tensor peak (achieved tensor-core
 throughput); the time against pipeline depth; the copy and shared-memory-to-register
-instructions per k-slice that TMA and wgmma take off the warps (from the tile shapes).
+instructions per k-slice that TMA and wgmma take off the warps (from the tile shapes), and
+where the run was profiled (profile.ncu), what Nsight Compute counted of them.
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -184,12 +186,59 @@ def copies_per_slice(d: pd.DataFrame, c: Ceilings) -> str | None:
     ldsm_bytes = warps * (wm + wn) * bk * 2  # every warp's A and B fragments, once
     wbn = int(w["p_bn"]) if w.get("p_bn") == w.get("p_bn") else wgmma.DEFAULT_BN
     tma = 1 + wbn // 64  # one box of A, one per 64 columns of N-major B
-    return (f"Per k-slice: the mma.sync tile {bm}x{bn}x{bk} issues {fmt.integer(cp_async)} "
-            f"16-byte cp.async from its {fmt.integer(warps * 32)} threads and its "
-            f"{fmt.integer(warps)} warps copy {fmt.integer(ldsm_bytes // 1024)} KiB from "
-            f"shared memory into registers with ldmatrix; the warp-specialised wgmma rung "
+    return (f"Per k-slice, from the tile shapes: the mma.sync tile {bm}x{bn}x{bk} issues "
+            f"{fmt.integer(cp_async)} 16-byte cp.async from its {fmt.integer(warps * 32)} "
+            f"threads and its {fmt.integer(warps)} warps copy "
+            f"{fmt.integer(ldsm_bytes // 1024)} KiB from shared memory into registers with "
+            f"ldmatrix; the warp-specialised wgmma rung "
             f"({wgmma.BM}x{wbn}x64) issues {tma} TMA copies from one thread and no ldmatrix: "
             "the tensor cores read both operands from shared memory.")
+
+
+# Nsight Compute's counts of who moves the operands (ncu_csv.SHORT_NAMES), as the fact says
+# them: (column, what it counts)
+TRAFFIC = (("m_ncu_cp_async_inst", "cp.async"), ("m_ncu_ldmatrix_inst", "ldmatrix"),
+           ("m_ncu_tma_load_inst", "TMA load"))
+WAVEFRONTS = "m_ncu_smem_lsu_wavefronts"
+WARP_INST = "m_ncu_warp_inst"
+
+
+def _profiled(r: pd.Series, column: str) -> float:
+    """A profiler count of row r, NaN where the point was not profiled or lacks it."""
+    if str(r.get("m_ncu_status", "")) != "ok":
+        return math.nan
+    v = pd.to_numeric(pd.Series([r.get(column)]), errors="coerce").iloc[0]
+    return float(v) if pd.notna(v) and v >= 0 else math.nan
+
+
+def _counts(r: pd.Series) -> str:
+    said = [f"{fmt.integer(v)} {what}" for column, what in TRAFFIC
+            if math.isfinite(v := _profiled(r, column))]
+    said.append(f"{fmt.integer(_profiled(r, WAVEFRONTS))} shared-memory wavefronts through "
+                "the load/store unit")
+    if math.isfinite(v := _profiled(r, WARP_INST)):
+        said.append(f"{fmt.integer(v)} warp instructions in all")
+    return ", ".join(said)
+
+
+def shared_traffic_measured(d: pd.DataFrame, c: Ceilings) -> str | None:
+    """What Nsight Compute counted (profile.ncu, with the shipped config's metrics) for the
+    best mma.sync tile and the warp-specialised wgmma rung, FP16 at the largest size both
+    were profiled at: the copy instructions into shared memory and out of it, the
+    shared-memory wavefronts through the warps' load/store unit, every warp instruction.
+    None where the run did not profile both."""
+    o = ok(d)
+    o = o[pd.Series([math.isfinite(_profiled(r, WAVEFRONTS)) for _, r in o.iterrows()],
+                    index=o.index, dtype=bool)]
+    got = at_largest(o, (("mma", "fp16"), ("wgmma_ws", "fp16")))
+    if isinstance(got, Judgement):
+        return None
+    m, w = got
+    mw, ww = _profiled(m, WAVEFRONTS), _profiled(w, WAVEFRONTS)
+    fewer = (f" ({fmt.ratio(mw / ww)} fewer wavefronts)" if 0 < ww < mw
+             else " (no wavefront at all)" if ww == 0 < mw else "")
+    return (f"Nsight Compute counted, FP16 at {size_text(m)}: the mma.sync tile "
+            f"{_counts(m)}; the warp-specialised wgmma rung {_counts(w)}{fewer}.")
 
 
 CLAIMS = (
@@ -208,5 +257,5 @@ CLAIMS = (
           flip_speed(("wgmma_ws", "fp16"), ("mma", "fp16"), WS_OVER_MMA),
           "wgmma_ws_over_mma"),
 )
-EXPLANATIONS = (wgmma_ladder, pipeline_depth, copies_per_slice)
+EXPLANATIONS = (wgmma_ladder, pipeline_depth, copies_per_slice, shared_traffic_measured)
 
