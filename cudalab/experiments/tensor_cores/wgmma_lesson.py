@@ -25,6 +25,7 @@ from cudalab.experiments.lesson import (
     col,
     judged,
     largest,
+    ncu,
     no_data,
     not_applicable,
     ok,
@@ -203,20 +204,16 @@ WAVEFRONTS = "m_ncu_smem_lsu_wavefronts"
 WARP_INST = "m_ncu_warp_inst"
 
 
-def _profiled(r: pd.Series, column: str) -> float:
-    """A profiler count of row r, NaN where the point was not profiled or lacks it."""
-    if str(r.get("m_ncu_status", "")) != "ok":
-        return math.nan
-    v = pd.to_numeric(pd.Series([r.get(column)]), errors="coerce").iloc[0]
-    return float(v) if pd.notna(v) and v >= 0 else math.nan
+def _counts(pair: pd.DataFrame, i: int) -> str:
+    """What the profiler counted for row i of pair (a count it did not collect is left out)."""
+    def count(column: str) -> float:
+        return float(ncu(pair, column).iloc[i])
 
-
-def _counts(r: pd.Series) -> str:
     said = [f"{fmt.integer(v)} {what}" for column, what in TRAFFIC
-            if math.isfinite(v := _profiled(r, column))]
-    said.append(f"{fmt.integer(_profiled(r, WAVEFRONTS))} shared-memory wavefronts through "
-                "the load/store unit")
-    if math.isfinite(v := _profiled(r, WARP_INST)):
+            if math.isfinite(v := count(column))]
+    said.append(f"{fmt.integer(count(WAVEFRONTS))} shared-memory wavefronts through the "
+                "load/store unit")
+    if math.isfinite(v := count(WARP_INST)):
         said.append(f"{fmt.integer(v)} warp instructions in all")
     return ", ".join(said)
 
@@ -228,17 +225,15 @@ def shared_traffic_measured(d: pd.DataFrame, c: Ceilings) -> str | None:
     shared-memory wavefronts through the warps' load/store unit, every warp instruction.
     None where the run did not profile both."""
     o = ok(d)
-    o = o[pd.Series([math.isfinite(_profiled(r, WAVEFRONTS)) for _, r in o.iterrows()],
-                    index=o.index, dtype=bool)]
-    got = at_largest(o, (("mma", "fp16"), ("wgmma_ws", "fp16")))
+    got = at_largest(o[ncu(o, WAVEFRONTS) >= 0], (("mma", "fp16"), ("wgmma_ws", "fp16")))
     if isinstance(got, Judgement):
         return None
-    m, w = got
-    mw, ww = _profiled(m, WAVEFRONTS), _profiled(w, WAVEFRONTS)
+    pair = pd.DataFrame(list(got))
+    mw, ww = ncu(pair, WAVEFRONTS)
     fewer = (f" ({fmt.ratio(mw / ww)} fewer wavefronts)" if 0 < ww < mw
              else " (no wavefront at all)" if ww == 0 < mw else "")
-    return (f"Nsight Compute counted, FP16 at {size_text(m)}: the mma.sync tile "
-            f"{_counts(m)}; the warp-specialised wgmma rung {_counts(w)}{fewer}.")
+    return (f"Nsight Compute counted, FP16 at {size_text(got[0])}: the mma.sync tile "
+            f"{_counts(pair, 0)}; the warp-specialised wgmma rung {_counts(pair, 1)}{fewer}.")
 
 
 CLAIMS = (
