@@ -47,9 +47,11 @@ onerror:
     remove_doctor_flags()  # doctor.smk
 
     _by_you = stopped_by_you()  # doctor.smk: Ctrl-C, not a failure ('' otherwise)
-    if not _by_you or cudalab_failures.failed_jobs(log):
+    # a local job the Ctrl-C killed too did not fail: it is left out
+    if not _by_you or cudalab_failures.failed_jobs(log, stopped=True):
         print("\n" + cudalab_failures.summary(log, Path(RESULTS) / "logs", _STARTED,
-                                              Path(RESULTS) / "doctor", pending_cancelled()),
+                                              Path(RESULTS) / "doctor", pending_cancelled(),
+                                              stopped=bool(_by_you)),
               file=sys.stderr)
     _after_failure = stopped_by_failure()  # doctor.smk: keep-going off, a job failed
     print(

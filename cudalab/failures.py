@@ -24,13 +24,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cudalab import slurm_causes
+from cudalab import interrupts, slurm_causes
 
 TAIL_LINES = 15  # per failed job: a traceback's last frames and its message
 _RULE = re.compile(r"^Error in rule (?P<rule>[A-Za-z_][A-Za-z0-9_]*):\s*$")
 _FIELD = re.compile(r"^\s+(?P<key>[a-z_]+): (?P<value>.*)$")
 _LOG_NOTE = " (check log file(s) for error details)"
 _PLUGIN_NOTE = "For further error details see"
+_DIED = re.compile(r"died with <Signals\.(?P<signal>SIG[A-Z0-9]+): \d+>")
+# what a Ctrl-C (or the stop it starts) kills a running local job with
+_STOP_SIGNALS = frozenset({"SIGINT", "SIGTERM"})
 
 
 @dataclass
@@ -42,6 +45,9 @@ class FailedJob:
     outputs: list[str] = field(default_factory=list)
     name: str = ""  # what the summary calls it (set by parse_failed)
     message: str = ""  # Snakemake's (the executor's) message: sbatch's refusal, Slurm state
+    # the signal a local job's command died of ("SIGINT": Ctrl-C reached it too), from the
+    # RuleException Snakemake prints before the job's block
+    signal: str = ""
 
 
 def snakemake_logs(log: str | Iterable[str] | None) -> list[Path]:
@@ -56,12 +62,16 @@ def parse_failed(text: str) -> list[FailedJob]:
     """The failed jobs named in a Snakemake log, in the order they failed (one per job)."""
     jobs: list[FailedJob] = []
     current: FailedJob | None = None
+    died = ""  # the signal of the last RuleException before the next job's block
     for line in text.splitlines():
         m = _RULE.match(line)
         if m:
-            current = FailedJob(m["rule"])
+            current = FailedJob(m["rule"], signal=died)
             jobs.append(current)
+            died = ""
             continue
+        if (d := _DIED.search(line)):
+            died = d["signal"]
         if current is None:
             continue
         f = _FIELD.match(line)
@@ -99,15 +109,17 @@ def _paths(value: str) -> list[str]:
     return [p.strip() for p in value.split(", ") if p.strip()]
 
 
-def failed_jobs(log: str | Iterable[str] | None) -> list[FailedJob]:
-    """The failed jobs Snakemake's log of this run names ([] when it names none)."""
+def failed_jobs(log: str | Iterable[str] | None, stopped: bool = False) -> list[FailedJob]:
+    """The failed jobs Snakemake's log of this run names ([] when it names none). stopped:
+    the run was stopped by Ctrl-C, so a local job that died of the stop's signal did not
+    fail (it runs again next time) and is left out."""
     jobs: list[FailedJob] = []
     for path in snakemake_logs(log):
         try:
             jobs += parse_failed(path.read_text(errors="replace"))
         except OSError:
             continue
-    return jobs
+    return [j for j in jobs if not (stopped and j.signal in _STOP_SIGNALS)]
 
 
 def logs_with_traceback(log_dir: Path, since: float) -> list[Path]:
@@ -165,13 +177,14 @@ def _resolve(p: str, workdir: Path) -> Path:
 
 def summary(log: str | Iterable[str] | None, log_dir: Path, started: float,
             doctor_table: Path | None = None, pending: Iterable[str] = (),
-            workdir: Path | None = None, n: int = TAIL_LINES) -> str:
+            workdir: Path | None = None, n: int = TAIL_LINES, stopped: bool = False) -> str:
     """The failure summary: the jobs that failed, each with the tail of its log; the
     doctor's table where a doctor job is among them (`doctor_table`: its file, or the folder
     of the doctors' tables, <tag>.md beside each doctor's <tag>.ok flag); and the jobs the
-    pending watcher cancelled (their reason: Slurm's own log of them says nothing)."""
+    pending watcher cancelled (their reason: Slurm's own log of them says nothing).
+    stopped: by Ctrl-C (failed_jobs)."""
     workdir = workdir or Path.cwd()
-    jobs = failed_jobs(log)
+    jobs = failed_jobs(log, stopped)
     parts: list[str] = [f"cudalab: {line}" if not line.startswith("cudalab:") else line
                         for line in pending]
     if jobs:
@@ -244,9 +257,10 @@ class FailureNow(logging.Handler):
     records) by the workflow's onstart; `failed` counts every failure, refused ones too."""
 
     def __init__(self, workdir: Path, out: Callable[[str], None] | None = None,
-                 read: slurm_causes.Reader = slurm_causes.run_cmd, n: int = TAIL_LINES):
+                 read: slurm_causes.Reader = slurm_causes.run_cmd, n: int = TAIL_LINES,
+                 stopping: Callable[[], bool] = interrupts.stopping):
         super().__init__(logging.ERROR)
-        self.workdir, self.read, self.n = workdir, read, n
+        self.workdir, self.read, self.n, self.stopping = workdir, read, n, stopping
         self.out = out or (lambda text: print(text, file=sys.stderr, flush=True))
         self.failed: list[str] = []
         # called with the job's name once its cause is out (a run that does not keep going
@@ -258,11 +272,12 @@ class FailureNow(logging.Handler):
         if getattr(event, "value", event) != "job_error":
             return
         try:
+            failed = len(self.failed)
             self.out(self.report(getattr(record, "rule_name", "?"),
                                  str(getattr(record, "rule_msg", "") or ""),
                                  [str(x).removesuffix(_LOG_NOTE)
                                   for x in getattr(record, "log", None) or []]))
-            if self.on_failure is not None:
+            if self.on_failure is not None and len(self.failed) > failed:
                 self.on_failure(self.failed[-1])
         except Exception:  # noqa: BLE001 - never break Snakemake's own logging
             self.handleError(record)
@@ -270,6 +285,9 @@ class FailureNow(logging.Handler):
     def report(self, rule: str, message: str, logs: list[str]) -> str:
         log = slurm_log(logs, self.workdir)
         name = f"{rule} ({log.parent.name})" if log is not None else rule
+        if self.stopping():  # Ctrl-C reaches the local jobs too: not their failure
+            return (f"cudalab: {name} stopped at {time.strftime('%H:%M:%S')} by the Ctrl-C "
+                    "(it runs again next time)")
         self.failed.append(name)
         why = cause(message, logs, self.workdir, self.read)
         lines = [f"cudalab: {name} failed at {time.strftime('%H:%M:%S')}"

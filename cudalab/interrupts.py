@@ -115,6 +115,12 @@ def interrupted() -> bool:
     return any(h.first is not None for h in _INSTALLED)
 
 
+def stopping() -> bool:
+    """Whether a SIGINT has come, even one put off until Snakemake's event loop is done
+    (interrupted() is true only once it is raised): a local job dying now died of it."""
+    return any(h.first is not None or h.deferred is not None for h in _INSTALLED)
+
+
 def stopped_line(jobs: Iterable[tuple[str, Path]], started: float) -> str:
     """The closing line of a run you stopped: what it kept. jobs: (label, raw folder of one
     measure job); a job is finished where its manifest is there, and every record written

@@ -3,6 +3,7 @@ one's log; the doctor's table only where the doctor job failed (cudalab/failures
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -231,3 +232,52 @@ def test_the_default_stop_is_sigint_to_this_process(monkeypatch) -> None:
     monkeypatch.setattr(pending.os, "kill", lambda pid, sig: sent.append((pid, sig)))
     pending.interrupt_run()
     assert sent == [(os.getpid(), signal.SIGINT)]
+
+
+# What Snakemake printed when a Ctrl-C reached a local job too (seen in CI: the test's SIGINT
+# to Snakemake's process group came as `aggregate` had just started)
+DIED_OF_CTRL_C = ("Terminating processes on user request, this might take some time.\n"
+                  "RuleException:\nCalledProcessError in file \"workflow/rules/aggregate.smk\", "
+                  "line 24:\nCommand 'set -euo pipefail;  python -m cudalab.cli aggregate > "
+                  "results/logs/aggregate.log 2>&1' died with <Signals.SIGINT: 2>.\n"
+                  "[Fri Nov 27 16:13:03 2026]\n")
+
+
+def test_a_local_job_the_ctrl_c_killed_is_not_a_failure_of_a_stopped_run(tmp_path: Path):
+    """Stopped by Ctrl-C, the local job that died of the same SIGINT is left out of the
+    failed jobs (it runs again next time); a job that failed on its own, before, is not.
+    In a run nobody stopped, a job killed by a signal is a failure like any other."""
+    log = smk_log(tmp_path, block("report", 9, "results/report.html", "results/logs/report.log"),
+                  DIED_OF_CTRL_C + block("aggregate", 5, "results/results.csv",
+                                         "results/logs/aggregate.log"))
+    jobs = failures.failed_jobs(log)
+    assert [(j.rule, j.signal) for j in jobs] == [("report", ""), ("aggregate", "SIGINT")]
+    assert [j.rule for j in failures.failed_jobs(log, stopped=True)] == ["report"]
+    said = failures.summary(log, tmp_path / "results" / "logs", 0.0, workdir=tmp_path,
+                            stopped=True)
+    assert "1 job(s) failed: report" in said and "aggregate" not in said
+    only_stopped = smk_log(tmp_path, DIED_OF_CTRL_C + block(
+        "aggregate", 5, "results/results.csv", "results/logs/aggregate.log"))
+    assert failures.failed_jobs(only_stopped, stopped=True) == []
+    assert "1 job(s) failed: aggregate" in failures.summary(
+        only_stopped, tmp_path / "results" / "logs", 0.0, workdir=tmp_path)
+
+
+def test_a_job_error_during_the_stop_is_said_as_stopped_not_failed(tmp_path: Path):
+    """Snakemake reports the local job the Ctrl-C killed as a job error: the live line says
+    it was stopped, counts no failure and does not start the stop after a failure."""
+    said: list[str] = []
+    woken: list[str] = []
+    stopping = [False]
+    handler = failures.FailureNow(tmp_path, out=said.append, stopping=lambda: stopping[0])
+    handler.on_failure = woken.append
+    rec = logging.LogRecord("snakemake", logging.ERROR, __file__, 1, "x", None, None)
+    rec.event, rec.rule_name, rec.rule_msg, rec.log = "job_error", "aggregate", "", []
+    stopping[0] = True
+    handler.emit(rec)
+    assert said[-1].startswith("cudalab: aggregate stopped at ") and "Ctrl-C" in said[-1]
+    assert handler.failed == [] and woken == []
+    stopping[0] = False
+    handler.emit(rec)
+    assert said[-1].startswith("cudalab: aggregate failed at ")
+    assert handler.failed == ["aggregate"] and woken == ["aggregate"]

@@ -130,6 +130,20 @@ def test_a_first_sigint_inside_an_event_loop_waits_until_the_loop_is_done():
         h2(signal.SIGINT, None)
 
 
+def test_a_sigint_put_off_already_counts_as_stopping(monkeypatch):
+    """stopping() is true from the first SIGINT on, also while it waits for Snakemake's
+    event loop (interrupted() only once it is raised): a local job that dies of the same
+    signal meanwhile is not reported as failed (cudalab/failures.py)."""
+    from cudalab import interrupts
+
+    clock = Clock()
+    h = OnceInterrupt(clock=clock, shield=lambda: None, busy=lambda: True, later=lambda: None)
+    monkeypatch.setattr(interrupts, "_INSTALLED", [h])
+    assert not interrupts.stopping() and not interrupts.interrupted()
+    h(signal.SIGINT, None)  # put off
+    assert interrupts.stopping() and not interrupts.interrupted()
+
+
 LOOP_CHILD = textwrap.dedent("""
     import asyncio, sys, time
     from cudalab import interrupts
