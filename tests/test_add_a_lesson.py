@@ -50,8 +50,11 @@ def test_a_new_lesson_is_one_folder_and_one_config_line_and_passes_the_catalogue
     assert touched == ["cudalab/experiments/memset_bw/", "config.yaml"]
     env = {k: v for k, v in os.environ.items() if k != "CUDALAB_EXPERIMENTS"}
     env["PYTHONPATH"] = str(repo)
+    # the flips of the other lessons' claims are each one lesson's own (the main run flips
+    # them): here only the new lesson's, which is most of the catalogue's time saved
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                           "-rs", *CATALOGUE], cwd=repo, env=env, capture_output=True,
+                           "-rs", "-k", "not test_the_flip_turns_the_verdict_over or memset_bw",
+                           *CATALOGUE], cwd=repo, env=env, capture_output=True,
                           text=True, timeout=1500)
     out = proc.stdout[-6000:] + proc.stderr[-2000:]
     assert proc.returncode == 0, out

@@ -61,6 +61,7 @@ from cudalab.experiments.matmul.figures import (  # noqa: F401
     _pct_of_cublas,
     _plot_gflops,
     _size_ticks,
+    params,
     size_label,
     variant_label,
 )
@@ -479,7 +480,7 @@ class Matmul(Experiment):
         if dtype is not None:
             d = d[d["p_dtype"] == dtype].copy()
         d["size"] = [size_label(m, k, n) for m, k, n in zip(d["p_m"], d["p_k"], d["p_n"])]
-        d["label"] = [variant_label(r) for r in d.to_dict("records")]
+        d["label"] = [variant_label(r) for r in params(d)]
         return d.sort_values("flops", kind="stable")
 
     def plot(self, name: str, df: pd.DataFrame):

@@ -31,6 +31,13 @@ def size_label(m: Any, k: Any, n: Any) -> str:
     return f"{n}" if m == k == n else f"{m}x{k}.{k}x{n}"
 
 
+def params(d: pd.DataFrame) -> list[dict[str, Any]]:
+    """Each row's variant and parameters (p_*), all that a label or a legend order reads:
+    not whole rows (a run's table has hundreds of columns; converting them all made the
+    claims' judging of a lesson ten times slower)."""
+    return d[["variant", *(c for c in d.columns if c.startswith("p_"))]].to_dict("records")
+
+
 def variant_label(r: dict[str, Any]) -> str:
     v = r["variant"]
 
@@ -85,7 +92,7 @@ def _plot_gflops(d: pd.DataFrame):
     cub = square[square["variant"] == "cublas"]
     pct = _pct_of_cublas(square)
     square = square.assign(legend=[pct.get(lab, lab) for lab in square["label"]],
-                           config_order=[_config_order(r) for r in square.to_dict("records")])
+                           config_order=[_config_order(r) for r in params(square)])
     lessons = [(t, vs) for t, vs in PANELS if square["variant"].isin(vs).any()]
     if not lessons and rect.empty:
         lessons = [("cuBLAS", [])]
@@ -186,7 +193,7 @@ def _course_panel(ax, rect: pd.DataFrame) -> None:
     import seaborn as sns
 
     best = rect.loc[rect.groupby("variant")["gflops"].idxmax()]
-    best = best.assign(order=[_config_order(r) for r in best.to_dict("records")])
+    best = best.assign(order=[_config_order(r) for r in params(best)])
     best = best.sort_values("order")
     colors = sns.color_palette("deep", len(best))
     ax.barh(range(len(best)), best["gflops"], color=colors)

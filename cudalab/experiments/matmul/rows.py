@@ -8,7 +8,7 @@ import pandas as pd
 
 from cudalab import fmt
 from cudalab.experiments.lesson import col, ok
-from cudalab.experiments.matmul.figures import size_label, variant_label
+from cudalab.experiments.matmul.figures import params, size_label, variant_label
 from cudalab.experiments.matmul.kernels import COURSE_SIZE
 
 
@@ -29,7 +29,7 @@ def _rows(d: pd.DataFrame, dtype: str = "float32", cpu: bool = False) -> pd.Data
     if d.empty:
         return d.assign(size=pd.Series(dtype=object), label=pd.Series(dtype=object))
     return d.assign(size=[size_label(m, k, n) for m, k, n in zip(d["p_m"], d["p_k"], d["p_n"])],
-                    label=[variant_label(r) for r in d.to_dict("records")])
+                    label=[variant_label(r) for r in params(d)])
 
 
 def _largest(d: pd.DataFrame) -> pd.DataFrame:
