@@ -50,9 +50,20 @@ def _deselect_slow(config: pytest.Config, items: list[pytest.Item]) -> None:
         items[:] = [i for i in items if i.get_closest_marker("slow") is None]
         config.hook.pytest_deselected(items=slow)
         config.stash[_SLOW_LEFT_OUT] = len(slow)
+        if hasattr(config, "workeroutput"):  # a pytest-xdist worker: tell the controller
+            config.workeroutput["cudalab_slow_left_out"] = len(slow)
 
 
 _SLOW_LEFT_OUT = pytest.StashKey[int]()
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook (controller side)
+def pytest_testnodedown(node, error) -> None:
+    """Under `-n`, the workers collect (and leave out the slow tests): their count, for the
+    summary's line below (every worker collects the whole suite: one count)."""
+    n = getattr(node, "workeroutput", {}).get("cudalab_slow_left_out", 0)
+    if n:
+        node.config.stash[_SLOW_LEFT_OUT] = n
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
