@@ -106,15 +106,21 @@ def _skip_multi_gpu(items) -> None:
             item.add_marker(pytest.mark.skip(reason=f"needs {n} GPUs, {have} here"))
 
 
+def worker_group(item) -> str:
+    """The pytest-xdist group of a test: its file (its module fixtures, e.g. a Snakemake
+    run, are made once), but every test of tests/slurm in one (one cluster), and every test
+    marked gpu in one (on a GPU machine they time kernels: never two at once on a GPU)."""
+    path = Path(str(item.fspath))
+    if item.get_closest_marker("gpu") is not None:
+        return "gpu"
+    return "slurm" if SLURM_TESTS in path.parents else path.name
+
+
 def _group_for_workers(items) -> None:
-    """With pytest-xdist (`pytest --slow -n auto`, as CI runs), each file's tests stay on one
-    worker (its module fixtures, e.g. a Snakemake run, are made once) and tests/slurm's on one
-    worker together (one cluster, started once per worker that runs them). Only read under
-    `--dist loadgroup`; a plain run ignores the mark."""
+    """With pytest-xdist (`pytest -n auto`, as CI runs it), the tests of a group run on one
+    worker, one after another. Only read under `--dist loadgroup`; a plain run ignores it."""
     for item in items:
-        path = Path(str(item.fspath))
-        group = "slurm" if SLURM_TESTS in path.parents else path.name
-        item.add_marker(pytest.mark.xdist_group(group))
+        item.add_marker(pytest.mark.xdist_group(worker_group(item)))
 
 
 SLURM_TESTS = ROOT / "tests" / "slurm"

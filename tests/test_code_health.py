@@ -91,3 +91,28 @@ def test_no_script_or_tool_edits_sys_path():
     edits = [str(p.relative_to(ROOT)) for p in files
              if re.search(r"\bsys\.path\s*(\.insert|\.append|\[|\+=|=)", p.read_text())]
     assert not edits, f"scripts that edit sys.path: {edits}"
+
+
+class _Item:
+    """What the grouping reads of a collected test: its file and its markers."""
+
+    def __init__(self, path: Path, *marks: str) -> None:
+        self.fspath, self.marks = path, marks
+
+    def get_closest_marker(self, name: str):
+        return name if name in self.marks else None
+
+
+def test_parallel_workers_keep_a_file_together_and_gpu_and_slurm_tests_one_at_a_time():
+    """Under `pytest -n auto`, a file's tests share a worker; the real-Slurm tests share one
+    (one cluster) and so do the GPU tests wherever they are (two would time kernels on one
+    GPU at once)."""
+    from conftest import worker_group
+
+    tests = ROOT / "tests"
+    assert worker_group(_Item(tests / "test_fmt.py")) == "test_fmt.py"
+    assert worker_group(_Item(tests / "slurm" / "test_sweep.py", "slurm")) == "slurm"
+    assert worker_group(_Item(tests / "slurm" / "test_polling.py", "slurm")) == "slurm"
+    assert worker_group(_Item(tests / "gpu" / "test_timing_gpu.py", "gpu")) == "gpu"
+    assert worker_group(_Item(tests / "test_exercises_heldout.py", "gpu")) == "gpu"
+    assert worker_group(_Item(tests / "test_exercises_heldout.py")) == "test_exercises_heldout.py"
