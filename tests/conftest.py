@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from worker_groups import worker_group
 
 ROOT = Path(__file__).resolve().parent.parent
 # the Slurm commands a test must not reach on a login node (or on CI with slurm-wlm installed)
@@ -106,24 +107,11 @@ def _skip_multi_gpu(items) -> None:
             item.add_marker(pytest.mark.skip(reason=f"needs {n} GPUs, {have} here"))
 
 
-def worker_group(item) -> str:
-    """The pytest-xdist group of a test: its file (its module fixtures, e.g. a Snakemake
-    run, are made once), but every test of tests/slurm in one (one cluster), and every test
-    marked gpu in one (on a GPU machine they time kernels: never two at once on a GPU)."""
-    path = Path(str(item.fspath))
-    if item.get_closest_marker("gpu") is not None:
-        return "gpu"
-    return "slurm" if SLURM_TESTS in path.parents else path.name
-
-
 def _group_for_workers(items) -> None:
     """With pytest-xdist (`pytest -n auto`, as CI runs it), the tests of a group run on one
     worker, one after another. Only read under `--dist loadgroup`; a plain run ignores it."""
     for item in items:
         item.add_marker(pytest.mark.xdist_group(worker_group(item)))
-
-
-SLURM_TESTS = ROOT / "tests" / "slurm"
 
 
 @pytest.hookimpl(wrapper=True)  # a wrapper runs before xdist's hook, which picks `load`

@@ -107,7 +107,7 @@ def test_parallel_workers_keep_a_file_together_and_gpu_and_slurm_tests_one_at_a_
     """Under `pytest -n auto`, a file's tests share a worker; the real-Slurm tests share one
     (one cluster) and so do the GPU tests wherever they are (two would time kernels on one
     GPU at once)."""
-    from conftest import worker_group
+    from worker_groups import worker_group
 
     tests = ROOT / "tests"
     assert worker_group(_Item(tests / "test_fmt.py")) == "test_fmt.py"
