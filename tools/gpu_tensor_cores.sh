@@ -20,12 +20,15 @@ import yaml
 config = yaml.safe_load(open("config.yaml"))
 lesson = dict(config["experiments"]["tensor_cores"], enabled=True)
 config["experiments"] = {"tensor_cores": lesson}
-# only the counters the lesson reads (who moves the operands): a pass or two per kernel, so
-# the 114 points' counters fit the time box
-config["profile"] = dict(config.get("profile") or {}, ncu=True, metrics=[
-    "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum", "smsp__inst_executed_op_ldgsts.sum",
-    "smsp__inst_executed_op_ldsm.sum", "smsp__sass_inst_executed_op_tma_ld.sum",
-    "smsp__inst_executed.sum"])
+# only the shipped counters the lesson reads (who moves the operands): a pass or two per
+# kernel, so the 114 points' counters fit the time box
+from cudalab.experiments.tensor_cores import wgmma_lesson as wl
+from cudalab.ncu_csv import SHORT_NAMES
+
+read = {c for c, _ in wl.TRAFFIC} | {wl.WAVEFRONTS, wl.WARP_INST}
+profile = config.get("profile") or {}
+config["profile"] = dict(profile, ncu=True, metrics=[
+    m for m in profile["metrics"] if f"m_ncu_{SHORT_NAMES.get(m)}" in read])
 config["run_name"] = "tensor-cores-shipped"
 with open(sys.argv[1], "w") as f:
     f.write("# config.yaml's tensor_cores block alone, switched on, with Nsight Compute "
