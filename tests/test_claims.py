@@ -33,9 +33,10 @@ REFERENCES = {
     "H200": ROOT / "reports" / "reference" / "NVIDIA-H200" / "results.csv",
     # the last H100 run with Nsight Compute on: the claims that read the profiler's counters
     "H100 profiled": ROOT / "tests" / "data" / "h100_profiled_2026-11-25.csv.gz",
-    # tensor_cores is off in the default grid: its own H100 run is its reference
+    # tensor_cores is off in the default grid: its own H100 run is its reference (the
+    # shipped block with the wgmma rungs and Nsight Compute's operand counters)
     "H100 tensor cores": ROOT / "reports" / "reference" / "NVIDIA-H100-80GB-HBM3"
-    / "tensor-cores-2026-11-25" / "results-run1.csv",
+    / "tensor-cores-2026-11-27" / "results.csv",
     # the links between two H200s (cudalab.links), as the interconnect lesson's rows
     "2 H200s' links": ROOT / "reports" / "reference" / "interconnect-2xH200-2026-11-27"
     / "results.csv",
@@ -94,12 +95,10 @@ def _state(name: str, key: str, df: pd.DataFrame) -> claims.ClaimResult:
     return got
 
 
-# Claims of rungs that no committed reference has run yet (the wgmma rungs: no GPU time was
-# left for them when they were written): their flips are shown on made-up rows in their
-# lesson's tests. A reference that judges one makes this test fail until its entry goes.
-AWAITING_A_RUN = {("tensor_cores", k) for k in (
-    "wgmma_fp16_share", "wgmma_bf16_share", "wgmma_tf32_share", "wgmma_pipeline_pays",
-    "wgmma_ws_over_mma")}
+# Claims of kernels that no committed reference has run yet (none now: the wgmma rungs' H100
+# run is committed): their flips are shown on made-up rows in their lesson's tests. A
+# reference that judges one makes this test fail until its entry goes.
+AWAITING_A_RUN: set[tuple[str, str]] = set()
 
 
 def no_gpu_reference_yet(refs: dict[str, pd.DataFrame], name: str) -> bool:

@@ -39,6 +39,7 @@ from cudalab.experiments import REGISTRY
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "reports" / "reference" / "NVIDIA-H100-80GB-HBM3"
+TENSOR_CORES_RUN = REFERENCE / "tensor-cores-2026-11-27"
 
 
 def test_every_lesson_declares_a_print_figure_it_draws():
@@ -84,24 +85,39 @@ def test_to_print_fits_the_page_and_lifts_small_labels():
         plt.close(fig)
 
 
-@pytest.fixture(scope="module")
-def reference_pdf(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes, dict]:
-    """The H100 reference re-rendered here (never in place) and printed on A4."""
-    out = tmp_path_factory.mktemp("h100-handout")
+def _rerender(folder: Path, out: Path) -> tuple[Path, bytes, dict]:
+    """A committed run re-rendered here (never in place) and printed on A4."""
     fig_dir = out / "figures"
-    table = REFERENCE / "results.csv"
+    table = folder / "results.csv"
     # the config a re-rendering reads: the run's own, found in its folder
-    config = cfg.load(run_config_path(None, REFERENCE))
+    config = cfg.load(run_config_path(None, folder))
     raw = results.read_table(table)
     for name in sorted(set(raw["experiment"])):
         figures.draw_experiment(name, raw, fig_dir)
         handout.draw(name, raw[raw["experiment"] == name], fig_dir)
     df = roofline.load_table(table)
-    run_figures.draw(df, REFERENCE, fig_dir)
+    run_figures.draw(df, folder, fig_dir)
     run_figures.draw_comparisons(df, config, fig_dir)
-    page_html = report.render(df, fig_dir, config, out / "report.html", results_dir=REFERENCE)
+    page_html = report.render(df, fig_dir, config, out / "report.html", results_dir=folder)
     pdf, heights = print_a4(page_html)
     return page_html, pdf, heights
+
+
+@pytest.fixture(scope="module")
+def reference_pdf(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes, dict]:
+    """The H100 reference re-rendered here and printed on A4."""
+    return _rerender(REFERENCE, tmp_path_factory.mktemp("h100-handout"))
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_the_tensor_core_lesson_with_its_wgmma_facts_prints_within_its_pages(tmp_path):
+    """The H100 run of the tensor-core lesson with every wgmma rung (its ladder, its
+    pipeline depths and Nsight Compute's counts in the text): legible, within the pages the
+    lesson declares, no page wasted."""
+    page_html, pdf, heights = _rerender(TENSOR_CORES_RUN, tmp_path)
+    assert "Nsight Compute counted" in page_html.read_text()
+    assert_legible_handout(page_html, pdf, heights, ["tensor_cores"])
 
 
 @pytest.mark.slow

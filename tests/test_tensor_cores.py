@@ -23,6 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "reports" / "reference" / "NVIDIA-H100-80GB-HBM3" / "results.csv"
 # the H100 run of the tensor-core notes (run 1: the fp16 hand kernels failed to load)
 RUN1 = REFERENCE.parent / "tensor-cores-2026-11-25" / "results-run1.csv"
+# the H100 run of the shipped tensor-core block with its wgmma rungs and Nsight Compute's
+# operand counters (tools/gpu_tensor_cores.sh, 2026-11-27)
+WGMMA_RUN = REFERENCE.parent / "tensor-cores-2026-11-27" / "results.csv"
 
 
 # -- peaks ---------------------------------------------------------------------------------
@@ -206,13 +209,11 @@ def _keys() -> list[str]:
     return [c.name for c in claims.lesson_claims(REGISTRY["tensor_cores"])]
 
 
-# the wgmma claims: no committed run has the rungs yet (tests/test_claims.py AWAITING_A_RUN)
 WGMMA_KEYS = [c.name for c in wgmma_lesson.CLAIMS]
 
 
 def _h100() -> pd.DataFrame:
-    return pd.concat([results.read_table(REFERENCE), results.read_table(RUN1)],
-                     ignore_index=True)
+    return results.read_table(WGMMA_RUN)
 
 
 def test_the_lesson_states_its_claims_once_with_flips():
@@ -223,11 +224,11 @@ def test_the_lesson_states_its_claims_once_with_flips():
     assert all(c.flip is not None for c in claims.lesson_claims(exp))
 
 
-@pytest.mark.parametrize("key", [k for k in _keys() if k not in WGMMA_KEYS])
+@pytest.mark.parametrize("key", _keys())
 def test_every_claim_is_seen_on_the_h100_run_and_its_flip_contradicts_it(key):
-    """The H100 run of the tensor-core notes (the H100 reference beside it, for the run's
-    ceilings): every claim seen, and its flip turns it to not seen, as tests/test_claims.py
-    does on the references once they carry tensor_cores rows."""
+    """The H100 run of the shipped tensor-core block, wgmma rungs included: every claim
+    seen, and its flip turns it to not seen (tests/test_claims.py flips it on every
+    reference too)."""
     df = _h100()
     before = _judge(key, df)
     assert before.state is State.SEEN, before
@@ -249,11 +250,36 @@ def test_every_claim_is_contradicted_on_a_made_up_run_and_its_flip_restores_it(k
 
 
 @pytest.mark.parametrize("key", WGMMA_KEYS)
-def test_the_wgmma_claims_await_an_h100_run_of_the_rungs(key):
-    """Not measured on the H100 runs committed so far (they predate the rungs), with the
-    reason; the run that adds them moves these keys to the test above."""
-    got = _judge(key, _h100())
+def test_a_run_before_the_rungs_leaves_their_claims_not_measured(key):
+    """The H100 run of 2026-11-25 predates the rungs: their claims are not measured, with
+    the reason, not seen or not seen."""
+    got = _judge(key, results.read_table(RUN1))
     assert got.state is State.NOT_MEASURED and "measured ok at one size" in got.evidence
+
+
+def test_the_h100_run_s_shares_of_cublas_are_the_issue_s_targets():
+    """Issue 40's bar, on the H100 run: FP16 and BF16 wgmma at least 70 % of cuBLAS at
+    4096, TF32 at least 60 %; the evidence names the best rung and both speeds."""
+    got = {r.key: r for r in claims.evaluate("tensor_cores", _h100())}
+    for key, prec in (("wgmma_fp16_share", "FP16"), ("wgmma_bf16_share", "BF16"),
+                      ("wgmma_tf32_share", "TF32")):
+        r = got[key]
+        assert r.state is State.SEEN and r.evidence.startswith(f"{prec} at n = 4"), r
+        assert "wgmma persistent" in r.evidence and "of cuBLAS" in r.evidence, r
+
+
+def test_the_h100_run_counts_the_operands_traffic():
+    """Nsight Compute's counters on the H100 run: the mma.sync tile issues cp.async and
+    ldmatrix, the warp-specialised wgmma rung TMA loads and neither, with fewer shared-memory
+    wavefronts; the fact says so with the counts."""
+    from cudalab import roofline, run_ceilings
+
+    full = roofline.annotate(_h100())
+    said = wgmma_lesson.shared_traffic_measured(full, run_ceilings.ceilings_of(full))
+    assert said is not None and said.startswith("Nsight Compute counted, FP16 at n = 4"), said
+    mma, ws = said.split("the warp-specialised wgmma rung")
+    assert " 0 TMA load" in mma and "0 cp.async, 0 ldmatrix" in ws, said
+    assert "fewer wavefronts" in said, said
 
 
 def test_evidence_holds_the_numbers_read():

@@ -13,7 +13,7 @@ out=$(readlink -f "$1"); config=$2; shift 2
 mkdir -p "$out"
 if [ $# -eq 0 ]; then  # the enabled experiments that launch anything on the GPU (static
   # analysis only compiles: the sanitizer would find no CUDA call to instrument and exit 255)
-  set -- $(python -c "import sys; from cudalab import config as c; \
+  set -- $(python3 -c "import sys; from cudalab import config as c; \
 from cudalab.experiments import REGISTRY; cfg = c.load(sys.argv[1]); \
 print(' '.join(n for n in c.enabled_experiments(cfg) if any(p.gpu for p in REGISTRY[n].grid(cfg))))" "$config")
 fi
@@ -25,7 +25,7 @@ for exp in "$@"; do
     log=$out/$tool-$exp.log
     rm -rf "/tmp/sanitize-$exp-$tool"
     compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
-      cudalab measure "$exp" --config "$config" --results "/tmp/sanitize-$exp-$tool" > "$log" 2>&1
+      python3 -m cudalab.cli measure "$exp" --config "$config" --results "/tmp/sanitize-$exp-$tool" > "$log" 2>&1
     rc=$?
     errors=$(grep -E "(ERROR|RACECHECK) SUMMARY: [0-9]+ (error|hazard)" "$log" | tail -1)
     done_line=$(grep -oE "done: [0-9]+ ok, [0-9]+ wrong, [0-9]+ failed.*" "$log" | tail -1)

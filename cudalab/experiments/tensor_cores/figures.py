@@ -144,23 +144,35 @@ def _plot_ladder(b: pd.DataFrame):
 
 def _plot_depth(d: pd.DataFrame):
     """TFLOP/s of the wgmma rungs against their shared-memory stages (the one-stage rung at
-    1), one line per rung and precision."""
+    1): one panel per precision, a rung's colour as in the ladder, the measured stage counts
+    as the ticks."""
     import matplotlib.pyplot as plt
 
     w = d[d["variant"].str.startswith("wgmma_")]
     if "p_stages" not in w or pd.to_numeric(w["p_stages"], errors="coerce").nunique() < 2:
         return None
-    w = w.assign(stages=pd.to_numeric(w["p_stages"], errors="coerce").fillna(1),
+    w = w.assign(stages=pd.to_numeric(w["p_stages"], errors="coerce").fillna(1).astype(int),
                  gflops=pd.to_numeric(w["gflops"], errors="coerce"))
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    for (v, prec), g in w.groupby(["variant", "p_precision"]):
-        g = g.groupby("stages")["gflops"].max()
-        ax.plot(g.index, g.values / 1e3, marker="o", ls="-" if prec != "tf32" else ":",
-                label=f"{prec} {VARIANT_LABEL[str(v)]}")
-    ax.set(xlabel="shared-memory stages", ylabel="TFLOP/s",
-           title=f"Pipeline depth against speed at {_size(w)}")
-    ax.legend(fontsize=6)
-    fig.tight_layout()
+    precs = [p for p in ["fp16", "bf16", "tf32"] if (w["p_precision"] == p).any()]
+    fig, axes = plt.subplots(1, len(precs), figsize=(3.4 * len(precs) + 0.6, 3.9),
+                             squeeze=False)
+    for ax, prec in zip(axes[0], precs):
+        sub = w[w["p_precision"] == prec]
+        for v in LADDER:
+            g = sub[sub["variant"] == v].groupby("stages")["gflops"].max()
+            if not g.empty:
+                ax.plot(g.index, g.values / 1e3, marker="o", color=f"C{LADDER.index(v)}",
+                        label=VARIANT_LABEL[v])
+        ticks = sorted(set(sub["stages"]))
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.set_xlim(min(ticks) - 0.5, max(ticks) + 0.5)
+        ax.set(title=prec.upper(), xlabel="shared-memory stages")
+    axes[0][0].set_ylabel("TFLOP/s")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.suptitle(f"Pipeline depth against speed at {_size(w)}")
+    fig.legend(handles, labels, loc="lower center", ncol=min(4, len(handles)), fontsize=8,
+               frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig
 
 
