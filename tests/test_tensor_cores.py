@@ -252,7 +252,7 @@ def test_every_claim_is_contradicted_on_a_made_up_run_and_its_flip_restores_it(k
 @pytest.mark.parametrize("key", WGMMA_KEYS)
 def test_a_run_before_the_rungs_leaves_their_claims_not_measured(key):
     """The H100 run of 2026-11-25 predates the rungs: their claims are not measured, with
-    the reason, not seen or not seen."""
+    the reason, neither seen nor not seen."""
     got = _judge(key, results.read_table(RUN1))
     assert got.state is State.NOT_MEASURED and "measured ok at one size" in got.evidence
 
@@ -260,6 +260,7 @@ def test_a_run_before_the_rungs_leaves_their_claims_not_measured(key):
 def test_the_h100_run_s_shares_of_cublas_are_the_issue_s_targets():
     """Issue 40's bar, on the H100 run: FP16 and BF16 wgmma at least 70 % of cuBLAS at
     4096, TF32 at least 60 %; the evidence names the best rung and both speeds."""
+    assert wgmma_lesson.SHARE_OF_CUBLAS == {"fp16": 0.70, "bf16": 0.70, "tf32": 0.60}
     got = {r.key: r for r in claims.evaluate("tensor_cores", _h100())}
     for key, prec in (("wgmma_fp16_share", "FP16"), ("wgmma_bf16_share", "BF16"),
                       ("wgmma_tf32_share", "TF32")):
