@@ -14,7 +14,6 @@ workflow also removes the flags at exit, so even a forced stop leaves none).
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import threading
@@ -39,8 +38,10 @@ def _in_event_loop() -> bool:
 
 
 def _signal_again() -> None:
-    """SIGINT to this process again in RETRY_S (a daemon timer)."""
-    timer = threading.Timer(RETRY_S, os.kill, (os.getpid(), signal.SIGINT))
+    """SIGINT to the main thread again in RETRY_S (a daemon timer; sent to the process,
+    another thread might get it while the main thread sleeps on)."""
+    timer = threading.Timer(RETRY_S, signal.pthread_kill,
+                            (threading.main_thread().ident, signal.SIGINT))
     timer.daemon = True
     timer.start()
 

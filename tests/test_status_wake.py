@@ -119,3 +119,45 @@ def test_after_the_stop_the_plugin_checks_no_more_until_shutdown():
     waker = status_wake.install(ex, stop_run=lambda: None)
     waker.stop_after("measure (results_vector_add)")
     assert timed_sleep(waker, during=lambda: setattr(ex, "wait", False)) > 0.15
+
+
+def test_the_stop_wakes_the_main_thread_asleep_on_a_semaphore():
+    """Snakemake's scheduler sleeps on a semaphore in the main thread: the stop, sent from
+    the plugin's thread, must interrupt that sleep, not wait for the next release."""
+    import signal
+
+    sem = threading.Semaphore(0)
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    threading.Timer(0.2, status_wake.interrupt_run).start()
+    release = threading.Timer(5.0, sem.release)  # the plugin's next check, as it were
+    release.start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            sem.acquire()
+    finally:
+        release.cancel()
+        signal.signal(signal.SIGINT, old)
+    assert time.monotonic() - t0 < 2.0
+
+
+def test_a_stop_the_run_has_not_taken_is_sent_again(monkeypatch):
+    monkeypatch.setattr(status_wake, "STOP_RETRY_S", 0.2)
+    monkeypatch.setattr(status_wake, "SLICE_S", 0.05)
+    sent: list[float] = []
+    taken = threading.Event()
+    ex = executor(sleep_s=0.1, active=("71",))
+    waker = status_wake.install(ex, stop_run=lambda: sent.append(time.monotonic()),
+                                stop_taken=taken.is_set)
+    waker.stop_after("measure (results_vector_add)")
+    t0 = time.monotonic()
+
+    def shut_down() -> None:
+        ex.wait = False
+
+    threading.Timer(0.7, taken.set).start()
+    threading.Timer(1.4, shut_down).start()
+    asyncio.run(ex.sleep())
+    # sent at once, then every 0.2 s until the run took it, and never after
+    assert len(sent) >= 2 and all(t - t0 < 0.8 for t in sent), [t - t0 for t in sent]
+    assert all(b - a >= 0.2 for a, b in zip(sent, sent[1:])), sent
