@@ -283,7 +283,8 @@ def cmd_figures(a: argparse.Namespace) -> int:
 def cmd_run_figures(a: argparse.Namespace) -> int:
     from cudalab import roofline, run_figures
 
-    drawn = run_figures.draw(roofline.load_table(Path(a.table)), Path(a.results), Path(a.out))
+    drawn = run_figures.draw(roofline.load_table(Path(a.table)), Path(a.results), Path(a.out),
+                             workers=a.jobs)
     print(f"run figures: {json.dumps(drawn)}")
     return 0
 
@@ -462,6 +463,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--table", default="results/results.csv")
     s.add_argument("--results", default="results", help="the folder whose telemetry is drawn")
     s.add_argument("--out", default="results/figures")
+    s.add_argument("--jobs", type=int, default=1,
+                   help="draw the figures in this many processes (default 1)")
     s.set_defaults(fn=cmd_run_figures)
     s = sub.add_parser("compare-figures",
                        help="this run against report.baselines: comparison.csv and the "

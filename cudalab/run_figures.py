@@ -8,6 +8,9 @@ of what was drawn, with its caption, so the report embeds the figures without dr
 from __future__ import annotations
 
 import json
+import multiprocessing
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -24,41 +27,66 @@ COMPARISON_CSV = "comparison.csv"  # in COMPARE_DIR: every (point, baseline) ver
 INDEX = "index.json"
 
 
-def draw_rooflines(df: pd.DataFrame, out_dir: Path) -> dict[str, dict[str, str]]:
-    """Draw the run's roofline and one per experiment that asks for it (Experiment.roofline)
-    into out_dir (PNG + SVG); returns name ('run' or the experiment) -> {png, caption} of
-    those drawn."""
+def roofline_names(df: pd.DataFrame) -> list[str]:
+    """The rooflines a table gets: the run's, and one per experiment in it that asks for one
+    (Experiment.roofline)."""
+    return [roofline_figure.RUN_FIGURE, *(n for n, e in REGISTRY.items()
+                                          if e.roofline and (df["experiment"] == n).any())]
+
+
+def draw_roofline(df: pd.DataFrame, name: str, out_dir: Path) -> dict[str, str] | None:
+    """One roofline of the annotated table df ('run' or an experiment) into out_dir (PNG +
+    SVG): {png, caption}, or None where there is nothing to draw."""
     figures.setup_style()
-    df = roofline.annotate(df)
-    out = {}
-    for name in (roofline_figure.RUN_FIGURE, *(n for n, e in REGISTRY.items() if e.roofline)):
-        exp = None if name == roofline_figure.RUN_FIGURE else name
-        if exp is not None and not (df["experiment"] == exp).any():
-            continue
-        fig = roofline_figure.draw(df, exp)
-        if fig is None:
-            continue
-        png = figures.save(fig, Path(out_dir) / name)[0]
-        out[name] = {"png": str(png), "caption": roofline_figure.caption(df, exp)}
-    return out
+    exp = None if name == roofline_figure.RUN_FIGURE else name
+    fig = roofline_figure.draw(df, exp)
+    if fig is None:
+        return None
+    png = figures.save(fig, Path(out_dir) / name)[0]
+    return {"png": str(png), "caption": roofline_figure.caption(df, exp)}
 
 
-def draw(df: pd.DataFrame, results_dir: Path, figures_dir: Path) -> dict[str, int]:
+def draw(df: pd.DataFrame, results_dir: Path, figures_dir: Path,
+         workers: int = 1) -> dict[str, int]:
     """Draw the rooflines of the table df and the telemetry of results_dir's jobs into
     figures_dir/_roofline and figures_dir/_telemetry (both made, even with nothing to
     draw: they are the figures step's declared outputs), each with its index; returns how
-    many figures of each kind were drawn."""
+    many figures of each kind were drawn. workers > 1 draws them in that many processes
+    (one figure a task: a run of several GPUs has a telemetry figure per job)."""
     roof_dir, tele_dir = Path(figures_dir) / ROOFLINE_DIR, Path(figures_dir) / TELEMETRY_DIR
     for d in (roof_dir, tele_dir):
         d.mkdir(parents=True, exist_ok=True)
-    rooflines = draw_rooflines(df, roof_dir) if len(df) else {}
+    annotated = roofline.annotate(df) if len(df) else df
+    names = roofline_names(annotated) if len(df) else []
+    gpu_jobs = telemetry_report.gpu_jobs(Path(results_dir))
+    drawn = _run([(draw_roofline, (annotated, n, roof_dir)) for n in names]
+                 + [(telemetry_report.job_section, (Path(results_dir), tele_dir, m))
+                    for m in gpu_jobs], workers)
+    rooflines = {n: f for n, f in zip(names, drawn) if f is not None}
+    jobs = drawn[len(names):]
     _write_index(roof_dir, {name: _relative(f, roof_dir) for name, f in rooflines.items()})
-    jobs = telemetry_report.sections(Path(results_dir), tele_dir)
+    figures.setup_style()
     summary = telemetry_report.run_summary(Path(results_dir), tele_dir)
     _write_index(tele_dir, {"jobs": [_relative(j, tele_dir) for j in jobs],
                             "summary": _relative(summary, tele_dir)})
     return {"roofline": len(rooflines),
             "telemetry": sum(bool(j["png"]) for j in jobs) + bool(summary)}
+
+
+def _call(task: tuple[Callable[..., Any], tuple[Any, ...]]) -> Any:
+    fn, args = task
+    return fn(*args)
+
+
+def _run(tasks: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]], workers: int
+         ) -> list[Any]:
+    """Each task's result, in order: here, or in up to `workers` fresh processes (spawned:
+    matplotlib's state is not forked)."""
+    if workers <= 1 or len(tasks) <= 1:
+        return [_call(t) for t in tasks]
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(min(workers, len(tasks)), mp_context=ctx) as pool:
+        return list(pool.map(_call, tasks))
 
 
 def draw_comparisons(df: pd.DataFrame, config: dict[str, Any], figures_dir: Path) -> int:

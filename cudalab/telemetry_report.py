@@ -193,31 +193,37 @@ def caption_text(manifest: dict[str, Any], s: dict[str, Any]) -> str:
 def sections(results_dir: Path, fig_dir: Path) -> list[dict[str, Any]]:
     """One entry per GPU job: its figure (png: the file, fig_dir/<job_id>.png|svg; '' where
     none was drawn), caption, and what was unavailable."""
+    return [job_section(results_dir, fig_dir, m) for m in gpu_jobs(results_dir)]
+
+
+def gpu_jobs(results_dir: Path) -> list[dict[str, Any]]:
+    """The manifests of the jobs that sampled a GPU (a CPU-only job expects no telemetry)."""
+    return [m for m in load_jobs(results_dir) if m.get("telemetry_dir")]
+
+
+def job_section(results_dir: Path, fig_dir: Path, m: dict[str, Any]) -> dict[str, Any]:
+    """One GPU job's entry of sections(), its figure drawn (a task of its own: the figures
+    step draws the jobs' figures side by side)."""
     from cudalab.figures import save, setup_style
 
     setup_style()
-    out = []
-    for m in load_jobs(results_dir):
-        if not m.get("telemetry_dir"):
-            continue  # CPU-only job: no telemetry expected
-        tdir = telemetry_dir(results_dir, m)
-        entry = {"job_id": m["job_id"], "status": status_text(m), "png": "", "caption": ""}
-        smi = tdir / "nvidia_smi.csv"
-        if smi.exists():
-            df = load_samples(smi, m)
-            fig = plot_job(smi, m, df) if len(df) >= MIN_FIGURE_SAMPLES else None
-            if fig is not None:
-                entry["png"] = str(save(fig, Path(fig_dir) / m["job_id"])[0])
-                entry["caption"] = caption_text(m, summarize_job(df, m))
-            elif not entry["status"]:
-                entry["status"] = (f"only {len(df)} nvidia-smi samples: too few for a figure"
-                                   if len(df) else
-                                   "nvidia-smi wrote no usable samples for this job.")
-        elif (m.get("telemetry") or {}).get("nvidia_smi") == "ok":
-            entry["status"] = (entry["status"] + " " if entry["status"] else "") + \
-                f"nvidia-smi samples missing ({smi} not found)."
-        out.append(entry)
-    return out
+    tdir = telemetry_dir(results_dir, m)
+    entry = {"job_id": m["job_id"], "status": status_text(m), "png": "", "caption": ""}
+    smi = tdir / "nvidia_smi.csv"
+    if smi.exists():
+        df = load_samples(smi, m)
+        fig = plot_job(smi, m, df) if len(df) >= MIN_FIGURE_SAMPLES else None
+        if fig is not None:
+            entry["png"] = str(save(fig, Path(fig_dir) / m["job_id"])[0])
+            entry["caption"] = caption_text(m, summarize_job(df, m))
+        elif not entry["status"]:
+            entry["status"] = (f"only {len(df)} nvidia-smi samples: too few for a figure"
+                               if len(df) else
+                               "nvidia-smi wrote no usable samples for this job.")
+    elif (m.get("telemetry") or {}).get("nvidia_smi") == "ok":
+        entry["status"] = (entry["status"] + " " if entry["status"] else "") + \
+            f"nvidia-smi samples missing ({smi} not found)."
+    return entry
 
 
 # -- one summary figure for the whole run ---------------------------------------------------

@@ -751,3 +751,21 @@ def test_a_failing_telemetry_hook_never_stops_the_job(fake_smi, tmp_path, monkey
     assert m["telemetry"]["nvidia_smi"] == "unavailable"
     assert "telemetry folder not writable" in m["telemetry"]["nvidia_smi_reason"]
     assert m["telemetry"]["nvml"] == "ok"
+
+
+@pytest.mark.slow
+def test_the_run_figures_drawn_in_processes_are_those_drawn_in_one(tmp_path):
+    """The figures step draws a figure a task in several processes (--jobs): the same
+    rooflines, telemetry figures and indexes as one process draws, in the same order."""
+    from cudalab import roofline
+
+    ref = ROOT / "reports" / "reference" / "NVIDIA-H100-80GB-HBM3"
+    df = roofline.load_table(ref / "results.csv")
+    one = run_figures.draw(df, ref, tmp_path / "one")
+    two = run_figures.draw(df, ref, tmp_path / "two", workers=2)
+    assert one == two and one["roofline"] >= 2 and one["telemetry"] >= 10, (one, two)
+    for d in (run_figures.ROOFLINE_DIR, run_figures.TELEMETRY_DIR):
+        a, b = (sorted(p.name for p in (tmp_path / w / d).iterdir()) for w in ("one", "two"))
+        assert a == b
+        index_one = (tmp_path / "one" / d / run_figures.INDEX).read_text()
+        assert index_one == (tmp_path / "two" / d / run_figures.INDEX).read_text()

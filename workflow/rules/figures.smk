@@ -48,6 +48,7 @@ def all_figures():
 # with an index of its captions (cudalab/run_figures.py). The report only embeds them.
 # Folders, not files: which rooflines have points, and the job ids, are known at run time.
 RUN_FIGURE_DIRS = ("_roofline", "_telemetry")
+RUN_FIGURE_THREADS = 4  # processes drawing the run figures (Snakemake caps it at --cores)
 
 
 rule run_figures:
@@ -61,12 +62,15 @@ rule run_figures:
     wildcard_constraints:
         folder=folder_regex(FOLDERS),
     localrule: True
+    # a figure a task: a run of several GPUs draws a telemetry figure per job (4 GPUs, split
+    # lessons: 25 jobs, 22 s in one process)
+    threads: RUN_FIGURE_THREADS
     conda:
         CONDA_ENV
     # --results: the folder's manifests and telemetry/ (its measure jobs')
     shell:
         "{CUDALAB} run-figures --table {input:q} --results {wildcards.folder:q}"
-        " --out {wildcards.folder:q}/figures > {log:q} 2>&1"
+        " --out {wildcards.folder:q}/figures --jobs {threads} > {log:q} 2>&1"
 
 
 def run_figure_dirs():
