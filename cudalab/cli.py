@@ -426,6 +426,14 @@ def _add_report(sub: Any) -> None:
     s.set_defaults(fn=cmd_report)
 
 
+def _at_least_one(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text}: give 1 or more")
+    return n
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="cudalab", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -463,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--table", default="results/results.csv")
     s.add_argument("--results", default="results", help="the folder whose telemetry is drawn")
     s.add_argument("--out", default="results/figures")
-    s.add_argument("--jobs", type=int, default=1,
+    s.add_argument("--jobs", type=_at_least_one, default=1,
                    help="draw the figures in this many processes (default 1)")
     s.set_defaults(fn=cmd_run_figures)
     s = sub.add_parser("compare-figures",

@@ -769,3 +769,12 @@ def test_the_run_figures_drawn_in_processes_are_those_drawn_in_one(tmp_path):
         assert a == b
         index_one = (tmp_path / "one" / d / run_figures.INDEX).read_text()
         assert index_one == (tmp_path / "two" / d / run_figures.INDEX).read_text()
+
+
+def test_run_figures_refuses_fewer_than_one_process(capsys):
+    from cudalab import cli
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["run-figures", "--jobs", "0"])
+    assert exit_.value.code == 2
+    assert "--jobs: 0: give 1 or more" in capsys.readouterr().err
