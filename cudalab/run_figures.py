@@ -57,7 +57,7 @@ def draw(df: pd.DataFrame, results_dir: Path, figures_dir: Path,
     for d in (roof_dir, tele_dir):
         d.mkdir(parents=True, exist_ok=True)
     annotated = roofline.annotate(df) if len(df) else df
-    names = roofline_names(annotated) if len(df) else []
+    names = roofline_names(annotated) if len(annotated) else []
     gpu_jobs = telemetry_report.gpu_jobs(Path(results_dir))
     drawn = _run([(draw_roofline, (annotated, n, roof_dir)) for n in names]
                  + [(telemetry_report.job_section, (Path(results_dir), tele_dir, m))

@@ -230,9 +230,9 @@ def job_section(results_dir: Path, fig_dir: Path, m: dict[str, Any]) -> dict[str
 def _run_samples(results_dir: Path) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
     """Every GPU job's nvidia-smi samples in one frame (column 'job'), and the jobs."""
     frames, jobs = [], []
-    for m in load_jobs(results_dir):
-        smi = telemetry_dir(results_dir, m) / "nvidia_smi.csv" if m.get("telemetry_dir") else None
-        if smi is None or not smi.exists():
+    for m in gpu_jobs(results_dir):
+        smi = telemetry_dir(results_dir, m) / "nvidia_smi.csv"
+        if not smi.exists():
             continue
         df = load_samples(smi, m)
         if df.empty or df["t"].isna().all():
